@@ -1,0 +1,95 @@
+//! Actions: what the engine decides a message should cause.
+//!
+//! An [`Action`] is created by the engine (pure) and then owned by the
+//! dispatcher, which records every state change in `actions.jsonl` and hands
+//! deliverable actions to the delivery hub.
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::message::Seq;
+
+/// A global, increasing, durable action id (starts at 1).
+pub type ActionId = u64;
+
+/// What a rule does when it fires.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Nudge: tell the agent something happened.
+    #[default]
+    Notify,
+    /// Ask the user before the agent acts.
+    Confirm,
+    /// Queue the prompt for the agent to run.
+    Auto,
+}
+
+impl Mode {
+    /// The lowercase name used in files and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Notify => "notify",
+            Mode::Confirm => "confirm",
+            Mode::Auto => "auto",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One action, as the engine creates it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Action {
+    /// Global id.
+    pub id: ActionId,
+    /// The rule that fired.
+    pub rule: String,
+    /// The rule's mode.
+    pub mode: Mode,
+    /// The message that caused it.
+    pub seq: Seq,
+    /// The rendered prompt.
+    pub prompt: String,
+    /// The rule's tool whitelist (names or globs).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// When the engine created it.
+    pub created: DateTime<Utc>,
+    /// When a confirm expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<DateTime<Utc>>,
+}
+
+/// A state in an action's lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionState {
+    /// Notify/auto: waiting for a consumer.
+    Queued,
+    /// Seen by a consumer.
+    Delivered,
+    /// Confirm: waiting for the user's answer.
+    Pending,
+    /// Confirm answered yes; queued like auto.
+    Approved,
+    /// Confirm answered no.
+    Denied,
+    /// Confirm not answered in time.
+    Expired,
+    /// Auto: the agent ran it.
+    Done,
+    /// Exec runner started it.
+    Running,
+    /// Exec runner finished it successfully.
+    Succeeded,
+    /// Exec runner failed.
+    Failed,
+    /// Refused because its queue was full.
+    Dropped,
+}

@@ -1,0 +1,297 @@
+//! The operator commands that talk to the running server over the control
+//! socket (`list`, `confirm`, `pause`, `resume`, `stats`, `watch`,
+//! `rules reload`, `rules list`), and `install`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use crate::control::{Client, Request, Response, WatchEvent};
+use crate::delivery::ItemKind;
+
+/// Options of `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this channel (`alerts/*` = the prefix and below).
+    #[arg(long, short)]
+    pub channel: Option<String>,
+    /// How many messages.
+    #[arg(long, short = 'n', default_value_t = 20)]
+    pub limit: usize,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `confirm`.
+#[derive(Debug, Args)]
+pub struct ConfirmArgs {
+    /// The action id of the confirm request.
+    pub id: u64,
+    /// The answer.
+    #[arg(value_enum, default_value_t = Decision::Yes)]
+    pub decision: Decision,
+}
+
+/// A confirm answer.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Decision {
+    /// Approve: the prompt is queued to run.
+    Yes,
+    /// Deny.
+    No,
+}
+
+/// Options of `watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Also show a desktop notification (notify-send) for each action.
+    #[arg(long)]
+    pub toast: bool,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Which host.
+    #[arg(value_enum)]
+    pub host: Host,
+    /// The file to write (default: ~/.copilot/mcp-config.json, or ./.mcp.json for Claude Code).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// An MCP host `install` knows.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Host {
+    /// GitHub Copilot CLI.
+    Copilot,
+    /// Claude Code (project `.mcp.json`).
+    Claude,
+}
+
+async fn call(home: &Path, request: Request) -> anyhow::Result<Response> {
+    let response = Client::connect(home).await?.call(&request).await?;
+    Ok(response)
+}
+
+fn finish(
+    response: Response,
+    print_ok: impl FnOnce(&serde_json::Value),
+) -> anyhow::Result<ExitCode> {
+    if response.ok {
+        print_ok(&response.result);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        anyhow::bail!(response.error.unwrap_or_else(|| "request failed".into()))
+    }
+}
+
+fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+/// `switchboard list`.
+pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
+    let response = call(
+        &home,
+        Request::List {
+            channel: args.channel,
+            limit: args.limit,
+        },
+    )
+    .await?;
+    finish(response, |result| {
+        let messages: Vec<crate::message::Message> =
+            serde_json::from_value(result.clone()).unwrap_or_default();
+        for m in messages {
+            if args.json {
+                println!("{}", serde_json::to_string(&m).unwrap_or_default());
+            } else {
+                println!("{}", message_line(&m));
+            }
+        }
+    })
+}
+
+fn message_line(m: &crate::message::Message) -> String {
+    format!(
+        "#{} {} {}/{}: {}",
+        m.seq,
+        m.timestamp_rfc3339(),
+        m.server,
+        m.channel,
+        m.content.replace('\n', " ")
+    )
+}
+
+/// `switchboard confirm ID [yes|no]`.
+pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCode> {
+    let approve = matches!(args.decision, Decision::Yes);
+    let response = call(
+        &home,
+        Request::Confirm {
+            id: args.id,
+            approve,
+        },
+    )
+    .await?;
+    finish(response, |result| {
+        if approve {
+            println!("approved {}; queued for the agent:", args.id);
+            print_json(result);
+        } else {
+            println!("denied {}", args.id);
+        }
+    })
+}
+
+/// `switchboard pause` / `resume`.
+pub async fn pause(home: PathBuf, paused: bool) -> anyhow::Result<ExitCode> {
+    let response = call(&home, Request::Pause { paused }).await?;
+    finish(response, |_| {
+        println!(
+            "{}",
+            if paused {
+                "paused: rules are not evaluated"
+            } else {
+                "resumed"
+            }
+        )
+    })
+}
+
+/// `switchboard stats`.
+pub async fn stats(home: PathBuf) -> anyhow::Result<ExitCode> {
+    finish(call(&home, Request::Stats).await?, print_json)
+}
+
+/// `switchboard rules reload`.
+pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
+    let response = call(&home, Request::Reload).await?;
+    let errors = response.result.get("errors").and_then(|e| e.as_array());
+    for e in errors.into_iter().flatten().filter(|_| !response.ok) {
+        let message = e.get("message").and_then(|m| m.as_str());
+        eprintln!("{}", message.unwrap_or_default());
+    }
+    finish(response, |r| {
+        println!(
+            "{}",
+            r.get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or("reloaded")
+        )
+    })
+}
+
+/// `switchboard rules list`.
+pub async fn rules_list(home: PathBuf) -> anyhow::Result<ExitCode> {
+    finish(call(&home, Request::Rules).await?, print_json)
+}
+
+/// `switchboard watch`: one line per message and action until interrupted.
+pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
+    let mut client = Client::connect(&home).await?;
+    client.send(&Request::Watch).await?;
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let paint = |code: &str, text: String| {
+        if colour {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text
+        }
+    };
+    while let Some(event) = client.next_line::<WatchEvent>().await? {
+        let line = match &event {
+            _ if args.json => serde_json::to_string(&event)?,
+            WatchEvent::Message(m) => paint("2", message_line(m)),
+            WatchEvent::Action(item) => {
+                let (code, label) = match item.kind {
+                    ItemKind::Nudge => ("36", "nudge"),
+                    ItemKind::ConfirmRequest => ("33", "confirm?"),
+                    ItemKind::Auto => ("35", "auto"),
+                    ItemKind::Approved => ("32", "approved"),
+                };
+                let first = item.prompt.lines().next().unwrap_or_default();
+                if args.toast {
+                    toast(label, &item.rule, first);
+                }
+                paint(
+                    code,
+                    format!("  {label} #{} [{}] {first}", item.action_id, item.rule),
+                )
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{line}").is_err() {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn toast(label: &str, rule: &str, text: &str) {
+    let _ = std::process::Command::new("notify-send")
+        .arg(format!("switchboard: {label} ({rule})"))
+        .arg(text)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+}
+
+/// `switchboard install copilot|claude`: adds the MCP entry, keeping what is there.
+pub async fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe()?.display().to_string();
+    let (path, entry) = match args.host {
+        Host::Copilot => (
+            args.config.unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                    .join(".copilot/mcp-config.json")
+            }),
+            serde_json::json!({"type": "local", "command": exe, "args": ["serve"], "tools": ["*"]}),
+        ),
+        Host::Claude => (
+            args.config.unwrap_or_else(|| PathBuf::from(".mcp.json")),
+            serde_json::json!({"type": "stdio", "command": exe, "args": ["serve"]}),
+        ),
+    };
+    let path_text = path.display().to_string();
+    let mut doc: serde_json::Value = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{path_text}:{}:{}: not valid JSON: {e}; not changed",
+                e.line(),
+                e.column()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
+        Err(e) => anyhow::bail!("cannot read {path_text}: {e}"),
+    };
+    let root = doc.as_object_mut().ok_or_else(|| {
+        anyhow::anyhow!("{path_text}: the top level is not a JSON object; not changed")
+    })?;
+    let servers = root
+        .entry("mcpServers")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()
+        .ok_or_else(|| {
+            anyhow::anyhow!("{path_text}: `mcpServers` is not an object; not changed")
+        })?;
+    servers.insert("switchboard".into(), entry);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut text = serde_json::to_string_pretty(&doc)?;
+    text.push('\n');
+    crate::config::write_atomic(&path, text.as_bytes())?;
+    println!("added `switchboard` to {path_text}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,68 @@
+//! The command line: one [`Command`] per subcommand, each executed by its own module.
+
+mod control_cmds;
+mod rules;
+mod send;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// switchboard: a rules-driven trigger engine around channel messages, and an MCP server.
+#[derive(Debug, Parser)]
+#[command(name = "switchboard", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Home directory (default: $SWITCHBOARD_HOME, else ~/.switchboard).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server: MCP over stdio, plus HTTP ingest and optional MCP over HTTP.
+    Serve(serve::ServeArgs),
+    /// Post a message to the running server.
+    Send(send::SendArgs),
+    /// Show recent messages of the running server.
+    List(control_cmds::ListArgs),
+    /// Answer a pending confirm.
+    Confirm(control_cmds::ConfirmArgs),
+    /// Pause rule evaluation (messages keep landing in the inbox).
+    Pause,
+    /// Resume rule evaluation.
+    Resume,
+    /// Inbox, rules and delivery counters of the running server.
+    Stats,
+    /// Tail the inbox and actions, one line each.
+    Watch(control_cmds::WatchArgs),
+    /// Check, test, reload, list rules or print their schema.
+    Rules {
+        /// The rules subcommand.
+        #[command(subcommand)]
+        command: rules::RulesCommand,
+    },
+    /// Add switchboard to an MCP host's configuration.
+    Install(control_cmds::InstallArgs),
+}
+
+/// Runs a parsed command line; the error, if any, is printed by `main`.
+pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let home = crate::config::Home::resolve(cli.home);
+    match cli.command {
+        Command::Serve(args) => serve::execute(home, args).await,
+        Command::Send(args) => send::execute(home, args).await,
+        Command::List(args) => control_cmds::list(home, args).await,
+        Command::Confirm(args) => control_cmds::confirm(home, args).await,
+        Command::Pause => control_cmds::pause(home, true).await,
+        Command::Resume => control_cmds::pause(home, false).await,
+        Command::Stats => control_cmds::stats(home).await,
+        Command::Watch(args) => control_cmds::watch(home, args).await,
+        Command::Rules { command } => rules::execute(home, command).await,
+        Command::Install(args) => control_cmds::install(args).await,
+    }
+}

@@ -1,0 +1,40 @@
+//! `switchboard serve`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+/// Options of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Also serve MCP over streamable HTTP at http://ADDR/mcp (e.g. 127.0.0.1:8788).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// HTTP ingest address (default 127.0.0.1:8787, or `http.listen` in switchboard.json).
+    #[arg(long, value_name = "ADDR", conflicts_with = "no_listen")]
+    pub listen: Option<String>,
+    /// Do not start HTTP ingest.
+    #[arg(long)]
+    pub no_listen: bool,
+    /// Do not serve MCP on stdio (run as a daemon for HTTP clients and the CLI).
+    #[arg(long)]
+    pub no_stdio: bool,
+}
+
+/// Runs the server until stdin closes (stdio mode), SIGINT or SIGTERM.
+pub async fn execute(home: PathBuf, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    crate::server::run(home, args.into(), crate::server::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+impl From<ServeArgs> for crate::server::ServeOptions {
+    fn from(a: ServeArgs) -> Self {
+        crate::server::ServeOptions {
+            mcp_http: a.http,
+            listen: a.listen,
+            no_listen: a.no_listen,
+            stdio: !a.no_stdio,
+        }
+    }
+}

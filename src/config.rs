@@ -1,0 +1,323 @@
+//! The home directory and the process configuration.
+//!
+//! [`Home`] owns the paths of everything switchboard keeps on disk and the
+//! exclusive lock that makes one process the only writer of a home.
+//! [`Config`] is the optional `switchboard.json` in the home: every key has a
+//! default, so a fresh machine needs no file at all.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::inbox::FsyncPolicy;
+
+/// The environment variable that overrides the default home.
+pub const HOME_ENV: &str = "SWITCHBOARD_HOME";
+
+/// Errors from opening a home.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    /// Another live process holds the lock.
+    #[error("another switchboard (pid {pid}) owns {home}; stop it or pass --home")]
+    Locked {
+        /// The owner's pid, as it wrote it into the lock file (0 if unreadable).
+        pid: u32,
+        /// The home directory.
+        home: String,
+    },
+    /// The directory or a file in it could not be created or opened.
+    #[error("cannot use home {home}: {source}")]
+    Io {
+        /// The home directory.
+        home: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The home directory: where switchboard keeps its files.
+///
+/// Creating a `Home` creates the directory (0700) but takes no lock; a
+/// process that writes takes the lock with [`Home::lock`].
+#[derive(Clone, Debug)]
+pub struct Home {
+    dir: PathBuf,
+}
+
+/// The exclusive lock on a home; released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct HomeLock {
+    _file: File,
+}
+
+impl Home {
+    /// Resolves the home: an explicit path, else `SWITCHBOARD_HOME`, else `~/.switchboard`.
+    pub fn resolve(explicit: Option<PathBuf>) -> PathBuf {
+        if let Some(dir) = explicit {
+            return dir;
+        }
+        if let Some(dir) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+            return PathBuf::from(dir);
+        }
+        let base = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        base.join(".switchboard")
+    }
+
+    /// Opens (creating with mode 0700 if needed) the home at `dir`.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Home, HomeError> {
+        let dir = dir.into();
+        let io = |source| HomeError::Io {
+            home: dir.display().to_string(),
+            source,
+        };
+        if !dir.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(io)?;
+        }
+        Ok(Home { dir })
+    }
+
+    /// Takes the exclusive lock, or fails at once naming the owner's pid.
+    pub fn lock(&self) -> Result<HomeLock, HomeError> {
+        use fs4::fs_std::FileExt;
+        let path = self.dir.join("lock");
+        let io = |source| HomeError::Io {
+            home: self.dir.display().to_string(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock_exclusive() {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Err(HomeError::Locked {
+                    pid: text.trim().parse().unwrap_or(0),
+                    home: self.dir.display().to_string(),
+                });
+            }
+            Err(e) => return Err(io(e)),
+        }
+        file.set_len(0).map_err(io)?;
+        write!(file, "{}", std::process::id()).map_err(io)?;
+        file.flush().map_err(io)?;
+        Ok(HomeLock { _file: file })
+    }
+
+    /// The directory itself.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// `triggers.json`: the rules.
+    pub fn triggers(&self) -> PathBuf {
+        self.dir.join("triggers.json")
+    }
+    /// `switchboard.json`: the optional process configuration.
+    pub fn config_file(&self) -> PathBuf {
+        self.dir.join("switchboard.json")
+    }
+    /// `channels.jsonl`: the inbox journal.
+    pub fn journal(&self) -> PathBuf {
+        self.dir.join("channels.jsonl")
+    }
+    /// `actions.jsonl`: the actions journal.
+    pub fn actions(&self) -> PathBuf {
+        self.dir.join("actions.jsonl")
+    }
+    /// `state.json`: consumer cursors, pause, evaluation progress.
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state.json")
+    }
+    /// `token`: the ingest bearer token.
+    pub fn token(&self) -> PathBuf {
+        self.dir.join("token")
+    }
+    /// `control.sock`: the operator CLI's socket to the running server.
+    pub fn control_socket(&self) -> PathBuf {
+        self.dir.join("control.sock")
+    }
+    /// `endpoint.json`: where the running server listens (written once it is ready).
+    pub fn endpoint(&self) -> PathBuf {
+        self.dir.join("endpoint.json")
+    }
+
+    /// Loads `switchboard.json`, or the defaults when it does not exist.
+    pub fn load_config(&self) -> anyhow::Result<Config> {
+        let path = self.config_file();
+        match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column())
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename) with mode 0600.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(Ok(dir)) = path.parent().map(File::open) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+/// Makes an existing file 0600.
+pub fn restrict(path: &Path) -> std::io::Result<()> {
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+}
+
+/// `switchboard.json`: every key optional, unknown keys rejected.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// Inbox ring and journal.
+    pub inbox: InboxSettings,
+    /// HTTP ingest.
+    pub http: HttpSettings,
+    /// MCP delivery.
+    pub mcp: McpSettings,
+    /// Action queues.
+    pub actions: ActionSettings,
+}
+
+/// Inbox settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct InboxSettings {
+    /// Newest messages kept in memory.
+    pub ring_size: usize,
+    /// `always`, `interval` or `never`.
+    pub fsync: FsyncPolicy,
+    /// Rotate `channels.jsonl` to `.1` past this many bytes.
+    pub rotate_bytes: u64,
+    /// How many recent source ids are remembered for duplicate detection.
+    pub dedup_ids: usize,
+}
+
+impl Default for InboxSettings {
+    fn default() -> Self {
+        InboxSettings {
+            ring_size: 200,
+            fsync: FsyncPolicy::Always,
+            rotate_bytes: 10 * 1024 * 1024,
+            dedup_ids: 4096,
+        }
+    }
+}
+
+/// HTTP ingest settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpSettings {
+    /// Listen address; `--listen` overrides it.
+    pub listen: String,
+    /// The bearer token; default: the `token` file, generated at first start.
+    pub token: Option<String>,
+    /// Accept requests without a token (only honoured on a loopback address).
+    pub disable_auth: bool,
+    /// Shared secret for GitHub's `X-Hub-Signature-256`.
+    pub github_secret: Option<String>,
+    /// Largest accepted request body in bytes.
+    pub body_limit: usize,
+    /// Per-source rate limit, e.g. `"100/1s"`; `"0"` = none.
+    pub rate_limit: String,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            listen: "127.0.0.1:8787".to_string(),
+            token: None,
+            disable_auth: false,
+            github_secret: None,
+            body_limit: 1024 * 1024,
+            rate_limit: "200/1s".to_string(),
+        }
+    }
+}
+
+/// MCP delivery settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct McpSettings {
+    /// Server-side cap on `wait_for_inbound_message`'s timeout, in seconds.
+    pub max_wait_s: u64,
+    /// `notifications/claude/channel`: `auto` (Claude Code only), `always` or `never`.
+    pub claude_channel: PushPolicy,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            max_wait_s: 55,
+            claude_channel: PushPolicy::Auto,
+        }
+    }
+}
+
+impl McpSettings {
+    /// The wait cap as a duration.
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_secs(self.max_wait_s)
+    }
+}
+
+/// When to send the Claude Code channel push.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PushPolicy {
+    /// Only to clients whose name contains `claude`.
+    #[default]
+    Auto,
+    /// To every client.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Action queue settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ActionSettings {
+    /// Pending deliveries per kind before the newest is refused.
+    pub queue_capacity: usize,
+}
+
+impl Default for ActionSettings {
+    fn default() -> Self {
+        ActionSettings { queue_capacity: 64 }
+    }
+}

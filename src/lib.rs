@@ -1,0 +1,50 @@
+//! switchboard: a rules-driven trigger engine around channel messages, and an MCP server.
+//!
+//! ```text
+//!  sources                 inbox                  engine                   delivery
+//!  HTTP webhooks ─┐                                                     ┌─ wait_for_inbound_message
+//!  upstream MCP  ─┼─► NewMessage ─► ring + journal ─► rules → Action ───┼─ notifications/claude/channel
+//!  switchboard send┘     (seq)        (durable)        (pure, clocked)  ├─ notifications/message, resource
+//!                                                          │            └─ `switchboard watch`
+//!                                                   actions journal
+//! ```
+//!
+//! # Layout
+//!
+//! - [`message`]: `Message` (the journal record) and `NewMessage` (what sources produce).
+//! - [`config`]: the home directory (paths, lock) and `switchboard.json`.
+//! - [`sources`]: HTTP ingest (generic, Alertmanager, GitHub).
+//! - [`inbox`]: ring + group-commit journal, consumer cursors and `state.json`.
+//! - [`rules`]: `triggers.json` parsed, validated, compiled.
+//! - [`engine`]: pure evaluation of a message against the rules at a given time.
+//! - [`actions`]: actions and their lifecycle.
+//! - [`delivery`]: the hub (per-consumer queues, long-poll) and the MCP server.
+//! - [`app`]: the running whole, shared by every front end.
+//! - [`control`]: the control socket between the CLI and the running server.
+//! - [`server`]: `serve` wiring and shutdown.
+//! - [`cli`]: the command line.
+
+pub mod actions;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod control;
+pub mod delivery;
+pub mod engine;
+pub mod inbox;
+pub mod message;
+pub mod metrics;
+pub mod rules;
+pub mod server;
+pub mod sources;
+
+/// Logs to stderr (stdout is the MCP channel in stdio mode). `RUST_LOG` sets the level.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}

@@ -1,0 +1,194 @@
+//! The message model: what every source produces and the inbox stores.
+//!
+//! A [`NewMessage`] is what a source hands to the inbox; the inbox assigns the
+//! sequence number and the receive time and stores a [`Message`]. The serde
+//! shape of [`Message`] *is* the journal record (`channels.jsonl`), with the
+//! same field names as chatcli's journal so that its history can be read.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A message's position in the inbox: starts at 1, strictly increasing, never reused.
+pub type Seq = u64;
+
+/// The channel a message lands on when its source names none.
+pub const DEFAULT_CHANNEL: &str = "default";
+
+/// A stored message, exactly as one line of `channels.jsonl`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Inbox sequence number.
+    pub seq: Seq,
+    /// The source's own id (Graph message id, Alertmanager fingerprint, GitHub delivery id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Which source: an upstream server's name, `alertmanager`, `github`, `http`, `cli`.
+    #[serde(rename = "serverName", default)]
+    pub server: String,
+    /// Slash-separated channel, never empty (see [`normalize_channel`]).
+    #[serde(default)]
+    pub channel: String,
+    /// Plain text content.
+    #[serde(default)]
+    pub content: String,
+    /// Flat string metadata (labels, sender, url...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// When it was received, or the source's own time when it gives one.
+    pub timestamp: DateTime<Utc>,
+}
+
+impl Message {
+    /// Builds the stored form of `new`, as the inbox does when it assigns `seq`.
+    pub fn from_new(new: NewMessage, seq: Seq, received: DateTime<Utc>) -> Message {
+        Message {
+            seq,
+            id: new.id.filter(|id| !id.is_empty()),
+            server: new.server,
+            channel: normalize_channel(&new.channel),
+            content: new.content,
+            metadata: new.metadata,
+            timestamp: new.timestamp.unwrap_or(received),
+        }
+    }
+
+    /// The timestamp as templates and tools show it: RFC 3339, whole seconds, `Z`.
+    pub fn timestamp_rfc3339(&self) -> String {
+        format_timestamp(self.timestamp)
+    }
+}
+
+/// Formats a time as RFC 3339 in UTC with whole seconds and a `Z` suffix.
+pub fn format_timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// What a source hands to the inbox: a message without its sequence number.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewMessage {
+    /// The source's own id; duplicates within the inbox's id window are not stored twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Source name.
+    #[serde(default)]
+    pub server: String,
+    /// Channel; normalised on append.
+    #[serde(default)]
+    pub channel: String,
+    /// Plain text content.
+    #[serde(default)]
+    pub content: String,
+    /// Flat string metadata.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// The source's own time, if it gives one; otherwise the receive time is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+impl NewMessage {
+    /// A message from `server` on `channel` with `content`, no id, metadata or time.
+    pub fn new(
+        server: impl Into<String>,
+        channel: impl Into<String>,
+        content: impl Into<String>,
+    ) -> NewMessage {
+        NewMessage {
+            server: server.into(),
+            channel: channel.into(),
+            content: content.into(),
+            ..NewMessage::default()
+        }
+    }
+
+    /// Sets the source id.
+    pub fn with_id(mut self, id: impl Into<String>) -> NewMessage {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Adds one metadata entry.
+    pub fn with_meta(mut self, key: impl Into<String>, value: impl Into<String>) -> NewMessage {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the source's own timestamp.
+    pub fn with_timestamp(mut self, t: DateTime<Utc>) -> NewMessage {
+        self.timestamp = Some(t);
+        self
+    }
+}
+
+/// Normalises a channel name: surrounding white space and slashes are dropped,
+/// empty segments collapse (`ci//main/` → `ci/main`), and an empty name becomes
+/// [`DEFAULT_CHANNEL`].
+pub fn normalize_channel(channel: &str) -> String {
+    let trimmed = channel.trim();
+    if !trimmed.contains("//") && !trimmed.starts_with('/') && !trimmed.ends_with('/') {
+        return if trimmed.is_empty() {
+            DEFAULT_CHANNEL.to_string()
+        } else {
+            trimmed.to_string()
+        };
+    }
+    let joined = trimmed
+        .split('/')
+        .filter(|segment| !segment.is_empty())
+        .collect::<Vec<_>>()
+        .join("/");
+    if joined.is_empty() {
+        DEFAULT_CHANNEL.to_string()
+    } else {
+        joined
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_normalisation() {
+        for (input, want) in [
+            ("", "default"),
+            ("  ", "default"),
+            ("/", "default"),
+            ("alerts/critical", "alerts/critical"),
+            ("/ci//main/", "ci/main"),
+            (" teams/dm ", "teams/dm"),
+        ] {
+            assert_eq!(normalize_channel(input), want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn journal_record_uses_chatcli_field_names() {
+        let t = "2026-11-22T10:00:00Z".parse().unwrap();
+        let msg = Message::from_new(
+            NewMessage::new("alertmanager", "", "disk full").with_meta("severity", "critical"),
+            7,
+            t,
+        );
+        let line = serde_json::to_string(&msg).unwrap();
+        assert_eq!(
+            line,
+            r#"{"seq":7,"serverName":"alertmanager","channel":"default","content":"disk full","metadata":{"severity":"critical"},"timestamp":"2026-11-22T10:00:00Z"}"#
+        );
+        let back: Message = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn empty_metadata_and_id_are_omitted() {
+        let t = "2026-11-22T10:00:00Z".parse().unwrap();
+        let msg = Message::from_new(NewMessage::new("cli", "x", "y").with_id(""), 1, t);
+        let line = serde_json::to_string(&msg).unwrap();
+        assert!(
+            !line.contains("metadata") && !line.contains("\"id\""),
+            "{line}"
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! `serve`: wires the parts together and runs them until shutdown.
+//!
+//! One [`App`] is shared by every front end: MCP over stdio and streamable
+//! HTTP, HTTP ingest, and the control socket. Every task is spawned on the
+//! app's `TaskTracker` and watches its `CancellationToken`; shutdown cancels,
+//! waits (with a deadline), then flushes the journal.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::App;
+use crate::config::{Home, write_atomic};
+
+/// How long shutdown waits for tasks before it gives up on them.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What `serve` runs.
+#[derive(Clone, Debug, Default)]
+pub struct ServeOptions {
+    /// MCP over streamable HTTP at this address (`/mcp`).
+    pub mcp_http: Option<String>,
+    /// HTTP ingest address; `None` = the configured one.
+    pub listen: Option<String>,
+    /// No HTTP ingest.
+    pub no_listen: bool,
+    /// MCP over stdio; the server stops when stdin closes.
+    pub stdio: bool,
+}
+
+/// Runs switchboard on `home_dir` until `shutdown` completes (or stdin closes in stdio mode).
+pub async fn run(
+    home_dir: PathBuf,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let home = Home::open(home_dir)?;
+    let _lock = home.lock()?;
+    let config = home.load_config()?;
+    let token = CancellationToken::new();
+    let app = App::start(home.clone(), config, token.clone()).await?;
+
+    let control = crate::control::bind(&home.control_socket())
+        .with_context(|| format!("cannot bind {}", home.control_socket().display()))?;
+    app.tasks.spawn(crate::control::serve(app.clone(), control));
+
+    let mut endpoint = serde_json::json!({ "pid": std::process::id() });
+    let ingest_addr = (!opts.no_listen).then(|| {
+        opts.listen
+            .clone()
+            .unwrap_or_else(|| app.config.http.listen.clone())
+    });
+    let shared = ingest_addr.is_some() && ingest_addr == opts.mcp_http;
+    if let Some(addr) = &ingest_addr {
+        let mut router = crate::sources::http::router(app.clone());
+        if shared {
+            router = router.merge(crate::delivery::mcp::http_router(
+                app.clone(),
+                token.clone(),
+            ));
+        }
+        let bound = spawn_http(&app, addr, router, "ingest").await?;
+        endpoint["ingest"] = bound.to_string().into();
+        if shared {
+            endpoint["mcp"] = format!("http://{bound}/mcp").into();
+        }
+    }
+    if let (Some(addr), false) = (&opts.mcp_http, shared) {
+        let router = crate::delivery::mcp::http_router(app.clone(), token.clone());
+        let bound = spawn_http(&app, addr, router, "mcp").await?;
+        endpoint["mcp"] = format!("http://{bound}/mcp").into();
+    }
+    spawn_reload_on_sighup(&app)?;
+    write_atomic(&home.endpoint(), endpoint.to_string().as_bytes())?;
+    tracing::info!(home = %home.dir().display(), %endpoint, "switchboard ready");
+
+    if opts.stdio {
+        tokio::select! {
+            result = crate::delivery::mcp::serve_stdio(app.clone(), token.clone()) => {
+                if let Err(err) = result {
+                    tracing::warn!(cause = %err, "stdio MCP session ended with an error");
+                }
+            }
+            _ = shutdown => {}
+        }
+    } else {
+        shutdown.await;
+    }
+    stop(&app, &home).await;
+    Ok(())
+}
+
+async fn spawn_http(
+    app: &Arc<App>,
+    addr: &str,
+    router: axum::Router,
+    what: &'static str,
+) -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({what})"))?;
+    let bound = listener.local_addr()?;
+    let token = app.shutdown.clone();
+    app.tasks.spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await;
+        if let Err(err) = served {
+            tracing::error!(cause = %err, what, "http server failed");
+        }
+    });
+    tracing::info!(%bound, what, "listening");
+    Ok(bound)
+}
+
+fn spawn_reload_on_sighup(app: &Arc<App>) -> anyhow::Result<()> {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let app2 = app.clone();
+    app.tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = app2.shutdown.cancelled() => break,
+                got = hup.recv() => {
+                    if got.is_none() { break; }
+                    app2.reload_rules();
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+async fn stop(app: &Arc<App>, home: &Home) {
+    tracing::info!("shutting down");
+    app.shutdown.cancel();
+    app.tasks.close();
+    if tokio::time::timeout(SHUTDOWN_DEADLINE, app.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            tasks = app.tasks.len(),
+            "tasks still running after {SHUTDOWN_DEADLINE:?}; stopping anyway"
+        );
+    }
+    app.inbox.close().await;
+    let _ = std::fs::remove_file(home.endpoint());
+    let _ = std::fs::remove_file(home.control_socket());
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

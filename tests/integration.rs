@@ -1,0 +1,8 @@
+//! Integration tests: each module drives the real `switchboard` binary (or the
+//! library through real clients) the way a user or an MCP host would.
+
+mod integration {
+    pub mod util;
+
+    mod cli;
+}

@@ -1,0 +1,197 @@
+//! Test harness: runs the real binary on a temporary home.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_switchboard"))
+}
+
+/// A running `switchboard serve --no-stdio` on a temporary home, ports chosen by the OS.
+pub struct Switchboard {
+    /// The home directory (kept after a `kill9` so the same home can restart).
+    pub home: tempfile::TempDir,
+    child: Option<Child>,
+    _stdin: Option<ChildStdin>,
+    /// The ingest address, `127.0.0.1:PORT`.
+    pub ingest: Option<String>,
+    /// The MCP URL, `http://127.0.0.1:PORT/mcp`.
+    pub mcp_url: Option<String>,
+    extra_args: Vec<String>,
+}
+
+impl Switchboard {
+    /// A fresh home; nothing started yet.
+    pub fn new() -> Switchboard {
+        Switchboard {
+            home: tempfile::tempdir().expect("tempdir"),
+            child: None,
+            _stdin: None,
+            ingest: None,
+            mcp_url: None,
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// Writes a file into the home before (or while) it runs.
+    pub fn write(&self, name: &str, text: &str) -> &Switchboard {
+        std::fs::write(self.home.path().join(name), text).expect("write home file");
+        self
+    }
+
+    /// Extra `serve` arguments.
+    pub fn args(mut self, args: &[&str]) -> Switchboard {
+        self.extra_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Starts a fresh home with default settings and waits until it is ready.
+    pub fn start() -> Switchboard {
+        let mut sb = Switchboard::new();
+        sb.spawn();
+        sb
+    }
+
+    /// Starts (or restarts) the server on this home and waits for `endpoint.json`.
+    pub fn spawn(&mut self) {
+        let endpoint = self.home.path().join("endpoint.json");
+        let _ = std::fs::remove_file(&endpoint);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.home.path().join("test-server.log"))
+            .expect("log file");
+        let mut cmd = Command::new(bin());
+        cmd.arg("--home")
+            .arg(self.home.path())
+            .args([
+                "serve",
+                "--no-stdio",
+                "--listen",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .args(&self.extra_args)
+            .env("RUST_LOG", "switchboard=debug,info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let mut child = cmd.spawn().expect("spawn switchboard");
+        self._stdin = child.stdin.take();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&endpoint)
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+            {
+                self.ingest = v["ingest"].as_str().map(String::from);
+                self.mcp_url = v["mcp"].as_str().map(String::from);
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "switchboard exited before it was ready ({status}):\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "switchboard not ready in 30 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+    }
+
+    /// The server's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.home.path().join("test-server.log")).unwrap_or_default()
+    }
+
+    /// The pid of the running server.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self._stdin = None;
+    }
+
+    /// SIGTERM, then wait for a clean exit (panics after 10 s).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        wait_exit(&mut child, Duration::from_secs(10))
+    }
+
+    /// Runs `switchboard --home HOME ARGS...` to completion.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        cli_in(self.home.path(), args)
+    }
+
+    /// The ingest bearer token.
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.home.path().join("token"))
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Switchboard {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Runs the binary with `--home home` and `args`.
+pub fn cli_in(home: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run switchboard")
+}
+
+/// Waits for a child to exit, killing it after `limit`.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("process did not exit within {limit:?}; stderr: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
