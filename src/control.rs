@@ -47,6 +47,11 @@ pub enum Request {
     },
     /// Stream messages and actions.
     Watch,
+    /// Append messages to the inbox (`switchboard send`); answers once they are durable.
+    Send {
+        /// The messages, in order.
+        messages: Vec<crate::message::NewMessage>,
+    },
 }
 
 /// One response line.
@@ -140,11 +145,21 @@ async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
         Request::List { channel, limit } => {
             Response::ok(app.inbox.recent(channel.as_deref(), limit))
         }
-        Request::Confirm { id, approve } => match app.hub.confirm(id, approve, Utc::now()) {
+        Request::Confirm { id, approve } => match app.hub.confirm(id, approve, None, Utc::now()) {
             Ok(item) => Response::ok(item),
             Err(e) => Response::err(e),
         },
         Request::Watch => return watch(app, write).await,
+        Request::Send { messages } => {
+            let n = messages.len() as u64;
+            match app.inbox.append_batch(messages).await {
+                Ok(appended) => {
+                    app.metrics.ingested("cli", n);
+                    Response::ok(appended)
+                }
+                Err(e) => Response::err(format!("not stored: {e}")),
+            }
+        }
     };
     send(&mut write, &response).await
 }

@@ -1,22 +1,170 @@
 //! Process counters, rendered as Prometheus text for `GET /metrics`.
 //!
-//! STUB: the HTTP ingest work fills this in.
+//! Every part counts through the methods here (ingest by source, actions by
+//! rule and mode, suppressions by reason, drops); gauges (queue depths, ring
+//! depth) are read from the running parts at render time.
 
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::actions::Mode;
+use crate::engine::SuppressReason;
 
 /// Counters shared by every part of the process.
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// `wait_for_inbound_message` calls in flight.
     pub wait_calls_in_flight: AtomicU64,
+    ingested: Mutex<BTreeMap<String, u64>>,
+    actions: Mutex<BTreeMap<(String, Mode), u64>>,
+    suppressed: Mutex<BTreeMap<(String, SuppressReason), u64>>,
+    dropped: Mutex<BTreeMap<Mode, u64>>,
 }
 
 impl Metrics {
-    /// Prometheus text exposition.
-    pub fn render(&self) -> String {
-        format!(
-            "# TYPE switchboard_wait_calls_in_flight gauge\nswitchboard_wait_calls_in_flight {}\n",
+    /// `n` messages accepted from `source` (`alertmanager`, `github`, `http`, `cli`, an upstream name).
+    pub fn ingested(&self, source: &str, n: u64) {
+        *self
+            .ingested
+            .lock()
+            .unwrap()
+            .entry(source.to_string())
+            .or_default() += n;
+    }
+
+    /// A rule fired.
+    pub fn action(&self, rule: &str, mode: Mode) {
+        *self
+            .actions
+            .lock()
+            .unwrap()
+            .entry((rule.to_string(), mode))
+            .or_default() += 1;
+    }
+
+    /// A matching rule was suppressed.
+    pub fn suppressed(&self, rule: &str, reason: SuppressReason) {
+        *self
+            .suppressed
+            .lock()
+            .unwrap()
+            .entry((rule.to_string(), reason))
+            .or_default() += 1;
+    }
+
+    /// An action was refused because its queue was full.
+    pub fn dropped(&self, mode: Mode) {
+        *self.dropped.lock().unwrap().entry(mode).or_default() += 1;
+    }
+
+    /// Total actions dropped.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.lock().unwrap().values().sum()
+    }
+
+    /// Prometheus text exposition of the counters, followed by `gauges`
+    /// (`(name, help, value)`) read from the running parts.
+    pub fn render(&self, gauges: &[(&str, &str, f64)]) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_messages_ingested_total Messages accepted, by source."
+        );
+        let _ = writeln!(out, "# TYPE switchboard_messages_ingested_total counter");
+        for (source, n) in self.ingested.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "switchboard_messages_ingested_total{{source=\"{}\"}} {n}",
+                escape(source)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_actions_total Actions fired, by rule and mode."
+        );
+        let _ = writeln!(out, "# TYPE switchboard_actions_total counter");
+        for ((rule, mode), n) in self.actions.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "switchboard_actions_total{{rule=\"{}\",mode=\"{mode}\"}} {n}",
+                escape(rule)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_suppressed_total Matching rules that did not fire, by reason."
+        );
+        let _ = writeln!(out, "# TYPE switchboard_suppressed_total counter");
+        for ((rule, reason), n) in self.suppressed.lock().unwrap().iter() {
+            let reason = match reason {
+                SuppressReason::Dedup => "dedup",
+                SuppressReason::RateLimited => "rate_limited",
+            };
+            let _ = writeln!(
+                out,
+                "switchboard_suppressed_total{{rule=\"{}\",reason=\"{reason}\"}} {n}",
+                escape(rule)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_actions_dropped_total Actions refused by a full queue, by mode."
+        );
+        let _ = writeln!(out, "# TYPE switchboard_actions_dropped_total counter");
+        for (mode, n) in self.dropped.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "switchboard_actions_dropped_total{{mode=\"{mode}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_wait_calls_in_flight wait_for_inbound_message calls waiting now."
+        );
+        let _ = writeln!(out, "# TYPE switchboard_wait_calls_in_flight gauge");
+        let _ = writeln!(
+            out,
+            "switchboard_wait_calls_in_flight {}",
             self.wait_calls_in_flight.load(Ordering::Relaxed)
-        )
+        );
+        for (name, help, value) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            let _ = writeln!(out, "{name} {value}");
+        }
+        out
+    }
+}
+
+/// Escapes a Prometheus label value.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_with_labels() {
+        let m = Metrics::default();
+        m.ingested("alertmanager", 3);
+        m.action("crit \"alerts\"", Mode::Confirm);
+        m.suppressed("ci", SuppressReason::Dedup);
+        m.dropped(Mode::Auto);
+        let text = m.render(&[("switchboard_ring_depth", "Messages in the ring.", 7.0)]);
+        assert!(text.contains("switchboard_messages_ingested_total{source=\"alertmanager\"} 3\n"));
+        assert!(text.contains(
+            "switchboard_actions_total{rule=\"crit \\\"alerts\\\"\",mode=\"confirm\"} 1\n"
+        ));
+        assert!(text.contains("switchboard_suppressed_total{rule=\"ci\",reason=\"dedup\"} 1\n"));
+        assert!(text.contains("switchboard_actions_dropped_total{mode=\"auto\"} 1\n"));
+        assert!(text.contains("switchboard_ring_depth 7\n"));
+        assert_eq!(m.dropped_total(), 1);
     }
 }

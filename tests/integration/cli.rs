@@ -66,3 +66,37 @@ fn install_copilot_keeps_existing_servers() {
     assert_eq!(doc["mcpServers"]["switchboard"]["args"][0], "serve");
     assert_eq!(doc["mcpServers"]["switchboard"]["tools"][0], "*");
 }
+
+#[test]
+fn send_then_list_shows_the_message() {
+    let sb = Switchboard::start();
+    let out = sb.cli(&[
+        "send",
+        "--channel",
+        "ci/main",
+        "--meta",
+        "run=42",
+        "build failed",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "seq 1");
+    let out = sb.cli(&["list", "--json"]);
+    let line = stdout(&out);
+    let msg: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(msg["channel"], "ci/main");
+    assert_eq!(msg["serverName"], "cli");
+    assert_eq!(msg["metadata"]["run"], "42");
+    assert_eq!(msg["content"], "build failed");
+}
+
+#[test]
+fn send_rejects_metadata_without_equals() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(home.path(), &["send", "-c", "x", "--meta", "novalue", "hi"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("expected KEY=VALUE"),
+        "{}",
+        stderr(&out)
+    );
+}
