@@ -67,6 +67,7 @@ impl App {
     ) -> anyhow::Result<Arc<App>> {
         let inbox = Inbox::open(&home, &config.inbox).await?;
         let state = StateStore::open(&home.state())?;
+        state.set_boot_seq(inbox.last_seq());
         let app = App::assemble(Some(home), config, inbox, state, shutdown);
         app.reload_rules();
         app.spawn_dispatcher();

@@ -150,6 +150,7 @@ async fn stop(app: &Arc<App>, home: &Home) {
         );
     }
     app.inbox.close().await;
+    app.state.flush();
     let _ = std::fs::remove_file(home.endpoint());
     let _ = std::fs::remove_file(home.control_socket());
 }

@@ -5,4 +5,5 @@ mod integration {
     pub mod util;
 
     mod cli;
+    mod inbox;
 }

@@ -1,25 +1,36 @@
 //! The inbox: every message that arrives, numbered and kept.
 //!
-//! CONTRACT (the rest of the crate relies on these signatures): `Inbox` is a
-//! cheap, cloneable handle. `append`/`append_batch` assign seqs and return once
-//! the message is durable under the fsync policy; `committed()` is a watch of
-//! the highest committed seq, woken at commit; reads never block writers.
+//! An [`Inbox`] is a cheap, cloneable handle. It owns
+//! - the **ring**: the newest N messages in memory, for readers;
+//! - the **seq counter**, advanced under the same lock as the ring append, so
+//!   seqs are strictly increasing in ring and journal order alike;
+//! - the **id window**: recent source ids, so a retried delivery is
+//!   acknowledged without a second record;
+//! - the **journal** ([`journal`]), written by one group-commit task.
 //!
-//! STUB: memory only; the ring + group-commit journal replaces this body.
+//! `append`/`append_batch` return once the batch is durable under the fsync
+//! policy. `committed()` is a watch of the highest committed seq: readers and
+//! waiters are woken the moment a commit lands, and never see a message before
+//! it is committed. If the disk fails, messages still reach the ring and
+//! readers (delivery keeps working), the writer is told `NotDurable`, and the
+//! journal retries in the background.
 
 pub mod cursor;
+pub mod journal;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::config::{Home, InboxSettings};
 use crate::message::{Message, NewMessage, Seq};
 
 pub use cursor::StateStore;
+use journal::{Batch, Files, JournalStats, Writer};
 
 /// When the journal writer calls fsync.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,9 +46,9 @@ pub enum FsyncPolicy {
 }
 
 /// The outcome of one append.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Appended {
-    /// The seq assigned (for a duplicate: the seq of the stored original, if still known, else 0).
+    /// The seq assigned; for a duplicate, the seq of the stored original.
     pub seq: Seq,
     /// The source id was seen recently; nothing new was stored.
     pub duplicate: bool,
@@ -57,6 +68,15 @@ pub enum InboxError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// The messages are in memory and readable, but the journal write failed;
+    /// it is retried in the background.
+    #[error("kept in memory, not on disk: journal write failed: {cause}")]
+    NotDurable {
+        /// The seqs assigned.
+        appended: Vec<Appended>,
+        /// The I/O error.
+        cause: String,
     },
 }
 
@@ -81,10 +101,50 @@ pub struct InboxStats {
     pub journal_bytes: u64,
 }
 
+/// Everything under the append lock.
+struct Ring {
+    messages: VecDeque<Arc<Message>>,
+    last_seq: Seq,
+    ids: IdWindow,
+}
+
+/// Recently seen source ids, bounded, oldest forgotten first.
+#[derive(Default)]
+struct IdWindow {
+    seqs: HashMap<String, Seq>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl IdWindow {
+    fn get(&self, id: &str) -> Option<Seq> {
+        self.seqs.get(id).copied()
+    }
+
+    fn insert(&mut self, id: String, seq: Seq) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.order.len() >= self.capacity
+            && let Some(old) = self.order.pop_front()
+        {
+            self.seqs.remove(&old);
+        }
+        self.seqs.insert(id.clone(), seq);
+        self.order.push_back(id);
+    }
+}
+
 struct Inner {
-    ring: Mutex<VecDeque<Arc<Message>>>,
+    ring: Mutex<Ring>,
     capacity: usize,
     committed_tx: watch::Sender<Seq>,
+    writer: Mutex<Option<std::sync::mpsc::Sender<Batch>>>,
+    writer_done: Mutex<Option<std::thread::JoinHandle<()>>>,
+    files: Option<Files>,
+    journal: Arc<JournalStats>,
+    duplicates: AtomicU64,
+    replay_skipped: u64,
 }
 
 /// A handle on the inbox.
@@ -96,19 +156,91 @@ pub struct Inbox {
 impl Inbox {
     /// An inbox with no journal (tests, benches, `rules test`).
     pub fn memory(settings: &InboxSettings) -> Inbox {
-        let (committed_tx, _) = watch::channel(0);
-        Inbox {
-            inner: Arc::new(Inner {
-                ring: Mutex::new(VecDeque::new()),
-                capacity: settings.ring_size.max(1),
-                committed_tx,
-            }),
-        }
+        Inbox::build(settings, Vec::new(), None, None, Arc::default(), 0)
     }
 
     /// Opens the journal in `home`, replays its tail into the ring and starts the writer.
-    pub async fn open(_home: &Home, settings: &InboxSettings) -> Result<Inbox, InboxError> {
-        Ok(Inbox::memory(settings))
+    pub async fn open(home: &Home, settings: &InboxSettings) -> Result<Inbox, InboxError> {
+        let files = Files::new(home.journal());
+        let err = |source| InboxError::Journal {
+            path: files.active.display().to_string(),
+            source,
+        };
+        let (file, cut) = journal::open_for_append(&files.active).map_err(err)?;
+        let tail = files.tail(settings.ring_size.max(1)).map_err(err)?;
+        let skipped = tail.skipped + u64::from(cut > 0);
+        if skipped > 0 {
+            tracing::warn!(skipped, "journal replay skipped truncated or corrupt lines");
+        }
+        tracing::info!(
+            replayed = tail.records.len(),
+            bytes_read = tail.bytes_read,
+            last_seq = tail.records.last().map_or(0, |m| m.seq),
+            "inbox replayed"
+        );
+        let stats = Arc::new(JournalStats::default());
+        let writer = Writer::new(
+            files.clone(),
+            file,
+            settings.fsync,
+            settings.rotate_bytes,
+            stats.clone(),
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("journal-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(err)?;
+        Ok(Inbox::build(
+            settings,
+            tail.records,
+            Some(files),
+            Some((tx, handle)),
+            stats,
+            skipped,
+        ))
+    }
+
+    fn build(
+        settings: &InboxSettings,
+        replayed: Vec<Message>,
+        files: Option<Files>,
+        writer: Option<(std::sync::mpsc::Sender<Batch>, std::thread::JoinHandle<()>)>,
+        journal: Arc<JournalStats>,
+        replay_skipped: u64,
+    ) -> Inbox {
+        let capacity = settings.ring_size.max(1);
+        let mut ids = IdWindow {
+            capacity: settings.dedup_ids,
+            ..IdWindow::default()
+        };
+        let last_seq = replayed.last().map_or(0, |m| m.seq);
+        let mut messages = VecDeque::with_capacity(capacity + 1);
+        for m in replayed {
+            if let Some(id) = &m.id {
+                ids.insert(id.clone(), m.seq);
+            }
+            messages.push_back(Arc::new(m));
+        }
+        let (committed_tx, _) = watch::channel(last_seq);
+        let (writer, done) = writer.map_or((None, None), |(tx, h)| (Some(tx), Some(h)));
+        Inbox {
+            inner: Arc::new(Inner {
+                ring: Mutex::new(Ring {
+                    messages,
+                    last_seq,
+                    ids,
+                }),
+                capacity,
+                committed_tx,
+                writer: Mutex::new(writer),
+                writer_done: Mutex::new(done),
+                files,
+                journal,
+                duplicates: AtomicU64::new(0),
+                replay_skipped,
+            }),
+        }
     }
 
     /// Appends one message; returns when it is committed.
@@ -119,22 +251,71 @@ impl Inbox {
     /// Appends messages in order; returns when all are committed.
     pub async fn append_batch(&self, batch: Vec<NewMessage>) -> Result<Vec<Appended>, InboxError> {
         let now = Utc::now();
-        let mut ring = self.inner.ring.lock().unwrap();
         let mut out = Vec::with_capacity(batch.len());
-        let mut seq = *self.inner.committed_tx.borrow();
-        for new in batch {
-            seq += 1;
-            ring.push_back(Arc::new(Message::from_new(new, seq, now)));
-            if ring.len() > self.inner.capacity {
-                ring.pop_front();
+        let mut bytes = Vec::new();
+        let (ack_rx, last) = {
+            let mut ring = self.inner.ring.lock().unwrap();
+            for new in batch {
+                if let Some(id) = new.id.as_deref().filter(|id| !id.is_empty())
+                    && let Some(seq) = ring.ids.get(id)
+                {
+                    self.inner.duplicates.fetch_add(1, Ordering::Relaxed);
+                    out.push(Appended {
+                        seq,
+                        duplicate: true,
+                    });
+                    continue;
+                }
+                ring.last_seq += 1;
+                let seq = ring.last_seq;
+                let msg = Message::from_new(new, seq, now);
+                if let Some(id) = &msg.id {
+                    ring.ids.insert(id.clone(), seq);
+                }
+                if self.inner.files.is_some() {
+                    serde_json::to_writer(&mut bytes, &msg).expect("a message always serializes");
+                    bytes.push(b'\n');
+                }
+                ring.messages.push_back(Arc::new(msg));
+                if ring.messages.len() > self.inner.capacity {
+                    ring.messages.pop_front();
+                }
+                out.push(Appended {
+                    seq,
+                    duplicate: false,
+                });
             }
-            out.push(Appended {
-                seq,
-                duplicate: false,
-            });
+            let last = ring.last_seq;
+            // Sending under the lock keeps journal order = seq order.
+            let ack_rx = if bytes.is_empty() {
+                None
+            } else {
+                let (ack, rx) = oneshot::channel();
+                let writer = self.inner.writer.lock().unwrap();
+                let tx = writer.as_ref().ok_or(InboxError::Closed)?;
+                tx.send(Batch { bytes, ack })
+                    .map_err(|_| InboxError::Closed)?;
+                Some(rx)
+            };
+            (ack_rx, last)
+        };
+        let result = match ack_rx {
+            Some(rx) => rx.await.map_err(|_| InboxError::Closed)?,
+            None => Ok(()),
+        };
+        // Commits land in seq order (one writer), so the max is the committed seq.
+        self.inner.committed_tx.send_if_modified(|c| {
+            let moved = last > *c;
+            *c = (*c).max(last);
+            moved
+        });
+        match result {
+            Ok(()) => Ok(out),
+            Err(cause) => Err(InboxError::NotDurable {
+                appended: out,
+                cause,
+            }),
         }
-        self.inner.committed_tx.send_replace(seq);
-        Ok(out)
     }
 
     /// A watch of the highest committed seq; changes the moment a commit lands.
@@ -147,20 +328,26 @@ impl Inbox {
         *self.inner.committed_tx.borrow()
     }
 
-    /// The message `seq`, if the ring still holds it.
+    /// The message `seq`, if the ring still holds it and it is committed.
     pub fn get(&self, seq: Seq) -> Option<Arc<Message>> {
+        if seq > self.last_seq() {
+            return None;
+        }
         let ring = self.inner.ring.lock().unwrap();
-        let first = ring.front()?.seq;
-        ring.get(seq.checked_sub(first)? as usize).cloned()
+        let first = ring.messages.front()?.seq;
+        ring.messages.get(seq.checked_sub(first)? as usize).cloned()
     }
 
-    /// Up to `limit` most recent messages, optionally on channels matching
-    /// `channel` (exact, or a prefix with `/*`), newest last.
+    /// Up to `limit` most recent committed messages, optionally on channels
+    /// matching `channel` (see [`channel_filter`]), newest last.
     pub fn recent(&self, channel: Option<&str>, limit: usize) -> Vec<Arc<Message>> {
+        let committed = self.last_seq();
         let ring = self.inner.ring.lock().unwrap();
         let mut out: Vec<_> = ring
+            .messages
             .iter()
             .rev()
+            .filter(|m| m.seq <= committed)
             .filter(|m| channel.is_none_or(|c| channel_filter(c, &m.channel)))
             .take(limit)
             .cloned()
@@ -172,28 +359,72 @@ impl Inbox {
     /// Up to `limit` committed messages with seq > `after`, oldest first: from
     /// the ring, or from the journal when the ring no longer holds them.
     pub async fn read_after(&self, after: Seq, limit: usize) -> Vec<Arc<Message>> {
-        let ring = self.inner.ring.lock().unwrap();
-        ring.iter()
-            .filter(|m| m.seq > after)
-            .take(limit)
-            .cloned()
-            .collect()
+        let committed = self.last_seq();
+        if after >= committed || limit == 0 {
+            return Vec::new();
+        }
+        {
+            let ring = self.inner.ring.lock().unwrap();
+            let first = ring.messages.front().map_or(Seq::MAX, |m| m.seq);
+            if first <= after + 1 || self.inner.files.is_none() {
+                return ring
+                    .messages
+                    .iter()
+                    .filter(|m| m.seq > after && m.seq <= committed)
+                    .take(limit)
+                    .cloned()
+                    .collect();
+            }
+        }
+        let Some(files) = self.inner.files.clone() else {
+            return Vec::new();
+        };
+        let read = tokio::task::spawn_blocking(move || files.after(after, limit)).await;
+        match read {
+            Ok(Ok(records)) => records
+                .into_iter()
+                .filter(|m| m.seq <= committed)
+                .map(Arc::new)
+                .collect(),
+            Ok(Err(err)) => {
+                tracing::warn!(cause = %err, after, "cannot read the journal behind the ring");
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Current counters.
     pub fn stats(&self) -> InboxStats {
-        let ring = self.inner.ring.lock().unwrap();
+        let ring_depth = self.inner.ring.lock().unwrap().messages.len();
+        let journal_status = match (
+            &self.inner.files,
+            &*self.inner.journal.failing.lock().unwrap(),
+        ) {
+            (None, _) => "memory".to_string(),
+            (Some(_), None) => "ok".to_string(),
+            (Some(_), Some(cause)) => format!("failing: {cause}"),
+        };
         InboxStats {
-            ring_depth: ring.len(),
+            ring_depth,
             ring_capacity: self.inner.capacity,
             last_seq: self.last_seq(),
-            journal_status: "memory".into(),
-            ..InboxStats::default()
+            duplicates: self.inner.duplicates.load(Ordering::Relaxed),
+            replay_skipped: self.inner.replay_skipped,
+            journal_status,
+            journal_errors: self.inner.journal.errors.load(Ordering::Relaxed),
+            journal_bytes: self.inner.journal.bytes.load(Ordering::Relaxed),
         }
     }
 
     /// Flushes and stops the writer; later appends fail with [`InboxError::Closed`].
-    pub async fn close(&self) {}
+    pub async fn close(&self) {
+        self.inner.writer.lock().unwrap().take();
+        let done = self.inner.writer_done.lock().unwrap().take();
+        if let Some(done) = done {
+            let _ = tokio::task::spawn_blocking(move || done.join()).await;
+        }
+    }
 }
 
 /// The channel filter of the read tools: exact, `*`, or `prefix/*` (prefix and below).
@@ -210,3 +441,6 @@ pub fn channel_filter(filter: &str, channel: &str) -> bool {
         None => channel == filter,
     }
 }
+
+#[cfg(test)]
+mod tests;
