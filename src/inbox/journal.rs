@@ -1,8 +1,11 @@
 //! The inbox journal: `channels.jsonl` (+ one backup, `channels.jsonl.1`).
 //!
-//! Owns the files. Writes go through one writer task that does *group commit*:
-//! it takes every batch queued since its last write, writes them in one go,
-//! fsyncs once (per [`FsyncPolicy`]), and only then acknowledges them all. A
+//! Owns the files. With `fsync = always`, writes go through one writer thread
+//! that does *group commit*: it takes every batch queued since its last write,
+//! writes them in one go, fsyncs once, and only then acknowledges them all.
+//! With `interval` or `never` there is no fsync to share, so the appending task
+//! writes its batch itself under the writer's lock (no thread hand-off), and the
+//! thread only syncs on the interval and retries after failures. A
 //! failed write is truncated away, logged once, reported in the stats and
 //! retried with backoff; the caller is told the batch is not durable, and the
 //! bytes are kept (bounded) until a retry lands them.
@@ -226,7 +229,16 @@ pub fn open_for_append(path: &Path) -> std::io::Result<(File, u64)> {
     Ok((file, len))
 }
 
-/// The writer task: group commit, rotation, failure and retry.
+/// What the writer thread is asked to do.
+pub enum Job {
+    /// Write (and sync) a batch, then acknowledge it.
+    Commit(Batch),
+    /// A direct write failed: retry the backlog with backoff.
+    Wake,
+}
+
+/// The writer: group commit, rotation, failure and retry. Shared between the
+/// writer thread and (for `interval`/`never`) appending tasks.
 pub struct Writer {
     files: Files,
     file: Option<File>,
@@ -263,38 +275,53 @@ impl Writer {
         }
     }
 
+    /// Writes `bytes` now, from the appending task (policies without a shared fsync).
+    pub fn append_now(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.backlog.extend_from_slice(bytes);
+        self.commit()
+    }
+
     /// Runs on its own thread until every sender is gone, then syncs and returns.
-    pub fn run(mut self, rx: mpsc::Receiver<Batch>) {
+    pub fn run(shared: Arc<std::sync::Mutex<Writer>>, rx: mpsc::Receiver<Job>) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            let first = if !self.backlog.is_empty() {
-                Some(backoff)
-            } else if self.dirty && self.policy == FsyncPolicy::Interval {
-                Some(SYNC_INTERVAL)
-            } else {
-                None
+            let wait = {
+                let w = shared.lock().unwrap();
+                if !w.backlog.is_empty() {
+                    Some(backoff)
+                } else if w.dirty && w.policy == FsyncPolicy::Interval {
+                    Some(SYNC_INTERVAL)
+                } else {
+                    None
+                }
             };
-            let first = match first {
+            let first = match wait {
                 Some(wait) => match rx.recv_timeout(wait) {
-                    Ok(b) => Some(b),
+                    Ok(job) => Some(job),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 },
                 None => match rx.recv() {
-                    Ok(b) => Some(b),
+                    Ok(job) => Some(job),
                     Err(_) => break,
                 },
             };
+            let mut w = shared.lock().unwrap();
             let mut acks = Vec::new();
-            if let Some(b) = first {
-                self.backlog.extend_from_slice(&b.bytes);
-                acks.push(b.ack);
-                while let Ok(b) = rx.try_recv() {
-                    self.backlog.extend_from_slice(&b.bytes);
+            let mut take = |job: Job, w: &mut Writer| {
+                if let Job::Commit(b) = job {
+                    w.backlog.extend_from_slice(&b.bytes);
                     acks.push(b.ack);
                 }
+            };
+            if let Some(job) = first {
+                take(job, &mut w);
+                while let Ok(job) = rx.try_recv() {
+                    take(job, &mut w);
+                }
             }
-            let result = self.commit();
+            let result = w.commit();
+            drop(w);
             backoff = match result {
                 Ok(()) => Duration::from_millis(100),
                 Err(_) => (backoff * 2).min(Duration::from_secs(30)),
@@ -303,9 +330,10 @@ impl Writer {
                 let _ = ack.send(result.clone());
             }
         }
-        if let Err(cause) = self
+        let mut w = shared.lock().unwrap();
+        if let Err(cause) = w
             .commit()
-            .and_then(|()| self.sync().map_err(|e| e.to_string()))
+            .and_then(|()| w.sync().map_err(|e| e.to_string()))
         {
             tracing::error!("journal not flushed at shutdown: {cause}");
         }

@@ -30,7 +30,7 @@ use crate::config::{Home, InboxSettings};
 use crate::message::{Message, NewMessage, Seq};
 
 pub use cursor::StateStore;
-use journal::{Batch, Files, JournalStats, Writer};
+use journal::{Batch, Files, Job, JournalStats, Writer};
 
 /// When the journal writer calls fsync.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,11 +135,21 @@ impl IdWindow {
     }
 }
 
+/// How an append learns that its batch is in the journal.
+enum Pending {
+    /// Written already (direct write), with this outcome.
+    Done(Result<(), String>),
+    /// Queued for group commit; the writer answers here.
+    Ack(oneshot::Receiver<Result<(), String>>),
+}
+
 struct Inner {
     ring: Mutex<Ring>,
     capacity: usize,
     committed_tx: watch::Sender<Seq>,
-    writer: Mutex<Option<std::sync::mpsc::Sender<Batch>>>,
+    writer: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    /// For `interval`/`never`: the writer, written to by the appending task itself.
+    direct: Option<Arc<Mutex<Writer>>>,
     writer_done: Mutex<Option<std::thread::JoinHandle<()>>>,
     files: Option<Files>,
     journal: Arc<JournalStats>,
@@ -186,16 +196,19 @@ impl Inbox {
             settings.rotate_bytes,
             stats.clone(),
         );
+        let shared = Arc::new(Mutex::new(writer));
         let (tx, rx) = std::sync::mpsc::channel();
+        let thread_writer = shared.clone();
         let handle = std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || Writer::run(thread_writer, rx))
             .map_err(err)?;
+        let direct = (settings.fsync != FsyncPolicy::Always).then_some(shared);
         Ok(Inbox::build(
             settings,
             tail.records,
             Some(files),
-            Some((tx, handle)),
+            Some((tx, handle, direct)),
             stats,
             skipped,
         ))
@@ -205,7 +218,11 @@ impl Inbox {
         settings: &InboxSettings,
         replayed: Vec<Message>,
         files: Option<Files>,
-        writer: Option<(std::sync::mpsc::Sender<Batch>, std::thread::JoinHandle<()>)>,
+        writer: Option<(
+            std::sync::mpsc::Sender<Job>,
+            std::thread::JoinHandle<()>,
+            Option<Arc<Mutex<Writer>>>,
+        )>,
         journal: Arc<JournalStats>,
         replay_skipped: u64,
     ) -> Inbox {
@@ -223,7 +240,8 @@ impl Inbox {
             messages.push_back(Arc::new(m));
         }
         let (committed_tx, _) = watch::channel(last_seq);
-        let (writer, done) = writer.map_or((None, None), |(tx, h)| (Some(tx), Some(h)));
+        let (writer, done, direct) =
+            writer.map_or((None, None, None), |(tx, h, d)| (Some(tx), Some(h), d));
         Inbox {
             inner: Arc::new(Inner {
                 ring: Mutex::new(Ring {
@@ -234,6 +252,7 @@ impl Inbox {
                 capacity,
                 committed_tx,
                 writer: Mutex::new(writer),
+                direct,
                 writer_done: Mutex::new(done),
                 files,
                 journal,
@@ -253,7 +272,7 @@ impl Inbox {
         let now = Utc::now();
         let mut out = Vec::with_capacity(batch.len());
         let mut bytes = Vec::new();
-        let (ack_rx, last) = {
+        let (pending, last) = {
             let mut ring = self.inner.ring.lock().unwrap();
             for new in batch {
                 if let Some(id) = new.id.as_deref().filter(|id| !id.is_empty())
@@ -285,23 +304,34 @@ impl Inbox {
                     duplicate: false,
                 });
             }
-            let last = ring.last_seq;
-            // Sending under the lock keeps journal order = seq order.
-            let ack_rx = if bytes.is_empty() {
-                None
+            // Writing or sending under the ring lock keeps journal order = seq order.
+            let pending = if bytes.is_empty() {
+                Pending::Done(Ok(()))
             } else {
-                let (ack, rx) = oneshot::channel();
                 let writer = self.inner.writer.lock().unwrap();
                 let tx = writer.as_ref().ok_or(InboxError::Closed)?;
-                tx.send(Batch { bytes, ack })
-                    .map_err(|_| InboxError::Closed)?;
-                Some(rx)
+                match &self.inner.direct {
+                    Some(direct) => {
+                        let result = direct.lock().unwrap().append_now(&bytes);
+                        if result.is_err() {
+                            // The thread retries the kept backlog with backoff.
+                            let _ = tx.send(Job::Wake);
+                        }
+                        Pending::Done(result)
+                    }
+                    None => {
+                        let (ack, rx) = oneshot::channel();
+                        tx.send(Job::Commit(Batch { bytes, ack }))
+                            .map_err(|_| InboxError::Closed)?;
+                        Pending::Ack(rx)
+                    }
+                }
             };
-            (ack_rx, last)
+            (pending, ring.last_seq)
         };
-        let result = match ack_rx {
-            Some(rx) => rx.await.map_err(|_| InboxError::Closed)?,
-            None => Ok(()),
+        let result = match pending {
+            Pending::Ack(rx) => rx.await.map_err(|_| InboxError::Closed)?,
+            Pending::Done(result) => result,
         };
         // Commits land in seq order (one writer), so the max is the committed seq.
         self.inner.committed_tx.send_if_modified(|c| {
