@@ -6,4 +6,5 @@ mod integration {
 
     mod cli;
     mod inbox;
+    mod rules;
 }

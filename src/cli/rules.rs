@@ -1,11 +1,24 @@
 //! `switchboard rules check | test | reload | list | schema`.
 //!
-//! STUB: filled in by the rules engine work (check/test/schema) and the control socket (reload/list).
+//! `check`, `test` and `schema` work on files alone, with no server; `reload` and `list` ask
+//! the running server over the control socket.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use anyhow::Context;
+use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand, ValueEnum};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::actions::Mode;
+use crate::engine::{Decision, Engine};
+use crate::message::{Message, NewMessage, format_timestamp};
+use crate::rules::{LoadError, RuleSet};
 
 /// The rules subcommands.
 #[derive(Debug, Subcommand)]
@@ -59,8 +72,258 @@ pub struct TestArgs {
 /// Runs a rules subcommand.
 pub async fn execute(home: PathBuf, command: RulesCommand) -> anyhow::Result<ExitCode> {
     match command {
+        RulesCommand::Check(args) => check(&home, args),
+        RulesCommand::Test(args) => test(args),
+        RulesCommand::Schema => {
+            let schema = serde_json::to_string_pretty(&crate::rules::schema())?;
+            println!("{schema}");
+            Ok(ExitCode::SUCCESS)
+        }
         RulesCommand::Reload => super::control_cmds::reload(home).await,
         RulesCommand::List => super::control_cmds::rules_list(home).await,
-        _ => anyhow::bail!("not implemented yet"),
+    }
+}
+
+/// `rules check`: 0 when valid, 1 when invalid; errors on stdout (text lines or a JSON array).
+fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let explicit = args.file.is_some();
+    let path = args.file.unwrap_or_else(|| home.join("triggers.json"));
+    let shown = path.display().to_string();
+    let mut out = std::io::stdout().lock();
+    let result = match RuleSet::load(&path) {
+        Ok(None) if explicit => anyhow::bail!("cannot read {shown}: no such file"),
+        Ok(None) => {
+            match args.format {
+                Format::Json => writeln!(out, "[]")?,
+                Format::Text => writeln!(
+                    out,
+                    "{shown}: no such file; the built-in catch-all notify rule applies"
+                )?,
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Ok(Some(set)) => Ok(set),
+        Err(LoadError::Invalid { errors, .. }) => Err(errors),
+        Err(e @ LoadError::Io { .. }) => return Err(e.into()),
+    };
+    match (result, args.format) {
+        (Ok(_), Format::Json) => writeln!(out, "[]")?,
+        (Ok(set), Format::Text) => {
+            let names: Vec<_> = set.rules().iter().map(|r| r.name.as_str()).collect();
+            writeln!(
+                out,
+                "{shown}: ok, {} rule{}{}{}",
+                set.len(),
+                if set.len() == 1 { "" } else { "s" },
+                if names.is_empty() { "" } else { ": " },
+                names.join(", ")
+            )?;
+        }
+        (Err(errors), Format::Json) => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&errors)?)?;
+            return Ok(ExitCode::from(1));
+        }
+        (Err(errors), Format::Text) => {
+            for e in &errors {
+                writeln!(out, "{}", e.render(&shown))?;
+            }
+            writeln!(
+                out,
+                "{shown}: invalid, {} error{}",
+                errors.len(),
+                if errors.len() == 1 { "" } else { "s" }
+            )?;
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line of a `rules test` messages file. A `channels.jsonl` record also fits
+/// (`serverName` and `seq` are accepted), so real history can be replayed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestMessage {
+    #[serde(default, alias = "serverName")]
+    server: String,
+    #[serde(default)]
+    channel: String,
+    #[serde(default)]
+    content: String,
+    #[serde(default)]
+    timestamp: Option<DateTime<Utc>>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    /// When it arrives (the engine's clock); default `timestamp`.
+    #[serde(default)]
+    at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    seq: Option<u64>,
+}
+
+/// `rules test`: replays messages with the clock at each arrival; one JSON line per action.
+fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let shown = args.rules.display().to_string();
+    let rules = match RuleSet::load(&args.rules) {
+        Ok(Some(set)) => set,
+        Ok(None) => anyhow::bail!("cannot read {shown}: no such file"),
+        Err(LoadError::Invalid { errors, .. }) => {
+            for e in &errors {
+                eprintln!("{}", e.render(&shown));
+            }
+            eprintln!(
+                "{shown}: invalid, {} error(s); nothing replayed",
+                errors.len()
+            );
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let file = std::fs::File::open(&args.messages)
+        .with_context(|| format!("cannot read {}", args.messages.display()))?;
+    let lines = std::io::BufReader::new(file)
+        .lines()
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("cannot read {}", args.messages.display()))?;
+    let out_lines = replay(rules, &lines, args.explain)
+        .map_err(|e| anyhow::anyhow!("{}:{e}", args.messages.display()))?;
+    let mut out = std::io::stdout().lock();
+    for line in out_lines {
+        writeln!(out, "{line}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Replays message lines through `rules`: the output lines of `rules test`. The error is
+/// `LINE: reason` for the first bad message line.
+pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Value>, String> {
+    let mut engine = Engine::new(Arc::new(rules));
+    let mut out = Vec::new();
+    let mut index = 0usize;
+    for (n, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let t: TestMessage = serde_json::from_str(line).map_err(|e| format!("{}: {e}", n + 1))?;
+        let Some(arrival) = t.at.or(t.timestamp) else {
+            return Err(format!("{}: a message needs `timestamp` or `at`", n + 1));
+        };
+        let mut new = NewMessage::new(t.server, t.channel, t.content)
+            .with_timestamp(t.timestamp.unwrap_or(arrival));
+        new.metadata = t.metadata;
+        new.id = t.id;
+        let msg = Message::from_new(new, t.seq.unwrap_or(index as u64 + 1), arrival);
+        if explain {
+            let (eval, decisions) = engine.evaluate_explained(&msg, arrival);
+            let mut actions = eval.actions.into_iter();
+            for (rule, decision) in decisions {
+                match decision {
+                    Decision::Fired(_) => {
+                        let action = actions.next().expect("one action per fired rule");
+                        out.push(action_line(index, &action));
+                    }
+                    other => out.push(json!({
+                        "msg": index,
+                        "rule": rule,
+                        "reason": other.reason(),
+                    })),
+                }
+            }
+        } else {
+            for action in engine.evaluate(&msg, arrival).actions {
+                out.push(action_line(index, &action));
+            }
+        }
+        index += 1;
+    }
+    Ok(out)
+}
+
+fn action_line(index: usize, action: &crate::actions::Action) -> Value {
+    let mut line = json!({
+        "msg": index,
+        "rule": action.rule,
+        "mode": action.mode,
+        "id": action.id,
+        "prompt": action.prompt,
+        "tools": action.tools,
+    });
+    if action.mode == Mode::Confirm
+        && let Some(expires) = action.expires
+    {
+        line["expires_at"] = format_timestamp(expires).into();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_uses_arrival_time_and_explains() {
+        let rules = RuleSet::parse(
+            r#"{"rules": [
+              {"name": "crit", "channel": "alerts/*", "mode": "confirm", "prompt": "look: {{content}}",
+               "rateLimit": "5m", "confirmTimeout": "10m"},
+              {"name": "ci", "channel": "ci/*"}
+            ]}"#,
+        )
+        .unwrap();
+        let lines: Vec<String> = [
+            r#"{"server": "am", "channel": "alerts/critical", "content": "db down", "timestamp": "2026-11-22T10:00:00Z"}"#,
+            "",
+            r#"{"server": "am", "channel": "alerts/critical", "content": "db down", "timestamp": "2026-11-22T10:00:00Z", "at": "2026-11-22T10:04:59Z"}"#,
+            r#"{"serverName": "am", "seq": 9, "channel": "alerts/critical", "content": "db up", "timestamp": "2026-11-22T10:05:00Z"}"#,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let out = replay(rules.clone(), &lines, false).unwrap();
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(
+            out[0],
+            json!({"msg": 0, "rule": "crit", "mode": "confirm", "id": 1, "prompt": "look: db down",
+                   "tools": [], "expires_at": "2026-11-22T10:10:00Z"})
+        );
+        assert_eq!(out[1]["msg"], 2);
+        assert_eq!(out[1]["id"], 2);
+        let explained = replay(rules, &lines, true).unwrap();
+        let reasons: Vec<_> = explained
+            .iter()
+            .map(|l| {
+                (
+                    l["msg"].as_u64().unwrap(),
+                    l["rule"].as_str().unwrap(),
+                    l["reason"].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (0, "crit", None),
+                (0, "ci", Some("no_match")),
+                (1, "crit", Some("rate_limited")),
+                (1, "ci", Some("no_match")),
+                (2, "crit", None),
+                (2, "ci", Some("no_match")),
+            ]
+        );
+    }
+
+    #[test]
+    fn replay_names_the_bad_line() {
+        let rules = RuleSet::builtin();
+        let lines = vec![
+            r#"{"channel": "a", "timestamp": "2026-11-22T10:00:00Z"}"#.to_string(),
+            r#"{"chanel": "a"}"#.to_string(),
+        ];
+        let err = replay(rules.clone(), &lines, false).unwrap_err();
+        assert!(err.starts_with("2: unknown field `chanel`"), "{err}");
+        let err = replay(rules, &[r#"{"channel": "a"}"#.to_string()], false).unwrap_err();
+        assert!(err.contains("needs `timestamp` or `at`"), "{err}");
     }
 }

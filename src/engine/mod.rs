@@ -1,19 +1,26 @@
 //! The engine: given compiled rules, a message and the time, which actions fire.
 //!
-//! CONTRACT: pure; no I/O, no clock of its own. Every matching enabled rule
-//! fires in file order; per rule match → dedup → rateLimit. State (dedup
-//! windows, rate limits) is keyed by rule name and survives [`Engine::swap_rules`].
-//!
-//! STUB: every rule fires with the default prompt.
+//! Pure: no I/O and no clock of its own; the caller passes `now`, so `rules test` and the tests
+//! replay time exactly. Every matching enabled rule fires, in file order; per rule the order is
+//! match → dedup → rateLimit, and state changes only when a rule fires. State (dedup windows,
+//! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
+//! unchanged. While paused nothing fires and nothing changes.
 
+mod index;
+mod limits;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::actions::{Action, ActionId};
+pub use index::Index;
+pub use limits::{DEDUP_KEY_BYTES, RuleState, default_dedup_key};
+
+use crate::actions::{Action, ActionId, Mode};
 use crate::message::Message;
-use crate::rules::{RuleSet, default_prompt};
+use crate::rules::{Rule, RuleSet};
 
 /// Why a matching rule did not fire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -25,6 +32,16 @@ pub enum SuppressReason {
     RateLimited,
 }
 
+impl SuppressReason {
+    /// The snake_case name used in metrics and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuppressReason::Dedup => "dedup",
+            SuppressReason::RateLimited => "rate_limited",
+        }
+    }
+}
+
 /// A rule that matched but did not fire.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Suppressed {
@@ -32,6 +49,38 @@ pub struct Suppressed {
     pub rule: String,
     /// Why.
     pub reason: SuppressReason,
+}
+
+/// What one rule decided about one message (`rules test --explain`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// It fired this action.
+    Fired(ActionId),
+    /// Server, channel or content did not match.
+    NoMatch,
+    /// The rule is disabled.
+    Disabled,
+    /// Matched, but a repeat inside the dedup window.
+    Dedup,
+    /// Matched, but over its rate limit.
+    RateLimited,
+    /// Evaluation is paused.
+    Paused,
+}
+
+impl Decision {
+    /// The snake_case reason a rule did not fire, or `None` when it fired.
+    pub fn reason(self) -> Option<&'static str> {
+        match self {
+            Decision::Fired(_) => None,
+            Decision::NoMatch => Some("no_match"),
+            Decision::Disabled => Some("disabled"),
+            Decision::Dedup => Some("dedup"),
+            Decision::RateLimited => Some("rate_limited"),
+            Decision::Paused => Some("paused"),
+        }
+    }
 }
 
 /// The outcome of evaluating one message.
@@ -43,31 +92,57 @@ pub struct Evaluation {
     pub suppressed: Vec<Suppressed>,
 }
 
+/// Rules with their index, built outside the engine's lock and swapped in at once.
+#[derive(Debug)]
+pub struct Prepared {
+    rules: Arc<RuleSet>,
+    index: Index,
+}
+
+impl Prepared {
+    /// Indexes `rules` (the costly part of a reload: globs and the regex set).
+    pub fn new(rules: Arc<RuleSet>) -> Prepared {
+        let index = Index::new(&rules);
+        Prepared { rules, index }
+    }
+}
+
 /// The rules engine.
 pub struct Engine {
-    rules: Arc<RuleSet>,
+    live: Prepared,
+    state: HashMap<String, RuleState>,
     next_id: ActionId,
     paused: bool,
+    scratch: Vec<usize>,
 }
 
 impl Engine {
     /// An engine over `rules`, numbering actions from 1.
     pub fn new(rules: Arc<RuleSet>) -> Engine {
         Engine {
-            rules,
+            live: Prepared::new(rules),
+            state: HashMap::new(),
             next_id: 1,
             paused: false,
+            scratch: Vec::new(),
         }
     }
 
     /// The live rules.
     pub fn rules(&self) -> &Arc<RuleSet> {
-        &self.rules
+        &self.live.rules
     }
 
-    /// Swaps in new rules; state of rules whose name is unchanged is kept.
+    /// Swaps in new rules; the state of rules whose name is unchanged is kept, the rest dropped.
+    pub fn swap(&mut self, prepared: Prepared) {
+        self.state
+            .retain(|name, _| prepared.rules.rules().iter().any(|r| &r.name == name));
+        self.live = prepared;
+    }
+
+    /// [`Engine::swap`] for rules not yet indexed.
     pub fn swap_rules(&mut self, rules: Arc<RuleSet>) {
-        self.rules = rules;
+        self.swap(Prepared::new(rules));
     }
 
     /// The id the next action will get.
@@ -75,7 +150,7 @@ impl Engine {
         self.next_id
     }
 
-    /// Continues numbering at `id` (after replaying the actions journal).
+    /// Continues numbering at `id` (after replaying the actions journal); never goes back.
     pub fn set_next_action_id(&mut self, id: ActionId) {
         self.next_id = self.next_id.max(id);
     }
@@ -90,25 +165,99 @@ impl Engine {
         self.paused
     }
 
-    /// Evaluates one message at time `now`.
+    /// Evaluates one message at time `now`, through the index.
     pub fn evaluate(&mut self, msg: &Message, now: DateTime<Utc>) -> Evaluation {
         let mut eval = Evaluation::default();
         if self.paused {
             return eval;
         }
-        for rule in self.rules.rules().iter().filter(|r| r.enabled) {
-            eval.actions.push(Action {
-                id: self.next_id,
-                rule: rule.name.clone(),
-                mode: rule.mode,
-                seq: msg.seq,
-                prompt: default_prompt(msg),
-                tools: rule.tools.clone(),
-                created: now,
-                expires: None,
-            });
-            self.next_id += 1;
+        let mut hits = std::mem::take(&mut self.scratch);
+        hits.clear();
+        let rules = Arc::clone(&self.live.rules);
+        self.live.index.matches(&rules, msg, &mut hits);
+        for &i in &hits {
+            self.decide(&rules.rules()[i], msg, now, &mut eval);
         }
+        self.scratch = hits;
         eval
     }
+
+    /// Evaluates one message trying every rule, and says what each rule decided.
+    /// Same actions and state changes as [`Engine::evaluate`]; slower, for `rules test --explain`.
+    pub fn evaluate_explained(
+        &mut self,
+        msg: &Message,
+        now: DateTime<Utc>,
+    ) -> (Evaluation, Vec<(String, Decision)>) {
+        let mut eval = Evaluation::default();
+        let rules = Arc::clone(&self.live.rules);
+        let mut decisions = Vec::with_capacity(rules.len());
+        for rule in rules.rules() {
+            let decision = if self.paused {
+                Decision::Paused
+            } else if !rule.enabled {
+                Decision::Disabled
+            } else if !rule.is_match(msg) {
+                Decision::NoMatch
+            } else {
+                self.decide(rule, msg, now, &mut eval)
+            };
+            decisions.push((rule.name.clone(), decision));
+        }
+        (eval, decisions)
+    }
+
+    /// Dedup, rate limit and fire for a rule that matched.
+    fn decide(
+        &mut self,
+        rule: &Rule,
+        msg: &Message,
+        now: DateTime<Utc>,
+        eval: &mut Evaluation,
+    ) -> Decision {
+        let state = self.state.entry(rule.name.clone()).or_default();
+        let dedup = rule.dedup_window.map(|window| {
+            let key = match &rule.dedup_key {
+                Some(t) => t.render(msg),
+                None => default_dedup_key(&msg.content).to_string(),
+            };
+            (key, window)
+        });
+        let reason = if let Some((key, window)) = &dedup
+            && state.is_duplicate(key, *window, now)
+        {
+            Some(SuppressReason::Dedup)
+        } else if state.is_rate_limited(rule.rate_limit, now) {
+            Some(SuppressReason::RateLimited)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            eval.suppressed.push(Suppressed {
+                rule: rule.name.clone(),
+                reason,
+            });
+            return match reason {
+                SuppressReason::Dedup => Decision::Dedup,
+                SuppressReason::RateLimited => Decision::RateLimited,
+            };
+        }
+        state.record(rule.rate_limit, dedup, now);
+        let id = self.next_id;
+        self.next_id += 1;
+        eval.actions.push(Action {
+            id,
+            rule: rule.name.clone(),
+            mode: rule.mode,
+            seq: msg.seq,
+            prompt: rule.render_prompt(msg),
+            tools: rule.tools.clone(),
+            created: now,
+            expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
+        });
+        Decision::Fired(id)
+    }
 }
+
+#[cfg(test)]
+mod tests;

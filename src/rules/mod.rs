@@ -1,103 +1,132 @@
 //! The rules language: `triggers.json` parsed, validated and compiled.
 //!
-//! CONTRACT: [`RuleSet::parse`] turns file text into a compiled rule set or
-//! every error in file order; [`RuleSet::builtin`] is the catch-all notify
-//! rule used when no file exists; [`default_prompt`] is the investigate prompt.
+//! Text goes through [`file`] (serde shape and positions), [`compile`] (every key and every
+//! rule checked, every error collected and located) and comes out as a [`RuleSet`] of compiled
+//! [`Rule`]s: globs, regexes, templates and durations ready to use. Nothing matches on raw
+//! rules. A file is all-or-nothing: one bad rule rejects it, and the caller keeps what it had.
 //!
-//! STUB: only the built-in rule; the real parser replaces this body.
+//! A missing file means [`RuleSet::builtin`]: one catch-all notify rule.
+
+mod compile;
+pub mod duration;
+mod error;
+pub mod file;
+pub mod pattern;
+pub mod template;
 
 use std::path::Path;
+use std::time::Duration;
 
-use serde::Serialize;
+use regex::Regex;
+
+pub use error::{ErrorCode, LoadError, RuleError};
+pub use file::{RawFile, RawRule};
+pub use pattern::NamePattern;
+pub use template::Template;
 
 use crate::actions::Mode;
 use crate::message::Message;
 
-/// A compiled rule (the parts other modules read).
+/// How long a confirm waits for an answer when the rule does not say.
+pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// How often a rule may fire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateLimit {
+    /// No limit (`"0"` or absent).
+    None,
+    /// At most one fire per window, counted from the last fire; exactly the window later is allowed.
+    Cooldown(Duration),
+    /// At most `count` fires in any window of `period` (a sliding window).
+    Quota {
+        /// Fires allowed per period.
+        count: u32,
+        /// The period.
+        period: Duration,
+    },
+}
+
+/// A compiled rule.
 #[derive(Clone, Debug)]
 pub struct Rule {
-    /// Unique name.
+    /// Unique name; identity of its rate-limit and dedup state.
     pub name: String,
-    /// What it does.
+    /// What it does when it fires.
     pub mode: Mode,
-    /// Tool whitelist.
+    /// Server pattern.
+    pub server: NamePattern,
+    /// Channel pattern.
+    pub channel: NamePattern,
+    /// Content regex, searched unanchored.
+    pub content_regex: Option<Regex>,
+    /// Prompt template; `None` for a notify rule with the default prompt.
+    pub prompt: Option<Template>,
+    /// Tool whitelist (names or globs).
     pub tools: Vec<String>,
+    /// Cooldown or quota.
+    pub rate_limit: RateLimit,
+    /// Dedup window; `None` = no dedup.
+    pub dedup_window: Option<Duration>,
+    /// Dedup key template; `None` = the first 256 bytes of content.
+    pub dedup_key: Option<Template>,
+    /// How long a confirm of this rule waits.
+    pub confirm_timeout: Duration,
     /// Disabled rules never fire.
     pub enabled: bool,
     /// Free text.
     pub description: String,
+    /// The rule as written (for `rules list`).
+    pub raw: RawRule,
 }
 
-/// A compiled, validated set of rules.
+impl Rule {
+    /// Whether the message matches server, channel and content.
+    pub fn is_match(&self, msg: &Message) -> bool {
+        self.server.is_match(&msg.server)
+            && self.channel.is_match(&msg.channel)
+            && self
+                .content_regex
+                .as_ref()
+                .is_none_or(|re| re.is_match(&msg.content))
+    }
+
+    /// The prompt for `msg`: the template, or the default investigate prompt.
+    pub fn render_prompt(&self, msg: &Message) -> String {
+        match &self.prompt {
+            Some(t) => t.render(msg),
+            None => default_prompt(msg),
+        }
+    }
+}
+
+/// A compiled, validated set of rules, in file order.
 #[derive(Clone, Debug)]
 pub struct RuleSet {
     rules: Vec<Rule>,
-}
-
-/// One validation error, located.
-#[derive(Clone, Debug, Serialize)]
-pub struct RuleError {
-    /// Stable code (`parse_error`, `unknown_key`, ...).
-    pub code: &'static str,
-    /// 0-based index of the rule, when the error is inside one.
-    pub rule_index: Option<usize>,
-    /// The rule's name, when known.
-    pub rule: Option<String>,
-    /// The key at fault.
-    pub key: Option<String>,
-    /// 1-based line, when known.
-    pub line: Option<usize>,
-    /// 1-based column, when known.
-    pub column: Option<usize>,
-    /// Human-readable message.
-    pub message: String,
-}
-
-impl std::fmt::Display for RuleError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// Loading a rules file failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is invalid; every error, in file order.
-    #[error("{} invalid: {} error(s)", .path, .errors.len())]
-    Invalid {
-        /// The file.
-        path: String,
-        /// The errors.
-        errors: Vec<RuleError>,
-    },
+    builtin: bool,
 }
 
 impl RuleSet {
-    /// The built-in default: one catch-all notify rule.
-    pub fn builtin() -> RuleSet {
-        RuleSet {
-            rules: vec![Rule {
-                name: "default".into(),
-                mode: Mode::Notify,
-                tools: vec![],
-                enabled: true,
-                description: "built-in catch-all: every message nudges".into(),
-            }],
-        }
+    pub(crate) fn new(rules: Vec<Rule>, builtin: bool) -> RuleSet {
+        RuleSet { rules, builtin }
     }
 
-    /// Parses and compiles `text`; all errors in file order on failure.
-    pub fn parse(_text: &str) -> Result<RuleSet, Vec<RuleError>> {
-        Ok(RuleSet::builtin())
+    /// The built-in default: one catch-all notify rule named `default`.
+    pub fn builtin() -> RuleSet {
+        let raw = RawRule {
+            name: Some("default".into()),
+            description: Some("built-in catch-all: every message nudges".into()),
+            ..RawRule::default()
+        };
+        let mut set = compile::compile(&serde_json::json!({ "rules": [raw] }).to_string())
+            .expect("the built-in rule compiles");
+        set.builtin = true;
+        set
+    }
+
+    /// Parses and compiles `text`; every error, in file order, on failure.
+    pub fn parse(text: &str) -> Result<RuleSet, Vec<RuleError>> {
+        compile::compile(text)
     }
 
     /// Loads `path`: `Ok(None)` when it does not exist.
@@ -122,6 +151,11 @@ impl RuleSet {
         &self.rules
     }
 
+    /// Whether this is the built-in default rather than a file.
+    pub fn is_builtin(&self) -> bool {
+        self.builtin
+    }
+
     /// Number of rules.
     pub fn len(&self) -> usize {
         self.rules.len()
@@ -133,6 +167,11 @@ impl RuleSet {
     }
 }
 
+/// The JSON Schema of `triggers.json`, for editors.
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(RawFile)).expect("schema serialises")
+}
+
 /// The investigate prompt for a message (empty notify prompt, `channel_run`):
 /// `Investigate this SERVER/CHANNEL event:`, a blank line, the content.
 pub fn default_prompt(msg: &Message) -> String {
@@ -142,19 +181,31 @@ pub fn default_prompt(msg: &Message) -> String {
     )
 }
 
-/// What `rules_list` and `switchboard rules list` show of each rule.
+/// What `rules_list` and `switchboard rules list` show of each rule: the rule as written,
+/// with defaults filled in.
 pub fn summaries(rules: &RuleSet) -> Vec<serde_json::Value> {
     rules
         .rules()
         .iter()
         .map(|r| {
-            serde_json::json!({
-                "name": r.name,
-                "mode": r.mode,
-                "enabled": r.enabled,
-                "tools": r.tools,
-                "description": r.description,
-            })
+            let mut v = serde_json::to_value(&r.raw).unwrap_or_default();
+            if let Some(map) = v.as_object_mut() {
+                map.insert("mode".into(), r.mode.as_str().into());
+                map.insert("enabled".into(), r.enabled.into());
+                map.entry("tools").or_insert_with(|| serde_json::json!([]));
+                if r.mode == Mode::Confirm {
+                    map.insert(
+                        "confirmTimeout".into(),
+                        humantime::format_duration(r.confirm_timeout)
+                            .to_string()
+                            .into(),
+                    );
+                }
+            }
+            v
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

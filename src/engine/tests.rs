@@ -1,0 +1,359 @@
+//! Engine tests: matching, order, dedup before rateLimit, ids, expiry, pause, state across a
+//! swap, and the index agreeing with the rule-by-rule path.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+
+use super::*;
+use crate::message::NewMessage;
+
+fn t(secs: i64) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 22, 9, 0, 0).unwrap() + TimeDelta::seconds(secs)
+}
+
+fn rules(json: &str) -> Arc<RuleSet> {
+    Arc::new(RuleSet::parse(json).unwrap_or_else(|e| panic!("{e:?}")))
+}
+
+fn msg(seq: u64, server: &str, channel: &str, content: &str) -> Message {
+    Message::from_new(NewMessage::new(server, channel, content), seq, t(0))
+}
+
+fn fired(engine: &mut Engine, m: &Message, now: DateTime<Utc>) -> Vec<String> {
+    engine
+        .evaluate(m, now)
+        .actions
+        .into_iter()
+        .map(|a| a.rule)
+        .collect()
+}
+
+#[test]
+fn matching_table_every_rule_fires_in_file_order() {
+    let set = rules(
+        r#"{"rules": [
+        {"name": "all"},
+        {"name": "alerts", "channel": "alerts/*"},
+        {"name": "crit", "channel": "alerts/critical"},
+        {"name": "sev", "contentRegex": "(?i)\\bsev[12]\\b"},
+        {"name": "prom", "server": "prom*", "channel": "alerts/*/db"},
+        {"name": "off", "enabled": false},
+        {"name": "cs", "contentRegex": "Disk"}
+    ]}"#,
+    );
+    let table: &[(&str, &str, &str, &[&str])] = &[
+        ("x", "alerts", "hi", &["all", "alerts"]),
+        (
+            "x",
+            "alerts/critical",
+            "SEV1 down",
+            &["all", "alerts", "crit", "sev"],
+        ),
+        ("x", "alertsx", "sev12", &["all"]),
+        (
+            "prometheus",
+            "alerts/eu/db",
+            "Disk full",
+            &["all", "alerts", "prom", "cs"],
+        ),
+        (
+            "alertmanager",
+            "alerts/eu/db",
+            "disk full",
+            &["all", "alerts"],
+        ),
+        ("x", "ci/main", "sev2", &["all", "sev"]),
+    ];
+    for (server, channel, content, want) in table {
+        let mut e = Engine::new(set.clone());
+        let m = msg(1, server, channel, content);
+        assert_eq!(
+            fired(&mut e, &m, t(0)),
+            *want,
+            "{server} {channel} {content:?}"
+        );
+        let mut slow = Engine::new(set.clone());
+        let (eval, decisions) = slow.evaluate_explained(&m, t(0));
+        let names: Vec<_> = eval.actions.iter().map(|a| a.rule.as_str()).collect();
+        assert_eq!(names, *want, "explain path agrees");
+        assert_eq!(decisions[5], ("off".to_string(), Decision::Disabled));
+    }
+}
+
+#[test]
+fn ids_are_global_and_increasing_from_one() {
+    let set = rules(r#"{"rules": [{"name": "a"}, {"name": "b"}]}"#);
+    let mut e = Engine::new(set);
+    let ids: Vec<_> = (1..=3)
+        .flat_map(|i| e.evaluate(&msg(i, "s", "c", "x"), t(i as i64)).actions)
+        .map(|a| (a.id, a.seq))
+        .collect();
+    assert_eq!(ids, vec![(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (6, 3)]);
+    e.set_next_action_id(100);
+    e.set_next_action_id(50);
+    assert_eq!(e.evaluate(&msg(4, "s", "c", "x"), t(9)).actions[0].id, 100);
+}
+
+#[test]
+fn dedup_runs_before_rate_limit_and_does_not_spend_it() {
+    let set = rules(r#"{"rules": [{"name": "r", "dedupWindow": "10m", "rateLimit": "2/1h"}]}"#);
+    let mut e = Engine::new(set);
+    // (at, content, expected outcome)
+    let steps: &[(i64, &str, Option<SuppressReason>)] = &[
+        (0, "disk full", None),
+        (60, "disk full", Some(SuppressReason::Dedup)),
+        (120, "disk full", Some(SuppressReason::Dedup)),
+        (180, "cpu hot", None), // the dedup repeats did not spend the 2/1h quota
+        (240, "mem low", Some(SuppressReason::RateLimited)),
+        (600, "disk full", Some(SuppressReason::RateLimited)), // window (from 0) over; quota full
+        (3600, "disk full", None),                             // quota frees at 0 + 1h
+    ];
+    for (at, content, want) in steps {
+        let eval = e.evaluate(&msg(1, "s", "c", content), t(*at));
+        let got = eval.suppressed.first().map(|s| s.reason);
+        assert_eq!(got, *want, "at {at}s {content:?}");
+        assert_eq!(eval.actions.len(), usize::from(want.is_none()));
+    }
+}
+
+#[test]
+fn suppressed_repeats_do_not_extend_the_dedup_window() {
+    let set = rules(r#"{"rules": [{"name": "r", "dedupWindow": "10m"}]}"#);
+    let mut e = Engine::new(set);
+    let m = msg(1, "s", "c", "same");
+    assert_eq!(fired(&mut e, &m, t(0)).len(), 1);
+    assert_eq!(fired(&mut e, &m, t(300)).len(), 0);
+    assert_eq!(fired(&mut e, &m, t(599)).len(), 0);
+    assert_eq!(
+        fired(&mut e, &m, t(600)).len(),
+        1,
+        "10m after the first, not after a repeat"
+    );
+}
+
+#[test]
+fn dedup_key_template_and_default_cut() {
+    let set = rules(
+        r#"{"rules": [{"name": "fp", "dedupWindow": "1h", "dedupKey": "{{meta.fp}}"},
+                      {"name": "cut", "dedupWindow": "1h"}]}"#,
+    );
+    let mut e = Engine::new(set);
+    let with_fp = |seq, fp: &str, content: &str| {
+        Message::from_new(
+            NewMessage::new("s", "c", content).with_meta("fp", fp),
+            seq,
+            t(0),
+        )
+    };
+    assert_eq!(fired(&mut e, &with_fp(1, "a", "one"), t(0)), ["fp", "cut"]);
+    assert_eq!(fired(&mut e, &with_fp(2, "a", "two"), t(1)), ["cut"]);
+    assert_eq!(fired(&mut e, &with_fp(3, "b", "two"), t(2)), ["fp"]);
+    // Contents equal in their first 256 bytes (cut inside a 3-byte character) are repeats.
+    let base = format!("{}€", "x".repeat(255));
+    assert_eq!(
+        fired(&mut e, &with_fp(4, "c", &format!("{base} first")), t(3)),
+        ["fp", "cut"]
+    );
+    assert_eq!(
+        fired(&mut e, &with_fp(5, "d", &format!("{base} second")), t(4)),
+        ["fp"]
+    );
+}
+
+#[test]
+fn cooldown_boundary_exactly_the_window_later_is_allowed() {
+    let set = rules(r#"{"rules": [{"name": "r", "rateLimit": "5m"}]}"#);
+    let mut e = Engine::new(set);
+    let m = msg(1, "s", "c", "x");
+    let table: &[(i64, bool)] = &[
+        (0, true),
+        (1, false),
+        (299, false),
+        (300, true),
+        (599, false),
+        (600, true),
+    ];
+    for (at, fires) in table {
+        assert_eq!(!fired(&mut e, &m, t(*at)).is_empty(), *fires, "at {at}s");
+    }
+}
+
+#[test]
+fn quota_limits() {
+    let set = rules(r#"{"rules": [{"name": "r", "rateLimit": "3/1m"}]}"#);
+    let mut e = Engine::new(set);
+    let m = msg(1, "s", "c", "x");
+    let table: &[(i64, bool)] = &[
+        (0, true),
+        (1, true),
+        (2, true),
+        (3, false),
+        (59, false),
+        (60, true),
+        (61, true),
+        (62, true),
+        (63, false),
+    ];
+    for (at, fires) in table {
+        assert_eq!(!fired(&mut e, &m, t(*at)).is_empty(), *fires, "at {at}s");
+    }
+}
+
+#[test]
+fn confirm_expires_after_confirm_timeout() {
+    let set = rules(
+        r#"{"rules": [{"name": "d", "mode": "confirm", "prompt": "p"},
+                      {"name": "h", "mode": "confirm", "prompt": "p", "confirmTimeout": "1h30m"},
+                      {"name": "n"}]}"#,
+    );
+    let mut e = Engine::new(set);
+    let actions = e.evaluate(&msg(1, "s", "c", "x"), t(10)).actions;
+    assert_eq!(actions[0].expires, Some(t(10 + 30 * 60)));
+    assert_eq!(actions[1].expires, Some(t(10 + 90 * 60)));
+    assert_eq!(actions[2].expires, None);
+    assert_eq!(actions[0].created, t(10));
+}
+
+#[test]
+fn prompts_render_templates_and_the_default() {
+    let set = rules(
+        r#"{"rules": [{"name": "a", "mode": "auto", "tools": ["t"],
+                       "prompt": "{{server}}/{{channel}} #{{seq}} {{meta.host}} {{nope}}: {{content}}"},
+                      {"name": "n"}]}"#,
+    );
+    let mut e = Engine::new(set);
+    let m = Message::from_new(
+        NewMessage::new("am", "alerts/x", "{{channel}} down").with_meta("host", "db1"),
+        7,
+        t(0),
+    );
+    let actions = e.evaluate(&m, t(0)).actions;
+    assert_eq!(
+        actions[0].prompt,
+        "am/alerts/x #7 db1 {{nope}}: {{channel}} down"
+    );
+    assert_eq!(actions[0].tools, vec!["t"]);
+    assert_eq!(
+        actions[1].prompt,
+        "Investigate this am/alerts/x event:\n\n{{channel}} down"
+    );
+}
+
+#[test]
+fn pause_fires_nothing_and_changes_nothing() {
+    let set = rules(r#"{"rules": [{"name": "r", "rateLimit": "1h", "dedupWindow": "1h"}]}"#);
+    let mut e = Engine::new(set);
+    e.set_paused(true);
+    let m = msg(1, "s", "c", "x");
+    let eval = e.evaluate(&m, t(0));
+    assert!(eval.actions.is_empty() && eval.suppressed.is_empty());
+    let (eval, decisions) = e.evaluate_explained(&m, t(0));
+    assert!(eval.actions.is_empty());
+    assert_eq!(decisions[0].1, Decision::Paused);
+    e.set_paused(false);
+    let actions = e.evaluate(&m, t(1)).actions;
+    assert_eq!(actions.len(), 1, "nothing was spent while paused");
+    assert_eq!(actions[0].id, 1, "no id was used while paused");
+}
+
+#[test]
+fn state_survives_a_swap_for_unchanged_names() {
+    let mut e = Engine::new(rules(
+        r#"{"rules": [{"name": "keep", "rateLimit": "1h"}, {"name": "drop", "rateLimit": "1h"}]}"#,
+    ));
+    let m = msg(1, "s", "c", "x");
+    assert_eq!(fired(&mut e, &m, t(0)), ["keep", "drop"]);
+    // New file: `keep` changed its channel but not its name; `drop` was renamed to `fresh`.
+    e.swap_rules(rules(
+        r#"{"rules": [{"name": "fresh", "rateLimit": "1h"}, {"name": "keep", "channel": "c", "rateLimit": "1h"}]}"#,
+    ));
+    assert_eq!(
+        fired(&mut e, &m, t(60)),
+        ["fresh"],
+        "keep is still cooling down"
+    );
+    // Removing a rule and bringing it back forgets its state.
+    e.swap_rules(rules(r#"{"rules": [{"name": "other"}]}"#));
+    e.swap_rules(rules(r#"{"rules": [{"name": "keep", "rateLimit": "1h"}]}"#));
+    assert_eq!(fired(&mut e, &m, t(120)), ["keep"]);
+    assert_eq!(e.next_action_id(), 5, "ids continue across swaps");
+}
+
+#[test]
+fn explain_reasons() {
+    let set = rules(
+        r#"{"rules": [{"name": "nm", "channel": "other"}, {"name": "off", "enabled": false},
+                      {"name": "dd", "dedupWindow": "1h"}, {"name": "rl", "rateLimit": "1h"}]}"#,
+    );
+    let mut e = Engine::new(set);
+    let m = msg(1, "s", "c", "x");
+    e.evaluate_explained(&m, t(0));
+    let (_, d) = e.evaluate_explained(&m, t(1));
+    let reasons: Vec<_> = d.iter().map(|(_, d)| d.reason()).collect();
+    assert_eq!(
+        reasons,
+        [
+            Some("no_match"),
+            Some("disabled"),
+            Some("dedup"),
+            Some("rate_limited")
+        ]
+    );
+}
+
+/// The index must give exactly what trying every rule gives, on a mixed rule set.
+#[test]
+fn index_agrees_with_rule_by_rule_matching() {
+    let mut json = Vec::new();
+    let channels = [
+        "alerts/critical",
+        "alerts/warn",
+        "ci/main",
+        "teams/dm",
+        "teams/chat/x",
+    ];
+    for i in 0..60 {
+        let rule = match i % 6 {
+            0 => format!(r#"{{"name": "r{i}", "channel": "{}"}}"#, channels[i % 5]),
+            1 => format!(
+                r#"{{"name": "r{i}", "channel": "{}/*"}}"#,
+                channels[i % 5].split('/').next().unwrap()
+            ),
+            2 => format!(
+                r#"{{"name": "r{i}", "contentRegex": "(?i)\\bword{}\\b"}}"#,
+                i % 7
+            ),
+            3 => format!(
+                r#"{{"name": "r{i}", "server": "srv{}*", "channel": "*/{{main,dm}}", "contentRegex": "word{}"}}"#,
+                i % 3,
+                i % 4
+            ),
+            4 => format!(r#"{{"name": "r{i}", "channel": "teams/*/x"}}"#),
+            _ => format!(
+                r#"{{"name": "r{i}", "channel": "*", "enabled": {}}}"#,
+                i % 4 == 0
+            ),
+        };
+        json.push(rule);
+    }
+    let set = rules(&format!(r#"{{"rules": [{}]}}"#, json.join(",")));
+    let mut fast = Engine::new(set.clone());
+    let mut slow = Engine::new(set);
+    let mut seq = 0;
+    for server in ["srv0", "srv12", "other"] {
+        for channel in channels
+            .iter()
+            .chain(&["alerts", "alertsx", "x/main", "teams/a/x"])
+        {
+            for content in ["nothing", "WORD3 here", "word1 word2", "sword3"] {
+                seq += 1;
+                let m = msg(seq, server, channel, content);
+                let a = fast.evaluate(&m, t(seq as i64));
+                let (b, _) = slow.evaluate_explained(&m, t(seq as i64));
+                assert_eq!(a.actions, b.actions, "{server} {channel} {content}");
+            }
+        }
+    }
+    assert!(seq > 100);
+}

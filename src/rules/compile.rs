@@ -1,0 +1,559 @@
+//! From text to a [`RuleSet`]: JSON syntax, then each key of each rule, then each rule's
+//! meaning. Every error is collected (nothing stops at the first), located, and the list is
+//! returned in file order. Nothing is compiled into the set unless the whole file is valid.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use regex::Regex;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::error::{ErrorCode, RuleError, suggest};
+use super::file::{KeyPos, Locator, Pos, RULE_KEYS, RawRule, TOP_KEYS};
+use super::pattern::{NamePattern, compile_glob};
+use super::template::Template;
+use super::{DEFAULT_CONFIRM_TIMEOUT, RateLimit, Rule, RuleSet, duration};
+use crate::actions::Mode;
+
+/// Compiles the text of a rules file.
+pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
+    let value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return Err(vec![syntax_error(text, &e)]),
+    };
+    let loc = Locator::new(text);
+    let mut errors = Vec::new();
+    let top = match value {
+        Value::Object(map) => map,
+        other => {
+            return Err(vec![RuleError {
+                code: ErrorCode::ParseError,
+                rule_index: None,
+                rule: None,
+                key: None,
+                line: Some(loc.top.line),
+                column: Some(loc.top.column),
+                message: format!(
+                    "parse error: expected an object `{{\"rules\": [...]}}` at the top level, got {}",
+                    kind(&other)
+                ),
+            }]);
+        }
+    };
+    for kp in &loc.top_keys {
+        if !TOP_KEYS.contains(&kp.key.as_str()) {
+            errors.push(unknown_key(None, None, kp, TOP_KEYS));
+        }
+    }
+    let raw_rules = match top.get("rules") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items.clone(),
+        Some(other) => {
+            let at = loc.top_value("rules");
+            errors.push(RuleError {
+                code: ErrorCode::ParseError,
+                rule_index: None,
+                rule: None,
+                key: Some("rules".into()),
+                line: Some(at.line),
+                column: Some(at.column),
+                message: format!(
+                    "parse error: `rules` must be an array of rules, got {}",
+                    kind(other)
+                ),
+            });
+            Vec::new()
+        }
+    };
+
+    let mut rules = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (index, item) in raw_rules.into_iter().enumerate() {
+        let (start, keys) = loc.rules.get(index).cloned().unwrap_or_default();
+        let mut cx = RuleCx {
+            index,
+            name: None,
+            start,
+            keys,
+            errors: &mut errors,
+        };
+        let Value::Object(map) = item else {
+            cx.error(
+                ErrorCode::ParseError,
+                None,
+                start,
+                format!("parse error: a rule must be an object, got {}", kind(&item)),
+            );
+            continue;
+        };
+        let Some(raw) = cx.typed(map) else { continue };
+        if let Some(rule) = cx.rule(raw, &mut names) {
+            rules.push(rule);
+        }
+    }
+
+    if errors.is_empty() {
+        Ok(RuleSet::new(rules, false))
+    } else {
+        errors.sort_by_key(|e| (e.line, e.column));
+        Err(errors)
+    }
+}
+
+/// A JSON syntax error: serde's reason without its "at line" suffix, plus the position.
+fn syntax_error(text: &str, e: &serde_json::Error) -> RuleError {
+    let full = e.to_string();
+    let mut message = match full.rfind(" at line ") {
+        Some(i) => full[..i].to_string(),
+        None => full,
+    };
+    // Point at comments, the most common non-JSON in config files.
+    let line_text = text.lines().nth(e.line().saturating_sub(1)).unwrap_or("");
+    let col0 = line_text
+        .char_indices()
+        .nth(e.column().saturating_sub(1))
+        .map_or(line_text.len(), |(i, _)| i);
+    if line_text[col0.min(line_text.len())..].starts_with("//")
+        || line_text[col0.min(line_text.len())..].starts_with("/*")
+    {
+        message = "comments are not allowed in JSON".into();
+    }
+    RuleError {
+        code: ErrorCode::ParseError,
+        rule_index: None,
+        rule: None,
+        key: None,
+        line: Some(e.line().max(1)),
+        column: Some(e.column().max(1)),
+        message: format!("parse error: {message}"),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn unknown_key(
+    rule_index: Option<usize>,
+    rule: Option<String>,
+    kp: &KeyPos,
+    known: &[&str],
+) -> RuleError {
+    let mut message = format!("unknown key `{}`", kp.key);
+    match suggest(&kp.key, known) {
+        Some(s) => message.push_str(&format!("; did you mean `{s}`?")),
+        None => message.push_str(&format!("; known keys: {}", known.join(", "))),
+    }
+    RuleError {
+        code: ErrorCode::UnknownKey,
+        rule_index,
+        rule,
+        key: Some(kp.key.clone()),
+        line: Some(kp.at.line),
+        column: Some(kp.at.column),
+        message,
+    }
+}
+
+/// What one rule's checks need: where it is and where errors go.
+struct RuleCx<'a> {
+    index: usize,
+    name: Option<String>,
+    start: Pos,
+    keys: Vec<KeyPos>,
+    errors: &'a mut Vec<RuleError>,
+}
+
+impl RuleCx<'_> {
+    fn error(&mut self, code: ErrorCode, key: Option<&str>, at: Pos, message: String) {
+        self.errors.push(RuleError {
+            code,
+            rule_index: Some(self.index),
+            rule: self.name.clone(),
+            key: key.map(str::to_string),
+            line: Some(at.line),
+            column: Some(at.column),
+            message,
+        });
+    }
+
+    /// Where the value of `key` is, else the key `fallback`'s, else the rule's start.
+    fn value_pos(&self, key: &str) -> Pos {
+        self.keys
+            .iter()
+            .rev()
+            .find(|k| k.key == key)
+            .map_or(self.start, |k| k.value)
+    }
+
+    fn key_pos(&self, key: &str) -> Option<Pos> {
+        self.keys.iter().rev().find(|k| k.key == key).map(|k| k.at)
+    }
+
+    /// Checks every key's name and type; returns the typed rule when all are right.
+    fn typed(&mut self, map: Map<String, Value>) -> Option<RawRule> {
+        if let Some(Value::String(n)) = map.get("name")
+            && !n.trim().is_empty()
+        {
+            self.name = Some(n.clone());
+        }
+        for kp in self.keys.clone() {
+            if !RULE_KEYS.contains(&kp.key.as_str()) {
+                let e = unknown_key(Some(self.index), self.name.clone(), &kp, RULE_KEYS);
+                self.errors.push(e);
+            }
+        }
+        // Unknown keys are reported above and left out; the rule's meaning is still checked.
+        // A known key of the wrong type stops the rule here, so nothing is reported twice.
+        let before = self.errors.len();
+        let mut clean = Map::new();
+        for (key, value) in map {
+            if !RULE_KEYS.contains(&key.as_str()) {
+                continue;
+            }
+            let ok = match key.as_str() {
+                "tools" => self.check::<Vec<String>>(&key, &value, "an array of strings"),
+                "enabled" => self.check::<bool>(&key, &value, "true or false"),
+                _ => self.check::<String>(&key, &value, "a string"),
+            };
+            if ok {
+                clean.insert(key, value);
+            }
+        }
+        if self.errors.len() != before {
+            return None;
+        }
+        match serde_json::from_value::<RawRule>(Value::Object(clean)) {
+            Ok(raw) => Some(raw),
+            Err(e) => {
+                let at = self.start;
+                self.error(ErrorCode::ParseError, None, at, e.to_string());
+                None
+            }
+        }
+    }
+
+    fn check<T: DeserializeOwned>(&mut self, key: &str, value: &Value, want: &str) -> bool {
+        if value.is_null() || serde_json::from_value::<T>(value.clone()).is_ok() {
+            return true;
+        }
+        let code = match key {
+            "mode" => ErrorCode::InvalidMode,
+            "rateLimit" => ErrorCode::InvalidRateLimit,
+            "dedupWindow" => ErrorCode::InvalidDedupWindow,
+            "confirmTimeout" => ErrorCode::InvalidDuration,
+            "name" => ErrorCode::MissingName,
+            _ => ErrorCode::ParseError,
+        };
+        let mut message = format!("`{key}` must be {want}, got {}", kind(value));
+        if value.is_number() && matches!(key, "rateLimit" | "dedupWindow" | "confirmTimeout") {
+            message.push_str(&format!("; write a string with a unit, e.g. \"{value}s\""));
+        }
+        let at = self.value_pos(key);
+        self.error(code, Some(key), at, message);
+        false
+    }
+
+    /// Checks the meaning of a well-typed rule and compiles it.
+    fn rule(&mut self, raw: RawRule, names: &mut HashMap<String, usize>) -> Option<Rule> {
+        let before = self.errors.len();
+        let name = raw.name.clone().unwrap_or_default().trim().to_string();
+        if name.is_empty() {
+            let at = self.key_pos("name").unwrap_or(self.start);
+            self.error(
+                ErrorCode::MissingName,
+                Some("name"),
+                at,
+                "every rule needs a non-empty `name`; it identifies its rate-limit and dedup state"
+                    .into(),
+            );
+        } else if let Some(first) = names.get(&name) {
+            let at = self.value_pos("name");
+            self.error(
+                ErrorCode::DuplicateName,
+                Some("name"),
+                at,
+                format!("name \"{name}\" is already used by rule {first}; names must be unique"),
+            );
+        } else {
+            names.insert(name.clone(), self.index);
+        }
+
+        let mode = match raw.mode.as_deref().map(str::trim) {
+            None | Some("") | Some("notify") => Mode::Notify,
+            Some("confirm") => Mode::Confirm,
+            Some("auto") => Mode::Auto,
+            Some(other) => {
+                let mut message =
+                    format!("invalid `mode` \"{other}\"; expected `notify`, `confirm` or `auto`");
+                if matches!(
+                    other.to_ascii_lowercase().as_str(),
+                    "notify" | "confirm" | "auto"
+                ) {
+                    message.push_str(" (modes are lowercase)");
+                }
+                let at = self.value_pos("mode");
+                self.error(ErrorCode::InvalidMode, Some("mode"), at, message);
+                Mode::Notify
+            }
+        };
+
+        let server = self.pattern("server", raw.server.as_deref());
+        let channel = self.pattern("channel", raw.channel.as_deref());
+
+        let content_regex = match raw.content_regex.as_deref() {
+            None | Some("") => None,
+            Some(src) => match Regex::new(src) {
+                Ok(re) => Some(re),
+                Err(e) => {
+                    let at = self.value_pos("contentRegex");
+                    self.error(
+                        ErrorCode::InvalidRegex,
+                        Some("contentRegex"),
+                        at,
+                        format!("invalid `contentRegex` \"{src}\": {}", regex_reason(&e)),
+                    );
+                    None
+                }
+            },
+        };
+
+        let prompt = match raw.prompt.as_deref() {
+            Some(p) if !p.trim().is_empty() => self.template("prompt", p),
+            _ => {
+                if mode != Mode::Notify {
+                    let at = self.key_pos("prompt").unwrap_or(self.start);
+                    self.error(
+                        ErrorCode::PromptRequired,
+                        Some("prompt"),
+                        at,
+                        format!("mode `{mode}` requires a `prompt`"),
+                    );
+                }
+                None
+            }
+        };
+
+        let tools = raw.tools.clone().unwrap_or_default();
+        if mode == Mode::Auto && tools.iter().all(|t| t.trim().is_empty()) {
+            let at = self
+                .key_pos("tools")
+                .or_else(|| self.key_pos("mode"))
+                .unwrap_or(self.start);
+            self.error(
+                ErrorCode::AutoRequiresTools,
+                Some("tools"),
+                at,
+                "mode `auto` requires a non-empty `tools` list".into(),
+            );
+        }
+        for tool in &tools {
+            if tool.trim().is_empty() {
+                let at = self.value_pos("tools");
+                self.error(
+                    ErrorCode::InvalidGlob,
+                    Some("tools"),
+                    at,
+                    "`tools` entries cannot be empty".into(),
+                );
+            } else if let Err(reason) = compile_glob(tool) {
+                let at = self.value_pos("tools");
+                self.error(
+                    ErrorCode::InvalidGlob,
+                    Some("tools"),
+                    at,
+                    format!("invalid `tools` glob \"{tool}\": {reason}"),
+                );
+            }
+        }
+
+        let rate_limit = match raw.rate_limit.as_deref() {
+            None => RateLimit::None,
+            Some(text) => match parse_rate_limit(text) {
+                Ok(r) => r,
+                Err(reason) => {
+                    let at = self.value_pos("rateLimit");
+                    self.error(
+                        ErrorCode::InvalidRateLimit,
+                        Some("rateLimit"),
+                        at,
+                        format!("invalid `rateLimit` \"{text}\": {reason}"),
+                    );
+                    RateLimit::None
+                }
+            },
+        };
+
+        let dedup_window = match raw.dedup_window.as_deref() {
+            None => None,
+            Some(text) => match duration::parse(text) {
+                Ok(d) if d.is_zero() => None,
+                Ok(d) => Some(d),
+                Err(reason) => {
+                    let at = self.value_pos("dedupWindow");
+                    self.error(
+                        ErrorCode::InvalidDedupWindow,
+                        Some("dedupWindow"),
+                        at,
+                        format!("invalid `dedupWindow` \"{text}\": {reason}"),
+                    );
+                    None
+                }
+            },
+        };
+        let dedup_key = match raw.dedup_key.as_deref() {
+            Some(k) if !k.is_empty() => self.template("dedupKey", k),
+            _ => None,
+        };
+
+        let confirm_timeout = match raw.confirm_timeout.as_deref() {
+            None => DEFAULT_CONFIRM_TIMEOUT,
+            Some(text) => match duration::parse(text) {
+                Ok(d) if !d.is_zero() => d,
+                Ok(_) => {
+                    let at = self.value_pos("confirmTimeout");
+                    self.error(
+                        ErrorCode::InvalidDuration,
+                        Some("confirmTimeout"),
+                        at,
+                        "`confirmTimeout` must be longer than zero".into(),
+                    );
+                    DEFAULT_CONFIRM_TIMEOUT
+                }
+                Err(reason) => {
+                    let at = self.value_pos("confirmTimeout");
+                    self.error(
+                        ErrorCode::InvalidDuration,
+                        Some("confirmTimeout"),
+                        at,
+                        format!("invalid `confirmTimeout` \"{text}\": {reason}"),
+                    );
+                    DEFAULT_CONFIRM_TIMEOUT
+                }
+            },
+        };
+
+        match raw.delivery.as_deref().map(str::trim) {
+            None | Some("") | Some("session") => {}
+            Some(other) => {
+                let at = self.value_pos("delivery");
+                let hint = if other == "exec" {
+                    "the headless exec runner is not part of this build"
+                } else {
+                    "the only delivery is \"session\""
+                };
+                self.error(
+                    ErrorCode::ParseError,
+                    Some("delivery"),
+                    at,
+                    format!("unsupported `delivery` \"{other}\"; {hint}"),
+                );
+            }
+        }
+
+        if self.errors.len() != before {
+            return None;
+        }
+        Some(Rule {
+            name,
+            mode,
+            server,
+            channel,
+            content_regex,
+            prompt,
+            tools: tools.into_iter().map(|t| t.trim().to_string()).collect(),
+            rate_limit,
+            dedup_window,
+            dedup_key,
+            confirm_timeout,
+            enabled: raw.enabled.unwrap_or(true),
+            description: raw.description.clone().unwrap_or_default(),
+            raw,
+        })
+    }
+
+    fn pattern(&mut self, key: &str, src: Option<&str>) -> NamePattern {
+        match NamePattern::parse(src.unwrap_or("")) {
+            Ok(p) => p,
+            Err(reason) => {
+                let at = self.value_pos(key);
+                self.error(
+                    ErrorCode::InvalidGlob,
+                    Some(key),
+                    at,
+                    format!("invalid `{key}` glob \"{}\": {reason}", src.unwrap_or("")),
+                );
+                NamePattern::Any
+            }
+        }
+    }
+
+    fn template(&mut self, key: &str, src: &str) -> Option<Template> {
+        match Template::parse(src) {
+            Ok(t) => Some(t),
+            Err(reason) => {
+                let at = self.value_pos(key);
+                self.error(
+                    ErrorCode::InvalidTemplate,
+                    Some(key),
+                    at,
+                    format!("invalid `{key}` template: {reason}"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The one-line reason of a regex error (its last `error:` line).
+fn regex_reason(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("error: "))
+        .unwrap_or(text.lines().last().unwrap_or(""))
+        .trim()
+        .to_string()
+}
+
+/// `"0"`: none; `"5m"`: cooldown; `"10/1h"` (or `"10/h"`): quota.
+pub(crate) fn parse_rate_limit(text: &str) -> Result<RateLimit, String> {
+    let s = text.trim();
+    if let Some((count, period)) = s.split_once('/') {
+        let count: u32 = count
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                format!(
+                    "the count before `/` must be a whole number above zero, got \"{}\"",
+                    count.trim()
+                )
+            })?;
+        let period = period.trim();
+        let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
+            duration::parse(period)?
+        } else {
+            duration::parse(&format!("1{period}"))?
+        };
+        if period.is_zero() {
+            return Err("the period after `/` must be longer than zero".into());
+        }
+        return Ok(RateLimit::Quota { count, period });
+    }
+    let d: Duration = duration::parse(s)?;
+    Ok(if d.is_zero() {
+        RateLimit::None
+    } else {
+        RateLimit::Cooldown(d)
+    })
+}

@@ -1,0 +1,108 @@
+//! Durations as rules files write them: Go's syntax (so chatcli files load unchanged) and
+//! humantime's longer forms.
+//!
+//! Go: `0`, `250ms`, `1.5s`, `1h30m`, units `ns us µs ms s m h`. humantime: `5 minutes`, `1d`,
+//! `2h 30m`. `"0"` means zero (no limit); any other bare number is an error, because `"30"` could
+//! mean seconds or minutes and a guess would silently change a rule.
+
+use std::time::Duration;
+
+/// Parses a rules-file duration; the error is the reason, ready to follow a colon.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    if s.is_empty() {
+        return Err("empty duration; write e.g. \"5m\", or \"0\" for none".into());
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.starts_with('-') {
+        return Err("a duration cannot be negative".into());
+    }
+    if s.parse::<f64>().is_ok() {
+        return Err(format!(
+            "a bare number needs a unit (\"{s}s\", \"{s}m\") or \"0\""
+        ));
+    }
+    if let Some(d) = parse_go(s.strip_prefix('+').unwrap_or(s)) {
+        return Ok(d);
+    }
+    humantime::parse_duration(s).map_err(|e| {
+        format!("{e}; expected Go syntax (\"1h30m\", \"250ms\") or words (\"5 minutes\")")
+    })
+}
+
+/// Go's `time.ParseDuration` for non-negative values: one or more `<decimal><unit>` terms.
+fn parse_go(s: &str) -> Option<Duration> {
+    let mut rest = s;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        if num.is_empty() || num == "." {
+            return None;
+        }
+        let value: f64 = num.parse().ok()?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let nanos_per = match unit {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        total += value * nanos_per;
+        rest = tail;
+    }
+    if !total.is_finite() || total > u64::MAX as f64 {
+        return None;
+    }
+    Some(Duration::from_nanos(total.round() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_and_humantime_forms() {
+        let table: &[(&str, Duration)] = &[
+            ("0", Duration::ZERO),
+            ("250ms", Duration::from_millis(250)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("1h30m", Duration::from_secs(5400)),
+            (
+                "2h45m30.5s",
+                Duration::from_millis((2 * 3600 + 45 * 60 + 30) * 1000 + 500),
+            ),
+            ("10us", Duration::from_micros(10)),
+            ("10µs", Duration::from_micros(10)),
+            ("5m", Duration::from_secs(300)),
+            ("5 minutes", Duration::from_secs(300)),
+            ("1d", Duration::from_secs(86400)),
+            ("2h 30m", Duration::from_secs(9000)),
+            (" 30s ", Duration::from_secs(30)),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse(text).as_ref(), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn rejected_forms() {
+        for text in ["", "30", "1.5", "-5m", "5 parsecs", "m", "5x"] {
+            assert!(parse(text).is_err(), "{text:?} should be rejected");
+        }
+        assert!(parse("30").unwrap_err().contains("\"30s\""));
+    }
+}

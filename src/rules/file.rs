@@ -1,0 +1,350 @@
+//! The serde shape of `triggers.json` (raw strings, nothing compiled) and a locator that finds
+//! where each key of each rule sits in the text, so that every error can name a line and column.
+//!
+//! serde_json's `Value` forgets positions, and failing at the first bad field would hide the
+//! others, so the compiler checks each key of each rule on its own and asks the [`Locator`]
+//! where it was written.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::actions::Mode;
+
+/// The whole file: `{"rules": [...]}`. `{}` and `{"rules": null}` mean zero rules.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "switchboard triggers.json")]
+pub struct RawFile {
+    /// Optional editor hint; ignored.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// The rules, in the order they are evaluated. Every matching rule fires.
+    #[serde(default)]
+    pub rules: Option<Vec<RawRule>>,
+}
+
+/// One rule as written. Keys are case-sensitive; unknown keys are errors.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawRule {
+    /// Required, unique. Identity of the rule's rate-limit and dedup state across reloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Empty or `*` = any server; otherwise a glob on the server name (a plain name is exact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// Empty or `*` = any channel; otherwise a glob. A trailing `/*` matches the prefix itself
+    /// and everything below it (`alerts/*` matches `alerts`, `alerts/x/y`, not `alertsx`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// Rust regex searched in the content (unanchored); case-sensitive unless `(?i)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_regex: Option<String>,
+    /// `notify` (default): nudge; `confirm`: ask the user first; `auto`: queue the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Mode>")]
+    pub mode: Option<String>,
+    /// Template with {{content}} {{channel}} {{server}} {{seq}} {{timestamp}} {{meta.KEY}};
+    /// required for confirm and auto.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Tool whitelist (names or globs); required and non-empty for auto.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// `"5m"`: at most one fire per 5 minutes; `"10/1h"`: at most 10 fires in any hour;
+    /// `"0"`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
+    /// Suppress a repeat of the same dedup key within this window (e.g. `"30m"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_window: Option<String>,
+    /// Template for the dedup key; default: the first 256 bytes of the content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_key: Option<String>,
+    /// How long a confirm waits for an answer (default `"30m"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_timeout: Option<String>,
+    /// Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `session` (default): delivered to the agent through the wait tool and push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
+}
+
+/// The keys a rule may have, in the order the documentation lists them.
+pub const RULE_KEYS: &[&str] = &[
+    "name",
+    "server",
+    "channel",
+    "contentRegex",
+    "mode",
+    "prompt",
+    "tools",
+    "rateLimit",
+    "dedupWindow",
+    "dedupKey",
+    "confirmTimeout",
+    "enabled",
+    "description",
+    "delivery",
+];
+
+/// The keys the top level may have.
+pub const TOP_KEYS: &[&str] = &["rules", "$schema"];
+
+/// A 1-based line and column (columns count characters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Pos {
+    /// Line.
+    pub line: usize,
+    /// Column.
+    pub column: usize,
+}
+
+/// Where a key and its value were written.
+#[derive(Clone, Debug)]
+pub struct KeyPos {
+    /// The key, decoded.
+    pub key: String,
+    /// The opening quote of the key.
+    pub at: Pos,
+    /// The first character of the value.
+    pub value: Pos,
+}
+
+/// Positions in a syntactically valid file.
+#[derive(Clone, Debug, Default)]
+pub struct Locator {
+    /// Where the top-level value starts.
+    pub top: Pos,
+    /// The top-level object's keys.
+    pub top_keys: Vec<KeyPos>,
+    /// Each element of `rules`: where it starts, and its keys if it is an object.
+    pub rules: Vec<(Pos, Vec<KeyPos>)>,
+}
+
+impl Locator {
+    /// Indexes `text`, which must already have parsed as JSON.
+    pub fn new(text: &str) -> Locator {
+        let mut s = Scanner {
+            b: text.as_bytes(),
+            i: 0,
+            pos: Pos { line: 1, column: 1 },
+        };
+        let mut loc = Locator::default();
+        s.ws();
+        loc.top = s.pos;
+        if s.peek() != Some(b'{') {
+            return loc;
+        }
+        s.object(|s, key| {
+            let kp = KeyPos {
+                key: key.0,
+                at: key.1,
+                value: s.pos,
+            };
+            let is_rules = kp.key == "rules";
+            loc.top_keys.push(kp);
+            if is_rules && s.peek() == Some(b'[') {
+                s.array(|s| {
+                    let start = s.pos;
+                    let mut keys = Vec::new();
+                    if s.peek() == Some(b'{') {
+                        s.object(|s, key| {
+                            keys.push(KeyPos {
+                                key: key.0,
+                                at: key.1,
+                                value: s.pos,
+                            });
+                            s.skip_value();
+                        });
+                    } else {
+                        s.skip_value();
+                    }
+                    loc.rules.push((start, keys));
+                });
+            } else {
+                s.skip_value();
+            }
+        });
+        loc
+    }
+
+    /// Where the value of `key` of the top-level object starts.
+    pub fn top_value(&self, key: &str) -> Pos {
+        self.top_keys
+            .iter()
+            .rev()
+            .find(|k| k.key == key)
+            .map_or(self.top, |k| k.value)
+    }
+}
+
+/// A forward-only scanner over valid JSON that tracks line and column.
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+    pos: Pos,
+}
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn bump(&mut self) {
+        let Some(c) = self.peek() else { return };
+        self.i += 1;
+        if c == b'\n' {
+            self.pos.line += 1;
+            self.pos.column = 1;
+        } else if c & 0xC0 != 0x80 {
+            self.pos.column += 1;
+        }
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+            self.bump();
+        }
+    }
+
+    /// Reads a string token; returns it decoded (best effort) and where it started.
+    fn string(&mut self) -> (String, Pos) {
+        let start = self.pos;
+        let from = self.i;
+        self.bump(); // opening quote
+        while let Some(c) = self.peek() {
+            self.bump();
+            match c {
+                b'\\' => self.bump(),
+                b'"' => break,
+                _ => {}
+            }
+        }
+        let raw = std::str::from_utf8(&self.b[from..self.i]).unwrap_or("\"\"");
+        (serde_json::from_str(raw).unwrap_or_default(), start)
+    }
+
+    /// Walks an object, calling `each` with the scanner positioned at each value.
+    fn object(&mut self, mut each: impl FnMut(&mut Self, (String, Pos))) {
+        self.bump(); // {
+        loop {
+            self.ws();
+            match self.peek() {
+                Some(b'"') => {
+                    let key = self.string();
+                    self.ws();
+                    self.bump(); // :
+                    self.ws();
+                    each(self, key);
+                    self.ws();
+                    if self.peek() == Some(b',') {
+                        self.bump();
+                    }
+                }
+                Some(b'}') => {
+                    self.bump();
+                    return;
+                }
+                None => return,
+                Some(_) => self.bump(),
+            }
+        }
+    }
+
+    /// Walks an array, calling `each` with the scanner at each element.
+    fn array(&mut self, mut each: impl FnMut(&mut Self)) {
+        self.bump(); // [
+        loop {
+            self.ws();
+            match self.peek() {
+                Some(b']') => {
+                    self.bump();
+                    return;
+                }
+                None => return,
+                Some(_) => {
+                    each(self);
+                    self.ws();
+                    if self.peek() == Some(b',') {
+                        self.bump();
+                    }
+                }
+            }
+        }
+    }
+
+    fn skip_value(&mut self) {
+        match self.peek() {
+            Some(b'"') => {
+                self.string();
+            }
+            Some(b'{') => self.object(|s, _| s.skip_value()),
+            Some(b'[') => self.array(|s| s.skip_value()),
+            _ => {
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n') {
+                        break;
+                    }
+                    self.bump();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locates_rule_keys() {
+        let text = "{\n  \"rules\": [\n    {\"name\": \"a\",\n     \"chännel\": \"x\"},\n    7,\n    { \"mode\" : [1, {\"x\": \"}\"}] , \"name\":\"b\"}\n  ]\n}\n";
+        serde_json::from_str::<serde_json::Value>(text).unwrap();
+        let loc = Locator::new(text);
+        assert_eq!(loc.top, Pos { line: 1, column: 1 });
+        assert_eq!(
+            loc.top_value("rules"),
+            Pos {
+                line: 2,
+                column: 12
+            }
+        );
+        assert_eq!(loc.rules.len(), 3);
+        let (start, keys) = &loc.rules[0];
+        assert_eq!(*start, Pos { line: 3, column: 5 });
+        assert_eq!(keys[0].key, "name");
+        assert_eq!(keys[0].at, Pos { line: 3, column: 6 });
+        assert_eq!(
+            keys[0].value,
+            Pos {
+                line: 3,
+                column: 14
+            }
+        );
+        assert_eq!(keys[1].key, "chännel");
+        assert_eq!(
+            keys[1].value,
+            Pos {
+                line: 4,
+                column: 17
+            }
+        );
+        assert!(loc.rules[1].1.is_empty());
+        let keys = &loc.rules[2].1;
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[1].key, "name");
+        assert_eq!(
+            keys[1].at,
+            Pos {
+                line: 6,
+                column: 34
+            }
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! `switchboard rules check | test | schema` through the real binary.
+
+use std::path::PathBuf;
+
+use super::util::{cli_in, stderr, stdout};
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+#[test]
+fn shipped_examples_and_rule_packs_pass_check() {
+    let home = tempfile::tempdir().unwrap();
+    let mut files = vec![repo("examples/triggers.json")];
+    for entry in std::fs::read_dir(repo("rules")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            files.push(path);
+        }
+    }
+    assert!(
+        files.len() >= 4,
+        "examples/triggers.json and three packs: {files:?}"
+    );
+    for file in files {
+        let out = cli_in(home.path(), &["rules", "check", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{}: {}", file.display(), stdout(&out));
+        assert!(stdout(&out).contains(": ok, 3 rules"), "{}", stdout(&out));
+    }
+}
+
+#[test]
+fn check_reports_every_error_with_code_and_position() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("bad.json");
+    std::fs::write(
+        &file,
+        "{\n  \"rules\": [\n    {\"name\": \"crit\", \"contentRgex\": \"x\"},\n    {\"name\": \"dm\", \"mode\": \"auto\", \"prompt\": \"p\", \"rateLimit\": \"30\"}\n  ]\n}\n",
+    )
+    .unwrap();
+    let out = cli_in(
+        home.path(),
+        &["rules", "check", "--format", "json", file.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "invalid → exit 1");
+    let errors: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let got: Vec<_> = errors
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["code"].as_str().unwrap().to_string(),
+                e["rule_index"].as_u64(),
+                e["rule"].as_str().map(str::to_string),
+                e["key"].as_str().map(str::to_string),
+                e["line"].as_u64(),
+                e["column"].as_u64(),
+            )
+        })
+        .collect();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        got,
+        vec![
+            (
+                "unknown_key".into(),
+                Some(0),
+                s("crit"),
+                s("contentRgex"),
+                Some(3),
+                Some(22)
+            ),
+            (
+                "auto_requires_tools".into(),
+                Some(1),
+                s("dm"),
+                s("tools"),
+                Some(4),
+                Some(20)
+            ),
+            (
+                "invalid_rate_limit".into(),
+                Some(1),
+                s("dm"),
+                s("rateLimit"),
+                Some(4),
+                Some(64)
+            ),
+        ]
+    );
+    let text = cli_in(home.path(), &["rules", "check", file.to_str().unwrap()]);
+    assert_eq!(text.status.code(), Some(1));
+    let first = stdout(&text).lines().next().unwrap().to_string();
+    assert!(
+        first.ends_with(
+            "bad.json:3:22: rule 0 `crit`: unknown key `contentRgex`; did you mean `contentRegex`?"
+        ),
+        "{first}"
+    );
+}
+
+#[test]
+fn check_without_a_file_uses_the_home_and_accepts_its_absence() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(home.path(), &["rules", "check"]);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains("built-in catch-all"),
+        "{}",
+        stdout(&out)
+    );
+    std::fs::write(home.path().join("triggers.json"), "[]").unwrap();
+    let out = cli_in(home.path(), &["rules", "check"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("triggers.json:1:1: parse error"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn test_replays_messages_and_explains() {
+    let home = tempfile::tempdir().unwrap();
+    let messages = home.path().join("messages.jsonl");
+    std::fs::write(
+        &messages,
+        [
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 95% full", "metadata": {"alertname": "DiskFull", "instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:00:00Z"}"#,
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 96% full", "metadata": {"alertname": "DiskFull", "instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:05:00Z"}"#,
+            r#"{"server": "teams", "channel": "teams/dm", "content": "can you look at the release?", "metadata": {"sender": "Ana"}, "timestamp": "2026-11-22T10:06:00Z"}"#,
+            r#"{"server": "github", "channel": "ci/workflow_run", "content": "acme/api: CI on main: failure", "timestamp": "2026-11-22T10:07:00Z"}"#,
+            r#"{"server": "cli", "channel": "misc", "content": "hello", "timestamp": "2026-11-22T10:08:00Z"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let rules = repo("examples/triggers.json");
+    let args = [
+        "rules",
+        "test",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--messages",
+        messages.to_str().unwrap(),
+    ];
+    let out = cli_in(home.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary: Vec<_> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["msg"].as_u64().unwrap(),
+                l["rule"].as_str().unwrap(),
+                l["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Message 1 repeats fingerprint abc inside the 30m dedup window; message 4 matches nothing.
+    assert_eq!(
+        summary,
+        [
+            (0, "oncall-critical", 1),
+            (2, "teams-dm-triage", 2),
+            (3, "ci-failure", 3)
+        ]
+    );
+    assert_eq!(lines[0]["mode"], "confirm");
+    assert_eq!(lines[0]["expires_at"], "2026-11-22T10:15:00Z");
+    assert!(
+        lines[0]["prompt"]
+            .as_str()
+            .unwrap()
+            .starts_with("A critical alert is firing: DiskFull (db1).")
+    );
+    assert_eq!(
+        lines[1]["tools"],
+        serde_json::json!(["teams__get_*", "teams__list_*"])
+    );
+    assert!(lines[1].get("expires_at").is_none(), "only confirms expire");
+
+    let mut explain = args.to_vec();
+    explain.push("--explain");
+    let out = cli_in(home.path(), &explain);
+    let reasons: Vec<(u64, String, String)> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l.get("reason").is_some())
+        .map(|l| {
+            (
+                l["msg"].as_u64().unwrap(),
+                l["rule"].as_str().unwrap().into(),
+                l["reason"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert!(
+        reasons.contains(&(1, "oncall-critical".into(), "dedup".into())),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&(4, "ci-failure".into(), "no_match".into())),
+        "{reasons:?}"
+    );
+    assert_eq!(reasons.len(), 3 * 5 - 3);
+}
+
+#[test]
+fn schema_is_json_schema_for_the_file() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(home.path(), &["rules", "schema"]);
+    assert!(out.status.success());
+    let schema: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(
+        schema["$schema"]
+            .as_str()
+            .unwrap()
+            .contains("json-schema.org")
+    );
+    let text = schema.to_string();
+    for key in [
+        "contentRegex",
+        "rateLimit",
+        "dedupWindow",
+        "confirmTimeout",
+        "tools",
+    ] {
+        assert!(text.contains(key), "{key}");
+    }
+}
