@@ -1,6 +1,12 @@
 //! The running switchboard: the inbox, the live rules, the dispatcher and the
 //! delivery hub, behind one handle that every front end (MCP, HTTP, control
 //! socket) shares.
+//!
+//! The dispatcher is the only caller of the engine: it reads committed messages
+//! in seq order after the evaluation mark kept in `actions.jsonl`, evaluates a
+//! batch, and hands the actions and the new mark to the hub, which writes them in
+//! one journal write. So every message is evaluated once, also the ones that
+//! arrived while nothing was evaluating (after a crash or a restart).
 
 use std::sync::{Arc, Mutex};
 
@@ -9,10 +15,13 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::actions::journal::ActionLog;
 use crate::config::{Config, Home};
 use crate::delivery::Hub;
 use crate::engine::Engine;
+use crate::engine::Prepared;
 use crate::inbox::{Inbox, StateStore};
+use crate::message::Seq;
 use crate::metrics::Metrics;
 use crate::rules::{LoadError, RuleError, RuleSet};
 
@@ -21,7 +30,7 @@ use crate::rules::{LoadError, RuleError, RuleSet};
 pub struct ReloadReport {
     /// True when the new rules are live.
     pub ok: bool,
-    /// `file`, `builtin` (no file) or `kept` (invalid or deleted file: old rules stay live).
+    /// `file`, `builtin` (no file at boot) or `kept` (invalid or deleted file: old rules stay live).
     pub source: &'static str,
     /// Rules live after the reload.
     pub rules: usize,
@@ -59,7 +68,8 @@ pub struct App {
 }
 
 impl App {
-    /// Starts on `home`: opens the inbox and state, loads the rules, starts the dispatcher.
+    /// Starts on `home`: opens the inbox, state and actions journal, restores live actions,
+    /// loads the rules, starts the dispatcher and the confirm expiry timer.
     pub async fn start(
         home: Home,
         config: Config,
@@ -68,24 +78,54 @@ impl App {
         let inbox = Inbox::open(&home, &config.inbox).await?;
         let state = StateStore::open(&home.state())?;
         state.set_boot_seq(inbox.last_seq());
-        let app = App::assemble(Some(home), config, inbox, state, shutdown);
-        app.reload_rules();
-        app.spawn_dispatcher();
+        let (log, replay) = ActionLog::open(&home.actions())
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", home.actions().display()))?;
+        if replay.skipped > 0 {
+            tracing::warn!(
+                skipped = replay.skipped,
+                "actions journal replay skipped unreadable lines"
+            );
+        }
+        // Without an actions journal there is nothing to resume: history is not re-evaluated.
+        let mark = match replay.evaluated {
+            Some(seq) if replay.existed => seq.min(inbox.last_seq()),
+            _ => inbox.last_seq(),
+        };
+        let hub = Hub::new(config.actions.queue_capacity, Some(Arc::new(log)));
+        let restored = replay.live.len();
+        hub.restore(replay.live.into_values());
+        let app = App::assemble(Some(home), config, inbox, state, hub, shutdown);
+        app.engine
+            .lock()
+            .unwrap()
+            .set_next_action_id(replay.next_id);
+        tracing::info!(
+            restored,
+            next_action_id = replay.next_id,
+            evaluated = mark,
+            "actions replayed"
+        );
+        app.load_rules_at_boot();
+        app.spawn_dispatcher(mark);
+        app.spawn_expiry();
         Ok(app)
     }
 
-    /// An in-memory switchboard with the given rules (tests, `rules test`).
+    /// An in-memory switchboard with the given rules (tests).
     pub fn memory(config: Config, rules: RuleSet) -> Arc<App> {
         let inbox = Inbox::memory(&config.inbox);
+        let hub = Hub::new(config.actions.queue_capacity, None);
         let app = App::assemble(
             None,
             config,
             inbox,
             StateStore::memory(),
+            hub,
             CancellationToken::new(),
         );
         app.engine.lock().unwrap().swap_rules(Arc::new(rules));
-        app.spawn_dispatcher();
+        app.spawn_dispatcher(0);
+        app.spawn_expiry();
         app
     }
 
@@ -94,12 +134,13 @@ impl App {
         config: Config,
         inbox: Inbox,
         state: StateStore,
+        hub: Hub,
         shutdown: CancellationToken,
     ) -> Arc<App> {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
         Arc::new(App {
-            hub: Hub::new(config.actions.queue_capacity),
+            hub,
             home,
             config,
             inbox,
@@ -117,65 +158,150 @@ impl App {
         self.engine.lock().unwrap().rules().clone()
     }
 
-    /// Reloads `triggers.json` from the home; an invalid file keeps the old rules.
-    pub fn reload_rules(&self) -> ReloadReport {
-        let at = Utc::now();
-        let Some(home) = &self.home else {
-            return ReloadReport {
-                ok: true,
-                source: "builtin",
-                rules: self.rules().len(),
-                at,
-                message: "no home: rules are fixed".into(),
-                errors: vec![],
-            };
-        };
-        let path = home.triggers();
-        let report = match RuleSet::load(&path) {
-            Ok(loaded) => {
-                let (source, rules) = match loaded {
-                    Some(rules) => ("file", rules),
-                    None => ("builtin", RuleSet::builtin()),
-                };
+    /// Boot: the file's rules, or the built-in rule when there is no file. An invalid file at
+    /// boot also leaves the built-in rule live (there is nothing older to keep) and says so.
+    fn load_rules_at_boot(&self) {
+        let Some(home) = &self.home else { return };
+        let report = match RuleSet::load(&home.triggers()) {
+            Ok(None) => {
+                self.swap(RuleSet::builtin());
+                self.report(
+                    true,
+                    "builtin",
+                    "no triggers.json: the built-in catch-all notify rule is live".into(),
+                    vec![],
+                )
+            }
+            Ok(Some(rules)) => {
                 let n = rules.len();
-                self.engine.lock().unwrap().swap_rules(Arc::new(rules));
-                tracing::info!(rules = n, source, "rules loaded");
-                ReloadReport {
-                    ok: true,
-                    source,
-                    rules: n,
-                    at,
-                    message: format!("{n} rules loaded from {source}"),
-                    errors: vec![],
-                }
+                self.swap(rules);
+                self.report(
+                    true,
+                    "file",
+                    format!("{n} rules loaded from {}", home.triggers().display()),
+                    vec![],
+                )
             }
             Err(err) => {
-                let live = self.rules().len();
                 let errors = match &err {
                     LoadError::Invalid { errors, .. } => errors.clone(),
                     LoadError::Io { .. } => vec![],
                 };
-                let message =
-                    format!("rules not reloaded: {err}; the {live} rules loaded stay live");
-                tracing::warn!(%message);
-                ReloadReport {
-                    ok: false,
-                    source: "kept",
-                    rules: live,
-                    at,
-                    message,
+                self.report(
+                    false,
+                    "kept",
+                    format!("rules not loaded: {err}; the built-in catch-all notify rule is live"),
                     errors,
-                }
+                )
             }
+        };
+        if report.ok {
+            tracing::info!(
+                rules = report.rules,
+                source = report.source,
+                "{}",
+                report.message
+            );
+        } else {
+            tracing::error!("{}", report.message);
+        }
+    }
+
+    /// Reloads `triggers.json` from the home. An invalid or deleted file keeps the live rules;
+    /// the report (also kept for `inbox_stats`) says why, with every error located.
+    pub fn reload_rules(&self) -> ReloadReport {
+        let Some(home) = &self.home else {
+            return self.report(true, "builtin", "no home: rules are fixed".into(), vec![]);
+        };
+        let path = home.triggers();
+        let shown = path.display().to_string();
+        let live = self.rules().len();
+        let since = self
+            .last_reload
+            .lock()
+            .unwrap()
+            .as_ref()
+            .filter(|r| r.ok)
+            .map(|r| r.at.format("%H:%M:%S").to_string())
+            .unwrap_or_else(|| "boot".into());
+        let report = match RuleSet::load(&path) {
+            Ok(Some(rules)) => {
+                let n = rules.len();
+                self.swap(rules);
+                self.report(
+                    true,
+                    "file",
+                    format!("{n} rules loaded from {shown}"),
+                    vec![],
+                )
+            }
+            Ok(None) => self.report(
+                false,
+                "kept",
+                format!("{shown} is gone; the {live} rules loaded at {since} stay live"),
+                vec![],
+            ),
+            Err(err) => {
+                let errors = match &err {
+                    LoadError::Invalid { errors, .. } => errors.clone(),
+                    LoadError::Io { .. } => vec![],
+                };
+                let n = errors.len().max(1);
+                self.report(
+                    false,
+                    "kept",
+                    format!(
+                        "rules not reloaded: {n} error{}; the {live} rules loaded at {since} stay live: {err}",
+                        if n == 1 { "" } else { "s" }
+                    ),
+                    errors,
+                )
+            }
+        };
+        if report.ok {
+            tracing::info!(rules = report.rules, "{}", report.message);
+        } else {
+            tracing::warn!("{}", report.message);
+        }
+        report
+    }
+
+    /// Indexes `rules` outside the engine's lock, then swaps them in at once: an evaluation
+    /// in flight finishes with the rules it started with.
+    fn swap(&self, rules: RuleSet) {
+        let prepared = Prepared::new(Arc::new(rules));
+        self.engine.lock().unwrap().swap(prepared);
+    }
+
+    fn report(
+        &self,
+        ok: bool,
+        source: &'static str,
+        message: String,
+        errors: Vec<RuleError>,
+    ) -> ReloadReport {
+        let report = ReloadReport {
+            ok,
+            source,
+            rules: self.rules().len(),
+            at: Utc::now(),
+            message,
+            errors,
         };
         *self.last_reload.lock().unwrap() = Some(report.clone());
         report
     }
 
-    /// Pauses or resumes rule evaluation (persisted).
+    /// Pauses or resumes rule evaluation (persisted in `state.json`).
     pub fn set_paused(&self, paused: bool) {
         self.engine.lock().unwrap().set_paused(paused);
         self.state.set_paused(paused);
+        self.state.flush();
+        tracing::info!(
+            paused,
+            "rule evaluation {}",
+            if paused { "paused" } else { "resumed" }
+        );
     }
 
     /// Whether rule evaluation is paused.
@@ -190,25 +316,46 @@ impl App {
             "paused": self.is_paused(),
             "rules_loaded": self.rules().len(),
             "last_reload": *self.last_reload.lock().unwrap(),
+            "evaluated": self.state.evaluated(),
             "delivery": self.hub.stats(),
+            "pending_confirms": self.hub.pending_confirms().iter().map(|i| serde_json::json!({
+                "id": i.action_id,
+                "rule": i.rule,
+                "seq": i.message.seq,
+                "expires_at": i.expires_at.map(crate::message::format_timestamp),
+            })).collect::<Vec<_>>(),
         })
     }
 
-    /// STUB dispatcher: evaluates committed messages in seq order and offers
-    /// the actions to the hub. The durable version replaces it.
-    fn spawn_dispatcher(self: &Arc<App>) {
+    /// The dispatcher: evaluates committed messages after `mark`, in seq order, in batches,
+    /// and offers the actions with the new mark to the hub (one journal write per batch).
+    fn spawn_dispatcher(self: &Arc<App>, mark: Seq) {
         let app = self.clone();
         self.tasks.spawn(async move {
             let mut committed = app.inbox.committed();
-            let mut evaluated = app.state.evaluated().max(app.inbox.last_seq());
+            let mut evaluated = mark;
             loop {
-                for msg in app.inbox.read_after(evaluated, 256).await {
-                    let eval = app.engine.lock().unwrap().evaluate(&msg, Utc::now());
-                    for action in eval.actions {
-                        app.hub.offer(action, msg.clone());
+                let batch = app.inbox.read_after(evaluated, DISPATCH_BATCH).await;
+                if let Some(last) = batch.last() {
+                    let now = Utc::now();
+                    let mut actions = Vec::new();
+                    for msg in &batch {
+                        let eval = app.engine.lock().unwrap().evaluate(msg, now);
+                        for s in &eval.suppressed {
+                            app.metrics.suppressed(&s.rule, s.reason);
+                        }
+                        for action in eval.actions {
+                            app.metrics.action(&action.rule, action.mode);
+                            actions.push((action, msg.clone()));
+                        }
                     }
-                    evaluated = msg.seq;
+                    evaluated = last.seq;
+                    let offered = app.hub.offer(actions, Some(evaluated), now);
+                    for action in &offered.dropped {
+                        app.metrics.dropped(action.mode);
+                    }
                     app.state.set_evaluated(evaluated);
+                    continue;
                 }
                 if evaluated < *committed.borrow_and_update() {
                     continue;
@@ -220,4 +367,13 @@ impl App {
             }
         });
     }
+
+    fn spawn_expiry(self: &Arc<App>) {
+        let hub = self.hub.clone();
+        let token = self.shutdown.clone();
+        self.tasks.spawn(async move { hub.run_expiry(token).await });
+    }
 }
+
+/// How many messages the dispatcher evaluates per journal write.
+const DISPATCH_BATCH: usize = 256;

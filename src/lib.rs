@@ -19,7 +19,8 @@
 //! - [`engine`]: pure evaluation of a message against the rules at a given time.
 //! - [`actions`]: actions and their lifecycle.
 //! - [`delivery`]: the hub (per-consumer queues, long-poll) and the MCP server.
-//! - [`app`]: the running whole, shared by every front end.
+//! - [`app`]: the running whole, shared by every front end; the dispatcher.
+//! - [`watch`]: reloads `triggers.json` when it is saved.
 //! - [`control`]: the control socket between the CLI and the running server.
 //! - [`server`]: `serve` wiring and shutdown.
 //! - [`cli`]: the command line.
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod rules;
 pub mod server;
 pub mod sources;
+pub mod watch;
 
 /// Logs to stderr (stdout is the MCP channel in stdio mode). `RUST_LOG` sets the level.
 pub fn init_tracing() {

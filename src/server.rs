@@ -77,6 +77,9 @@ pub async fn run(
         endpoint["mcp"] = format!("http://{bound}/mcp").into();
     }
     spawn_reload_on_sighup(&app)?;
+    if let Err(err) = crate::watch::spawn(&app) {
+        tracing::warn!(cause = %err, "cannot watch the home for rule changes; use `switchboard rules reload` or SIGHUP");
+    }
     write_atomic(&home.endpoint(), endpoint.to_string().as_bytes())?;
     tracing::info!(home = %home.dir().display(), %endpoint, "switchboard ready");
 

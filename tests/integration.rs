@@ -6,5 +6,6 @@ mod integration {
 
     mod cli;
     mod inbox;
+    mod lifecycle;
     mod rules;
 }

@@ -4,6 +4,8 @@
 //! dispatcher, which records every state change in `actions.jsonl` and hands
 //! deliverable actions to the delivery hub.
 
+pub mod journal;
+
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -135,6 +135,14 @@ impl IdWindow {
     }
 }
 
+/// The journal writer's handles: its queue, its thread, and (for `interval`/`never`) the
+/// writer itself for direct writes.
+type WriterParts = (
+    std::sync::mpsc::Sender<Job>,
+    std::thread::JoinHandle<()>,
+    Option<Arc<Mutex<Writer>>>,
+);
+
 /// How an append learns that its batch is in the journal.
 enum Pending {
     /// Written already (direct write), with this outcome.
@@ -218,11 +226,7 @@ impl Inbox {
         settings: &InboxSettings,
         replayed: Vec<Message>,
         files: Option<Files>,
-        writer: Option<(
-            std::sync::mpsc::Sender<Job>,
-            std::thread::JoinHandle<()>,
-            Option<Arc<Mutex<Writer>>>,
-        )>,
+        writer: Option<WriterParts>,
         journal: Arc<JournalStats>,
         replay_skipped: u64,
     ) -> Inbox {

@@ -195,3 +195,59 @@ pub fn stdout(out: &Output) -> String {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// One request over the control socket of `home`; the whole response object.
+pub fn control(home: &Path, request: serde_json::Value) -> serde_json::Value {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(home.join("control.sock"))
+        .expect("connect to control.sock");
+    writeln!(stream, "{request}").expect("write request");
+    let mut line = String::new();
+    BufReader::new(stream)
+        .read_line(&mut line)
+        .expect("read response");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad response {line:?}: {e}"))
+}
+
+/// Sends messages `(channel, content)` through the control socket; their seqs.
+pub fn send_messages(home: &Path, messages: &[(&str, &str)]) -> Vec<u64> {
+    let messages: Vec<_> = messages
+        .iter()
+        .map(|(c, t)| serde_json::json!({"server": "test", "channel": c, "content": t}))
+        .collect();
+    let r = control(
+        home,
+        serde_json::json!({"cmd": "send", "messages": messages}),
+    );
+    assert_eq!(r["ok"], true, "send failed: {r}");
+    r["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["seq"].as_u64().unwrap())
+        .collect()
+}
+
+/// The records of `actions.jsonl`.
+pub fn action_records(home: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(home.join("actions.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Polls `f` every 10 ms until it returns `Some`, or panics with `what` after `limit`.
+pub fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,351 @@
+//! `actions.jsonl`: every action and every change of its state, appended.
+//!
+//! One JSON object per line. A creation record carries the whole action and its source
+//! message (so a restart can deliver it without the inbox); a transition record carries the
+//! id and the new state; an `evaluated` record marks how far the dispatcher has evaluated
+//! the inbox. The dispatcher writes a batch's actions and its mark in one write and one
+//! fsync, so after a crash either both are on disk or neither is: no message is evaluated
+//! twice, none is skipped.
+//!
+//! At boot the file is replayed into [`Replay`] (live actions, next id, evaluation mark) and
+//! compacted: rewritten (tmp + rename) with only what is still live, so it does not grow
+//! across restarts. A torn last line (crash mid-write) is skipped.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Action, ActionId, ActionState};
+use crate::message::{Message, Seq};
+
+/// One line of `actions.jsonl`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// When it was written.
+    pub at: Option<DateTime<Utc>>,
+    /// The action id (absent on an `evaluated` mark).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<ActionId>,
+    /// The state the action entered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ActionState>,
+    /// On creation: the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+    /// On creation: the source message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+    /// Who it was delivered to, or who answered a confirm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// Why (dropped: which queue was full).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The dispatcher has evaluated every message up to this seq.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluated: Option<Seq>,
+}
+
+impl Record {
+    /// A transition of action `id` to `state`.
+    pub fn transition(id: ActionId, state: ActionState, at: DateTime<Utc>) -> Record {
+        Record {
+            at: Some(at),
+            id: Some(id),
+            state: Some(state),
+            ..Record::default()
+        }
+    }
+
+    /// The creation of `action` in `state`, with its message.
+    pub fn created(action: &Action, state: ActionState, message: &Message) -> Record {
+        Record {
+            at: Some(action.created),
+            id: Some(action.id),
+            state: Some(state),
+            action: Some(action.clone()),
+            message: Some(message.clone()),
+            ..Record::default()
+        }
+    }
+}
+
+/// A live action found at boot.
+#[derive(Clone, Debug)]
+pub struct LiveAction {
+    /// The action.
+    pub action: Action,
+    /// Its source message.
+    pub message: Message,
+    /// Its last state.
+    pub state: ActionState,
+}
+
+/// What replaying `actions.jsonl` found.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Actions not finished, by id: queued (never delivered), pending, approved (not delivered).
+    pub live: BTreeMap<ActionId, LiveAction>,
+    /// The id after the highest one seen.
+    pub next_id: ActionId,
+    /// The evaluation mark, when one was written.
+    pub evaluated: Option<Seq>,
+    /// Lines that could not be read (a torn last line after a crash).
+    pub skipped: u64,
+    /// Whether the file existed.
+    pub existed: bool,
+}
+
+/// The open actions journal.
+pub struct ActionLog {
+    path: PathBuf,
+    file: Mutex<Option<File>>,
+    /// Write failures so far.
+    pub errors: AtomicU64,
+    failing: Mutex<Option<String>>,
+}
+
+impl ActionLog {
+    /// Replays `path`, compacts it, and opens it for appending.
+    pub fn open(path: &Path) -> std::io::Result<(ActionLog, Replay)> {
+        let replay = replay(path)?;
+        compact(path, &replay)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok((
+            ActionLog {
+                path: path.to_path_buf(),
+                file: Mutex::new(Some(file)),
+                errors: AtomicU64::new(0),
+                failing: Mutex::new(None),
+            },
+            replay,
+        ))
+    }
+
+    /// Appends `records` with one write and one fsync. A failure is logged once per outage,
+    /// counted and returned; the caller carries on in memory.
+    pub fn append(&self, records: &[Record]) -> Result<(), String> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = Vec::with_capacity(records.len() * 256);
+        for r in records {
+            serde_json::to_writer(&mut bytes, r).expect("records serialize");
+            bytes.push(b'\n');
+        }
+        let mut guard = self.file.lock().unwrap();
+        let result = (|| {
+            if guard.is_none() {
+                *guard = Some(
+                    OpenOptions::new()
+                        .append(true)
+                        .create(true)
+                        .mode(0o600)
+                        .open(&self.path)?,
+                );
+            }
+            let file = guard.as_mut().expect("opened above");
+            let len = file.metadata()?.len();
+            if let Err(e) = file.write_all(&bytes) {
+                let _ = file.set_len(len);
+                return Err(e);
+            }
+            file.sync_data()
+        })();
+        let mut failing = self.failing.lock().unwrap();
+        match result {
+            Ok(()) => {
+                if let Some(cause) = failing.take() {
+                    tracing::info!(previous = %cause, "actions journal writes recovered");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                *guard = None;
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                let cause = e.to_string();
+                if failing.is_none() {
+                    tracing::error!(
+                        journal = %self.path.display(),
+                        "actions journal write failed: {cause}; actions kept in memory"
+                    );
+                }
+                *failing = Some(cause.clone());
+                Err(cause)
+            }
+        }
+    }
+
+    /// `ok`, or `failing: CAUSE`.
+    pub fn status(&self) -> String {
+        match &*self.failing.lock().unwrap() {
+            None => "ok".into(),
+            Some(cause) => format!("failing: {cause}"),
+        }
+    }
+}
+
+/// Reads `path` (absent = empty) into the live actions, next id and evaluation mark.
+pub fn replay(path: &Path) -> std::io::Result<Replay> {
+    let mut out = Replay {
+        next_id: 1,
+        ..Replay::default()
+    };
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    out.existed = true;
+    for line in BufReader::new(file).split(b'\n') {
+        let line = line?;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(r) = serde_json::from_slice::<Record>(&line) else {
+            out.skipped += 1;
+            continue;
+        };
+        if let Some(seq) = r.evaluated {
+            out.evaluated = Some(out.evaluated.unwrap_or(0).max(seq));
+        }
+        let (Some(id), Some(state)) = (r.id, r.state) else {
+            continue;
+        };
+        out.next_id = out.next_id.max(id + 1);
+        if let (Some(action), Some(message)) = (r.action, r.message) {
+            out.live.insert(
+                id,
+                LiveAction {
+                    action,
+                    message,
+                    state,
+                },
+            );
+        } else if let Some(live) = out.live.get_mut(&id) {
+            live.state = state;
+        }
+    }
+    out.live.retain(|_, a| {
+        matches!(
+            a.state,
+            ActionState::Queued | ActionState::Pending | ActionState::Approved
+        )
+    });
+    Ok(out)
+}
+
+/// Rewrites `path` with only the live actions, the next id and the mark.
+fn compact(path: &Path, replay: &Replay) -> std::io::Result<()> {
+    if !replay.existed {
+        return Ok(());
+    }
+    let mut text = Vec::new();
+    for live in replay.live.values() {
+        let r = Record::created(&live.action, live.state, &live.message);
+        serde_json::to_writer(&mut text, &r).expect("records serialize");
+        text.push(b'\n');
+    }
+    // Keeps the id counter when nothing is live.
+    if replay.next_id > 1 && !replay.live.contains_key(&(replay.next_id - 1)) {
+        let r = Record {
+            at: Some(Utc::now()),
+            id: Some(replay.next_id - 1),
+            state: Some(ActionState::Done),
+            reason: Some("compacted".into()),
+            ..Record::default()
+        };
+        serde_json::to_writer(&mut text, &r).expect("records serialize");
+        text.push(b'\n');
+    }
+    if let Some(seq) = replay.evaluated {
+        let r = Record {
+            at: Some(Utc::now()),
+            evaluated: Some(seq),
+            ..Record::default()
+        };
+        serde_json::to_writer(&mut text, &r).expect("records serialize");
+        text.push(b'\n');
+    }
+    crate::config::write_atomic(path, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::Mode;
+    use crate::message::NewMessage;
+
+    fn action(id: ActionId, mode: Mode) -> (Action, Message) {
+        let now = Utc::now();
+        let msg = Message::from_new(NewMessage::new("s", "c", "x"), id, now);
+        let a = Action {
+            id,
+            rule: "r".into(),
+            mode,
+            seq: id,
+            prompt: "p".into(),
+            tools: vec![],
+            created: now,
+            expires: None,
+        };
+        (a, msg)
+    }
+
+    #[test]
+    fn replay_keeps_live_actions_and_compacts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("actions.jsonl");
+        let now = Utc::now();
+        {
+            let (log, replay) = ActionLog::open(&path).unwrap();
+            assert!(!replay.existed);
+            assert_eq!(replay.next_id, 1);
+            let (a1, m1) = action(1, Mode::Confirm);
+            let (a2, m2) = action(2, Mode::Auto);
+            let (a3, m3) = action(3, Mode::Notify);
+            log.append(&[
+                Record::created(&a1, ActionState::Pending, &m1),
+                Record::created(&a2, ActionState::Queued, &m2),
+                Record::created(&a3, ActionState::Queued, &m3),
+                Record {
+                    evaluated: Some(3),
+                    ..Record::default()
+                },
+            ])
+            .unwrap();
+            log.append(&[Record::transition(3, ActionState::Delivered, now)])
+                .unwrap();
+        }
+        // A torn line, as after kill -9.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"id\":4,\"sta").unwrap();
+        drop(f);
+
+        let (_, replay) = ActionLog::open(&path).unwrap();
+        assert_eq!(replay.live.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(replay.live[&1].state, ActionState::Pending);
+        assert_eq!(replay.next_id, 4);
+        assert_eq!(replay.evaluated, Some(3));
+        assert_eq!(replay.skipped, 1);
+        // Compacted: the live actions, the id counter and the mark; replays the same.
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        assert_eq!(lines, 4);
+        let (_, again) = ActionLog::open(&path).unwrap();
+        assert_eq!(again.live.len(), 2);
+        assert_eq!(again.next_id, 4);
+        assert_eq!(again.evaluated, Some(3));
+        assert_eq!(again.skipped, 0);
+    }
+}

@@ -1,0 +1,253 @@
+//! Actions and live rules through the real binary: hot reload by rename and in-place write,
+//! invalid saves, confirms across restart and past expiry, and bounded queues under a burst.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::util::*;
+
+fn rule_names(sb: &Switchboard) -> Vec<String> {
+    let r = control(sb.home.path(), json!({"cmd": "rules"}));
+    r["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn stats(sb: &Switchboard) -> Value {
+    control(sb.home.path(), json!({"cmd": "stats"}))["result"].clone()
+}
+
+/// The rules that fired for `seq`, from `actions.jsonl`.
+fn fired_for(sb: &Switchboard, seq: u64) -> Vec<String> {
+    action_records(sb.home.path())
+        .iter()
+        .filter(|r| r["action"]["seq"] == seq)
+        .map(|r| r["action"]["rule"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const RULE_A: &str = r#"{"rules": [{"name": "rule-a", "channel": "a"}]}"#;
+const RULE_B: &str = r#"{"rules": [{"name": "rule-b", "channel": "b"}]}"#;
+
+fn saves_apply_within_a_second(in_place: bool) {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULE_A);
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    assert_eq!(rule_names(&sb), ["rule-a"]);
+    let seq = send_messages(&home, &[("b", "before")])[0];
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(fired_for(&sb, seq).is_empty(), "rule-b does not exist yet");
+
+    let saved = Instant::now();
+    if in_place {
+        std::fs::write(home.join("triggers.json"), RULE_B).unwrap();
+    } else {
+        // What editors do: write a temporary file, rename it over the old one.
+        let tmp = home.join(".triggers.json.swp");
+        std::fs::write(&tmp, RULE_B).unwrap();
+        std::fs::rename(&tmp, home.join("triggers.json")).unwrap();
+    }
+    eventually(
+        Duration::from_secs(1),
+        "rule-b live within 1 s of the save",
+        || (rule_names(&sb) == ["rule-b"]).then_some(()),
+    );
+    let seq = send_messages(&home, &[("b", "after")])[0];
+    eventually(
+        Duration::from_secs(1),
+        "rule-b fires for the next message",
+        || (fired_for(&sb, seq) == ["rule-b"]).then_some(()),
+    );
+    assert!(saved.elapsed() < Duration::from_secs(2));
+    let report = &stats(&sb)["last_reload"];
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["source"], "file");
+}
+
+#[test]
+fn a_save_by_rename_applies_to_the_next_message_within_a_second() {
+    saves_apply_within_a_second(false);
+}
+
+#[test]
+fn a_save_in_place_applies_to_the_next_message_within_a_second() {
+    saves_apply_within_a_second(true);
+}
+
+#[test]
+fn an_invalid_save_keeps_the_old_rules_and_shows_the_error() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULE_A);
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    std::fs::write(
+        home.join("triggers.json"),
+        "{\"rules\": [\n  {\"name\": \"rule-b\", \"chanel\": \"b\"}\n]}",
+    )
+    .unwrap();
+    let report = eventually(
+        Duration::from_secs(2),
+        "the failed reload is reported",
+        || {
+            let r = stats(&sb)["last_reload"].clone();
+            (r["ok"] == false).then_some(r)
+        },
+    );
+    assert_eq!(report["source"], "kept");
+    assert_eq!(report["errors"][0]["code"], "unknown_key");
+    assert_eq!(report["errors"][0]["line"], 2);
+    assert_eq!(report["errors"][0]["column"], 22);
+    assert!(
+        report["message"].as_str().unwrap().contains("stay live"),
+        "{report}"
+    );
+    assert_eq!(rule_names(&sb), ["rule-a"], "old rules still live");
+    let seq = send_messages(&home, &[("a", "still works")])[0];
+    eventually(Duration::from_secs(1), "rule-a still fires", || {
+        (fired_for(&sb, seq) == ["rule-a"]).then_some(())
+    });
+    assert!(
+        sb.log().contains("did you mean `channel`"),
+        "logged:\n{}",
+        sb.log()
+    );
+    // The explicit reload says the same, and exits non-zero.
+    let out = sb.cli(&["rules", "reload"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown key `chanel`"),
+        "{}",
+        stderr(&out)
+    );
+    // Deleting the file keeps the rules too.
+    std::fs::remove_file(home.join("triggers.json")).unwrap();
+    eventually(Duration::from_secs(2), "the deletion is reported", || {
+        let r = stats(&sb)["last_reload"].clone();
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("is gone")
+            .then_some(())
+    });
+    assert_eq!(rule_names(&sb), ["rule-a"]);
+}
+
+const CONFIRM: &str = r#"{"rules": [{"name": "ask", "channel": "alerts/*", "mode": "confirm",
+    "prompt": "look at {{content}}", "confirmTimeout": "CT"}]}"#;
+
+#[test]
+fn pending_confirms_survive_a_restart_with_their_expiry() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", &CONFIRM.replace("CT", "1h"));
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    send_messages(
+        &home,
+        &[("alerts/critical", "db down"), ("alerts/warn", "disk")],
+    );
+    let before = eventually(Duration::from_secs(2), "two pending confirms", || {
+        let p = stats(&sb)["pending_confirms"].clone();
+        (p.as_array().unwrap().len() == 2).then_some(p)
+    });
+    sb.kill9();
+    sb.spawn();
+    let after = stats(&sb)["pending_confirms"].clone();
+    assert_eq!(
+        after, before,
+        "same ids, rules and original expiry after kill -9"
+    );
+    // And they can still be answered; ids continue.
+    let id = before[0]["id"].as_u64().unwrap();
+    let out = sb.cli(&["confirm", &id.to_string(), "yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seq = send_messages(&home, &[("alerts/critical", "again")])[0];
+    let new_id = eventually(Duration::from_secs(2), "a new confirm", || {
+        action_records(&home)
+            .iter()
+            .find(|r| r["action"]["seq"] == seq)
+            .and_then(|r| r["id"].as_u64())
+    });
+    assert_eq!(new_id, 3, "action ids continue after a restart");
+    assert!(sb.terminate().success());
+}
+
+#[test]
+fn a_confirm_past_its_expiry_cannot_be_approved() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", &CONFIRM.replace("CT", "1s"));
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    send_messages(&home, &[("alerts/critical", "db down")]);
+    let id = eventually(Duration::from_secs(2), "a pending confirm", || {
+        stats(&sb)["pending_confirms"][0]["id"].as_u64()
+    });
+    // The timer expires it without anyone asking.
+    eventually(
+        Duration::from_secs(3),
+        "expired record written by the timer",
+        || {
+            action_records(&home)
+                .iter()
+                .any(|r| r["id"] == id && r["state"] == "expired")
+                .then_some(())
+        },
+    );
+    let out = sb.cli(&["confirm", &id.to_string(), "yes"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("expired"), "{}", stderr(&out));
+    assert!(
+        stats(&sb)["pending_confirms"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // Also after a restart.
+    sb.kill9();
+    sb.spawn();
+    let out = sb.cli(&["confirm", &id.to_string(), "yes"]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn a_burst_into_a_full_queue_is_recorded_as_dropped_with_memory_bounded() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "nudge", "channel": "burst"}]}"#,
+    );
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    let body: Vec<(&str, String)> = (0..1000)
+        .map(|i| ("burst", format!("message {i}")))
+        .collect();
+    for _ in 0..10 {
+        let batch: Vec<(&str, &str)> = body.iter().map(|(c, t)| (*c, t.as_str())).collect();
+        send_messages(&home, &batch);
+    }
+    let delivery = eventually(Duration::from_secs(30), "10,000 evaluated", || {
+        let s = stats(&sb);
+        (s["evaluated"] == 10_000).then(|| s["delivery"].clone())
+    });
+    assert_eq!(delivery["nudges_undelivered"], 64);
+    assert_eq!(delivery["dropped"]["notify"], 10_000 - 64);
+    let records = action_records(&home);
+    let count = |state: &str| records.iter().filter(|r| r["state"] == state).count();
+    assert_eq!(count("queued"), 64);
+    assert_eq!(count("dropped"), 10_000 - 64);
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", sb.pid()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(
+        rss_kib < 64 * 1024,
+        "resident memory {rss_kib} KiB after the burst"
+    );
+    assert!(sb.log().contains("actions dropped"), "the drop is logged");
+}
