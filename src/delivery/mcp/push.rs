@@ -1,0 +1,151 @@
+//! Push to one MCP session, best effort and never the only path: the wait tool delivers
+//! everything pushed here too, so a failed or refused push changes nothing else.
+//!
+//! - `notifications/claude/channel` for each new item, when the client is Claude Code
+//!   (`clientInfo.name` contains `claude`) or the config says `always`: `content` is the
+//!   prompt, `meta` a flat map of identifier keys to strings.
+//! - `notifications/message` (logger `switchboard.inbox`) for each new item.
+//! - `notifications/resources/updated` for `switchboard://inbox` on each commit, when the
+//!   client subscribed to it.
+//!
+//! MCP logging is deprecated by SEP-2577 (hence the `allow`), but the 2025-11-25 lifecycle
+//! we speak still has it, and hosts show these messages.
+
+#![allow(deprecated)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CustomNotification, LoggingLevel, LoggingMessageNotificationParam,
+    ResourceUpdatedNotificationParam, ServerNotification,
+};
+use rmcp::service::{Peer, RoleServer};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use super::{INBOX_URI, Session};
+use crate::app::App;
+use crate::config::PushPolicy;
+use crate::delivery::{Item, ItemKind};
+
+/// The method of Claude Code's channel notification.
+pub const CLAUDE_CHANNEL: &str = "notifications/claude/channel";
+
+/// Whether `client` gets `notifications/claude/channel` under `policy`.
+pub fn wants_claude_channel(policy: PushPolicy, client: &str) -> bool {
+    match policy {
+        PushPolicy::Always => true,
+        PushPolicy::Never => false,
+        PushPolicy::Auto => client.to_ascii_lowercase().contains("claude"),
+    }
+}
+
+/// The flat, string-only meta of a channel notification.
+pub fn channel_meta(item: &Item) -> BTreeMap<&'static str, String> {
+    let mode = match item.kind {
+        ItemKind::Nudge => "notify",
+        ItemKind::ConfirmRequest => "confirm",
+        ItemKind::Auto | ItemKind::Approved => "auto",
+    };
+    let kind = serde_json::to_value(item.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut meta = BTreeMap::from([
+        ("seq", item.message.seq.to_string()),
+        ("action_id", item.action_id.to_string()),
+        ("rule", item.rule.clone()),
+        ("mode", mode.to_string()),
+        ("kind", kind),
+        ("channel", item.message.channel.clone()),
+        ("server", item.message.server.clone()),
+    ]);
+    if let Some(expires) = item.expires_at {
+        meta.insert("expires_at", crate::message::format_timestamp(expires));
+    }
+    meta
+}
+
+/// Starts the push task of one session; it ends with `token` or when the client is gone.
+pub(super) fn spawn(
+    app: Arc<App>,
+    session: Arc<Mutex<Session>>,
+    client: String,
+    peer: Peer<RoleServer>,
+    token: CancellationToken,
+) {
+    let claude = wants_claude_channel(app.config.mcp.claude_channel, &client);
+    let mut items = app.hub.subscribe();
+    let mut committed = app.inbox.committed();
+    let tracker = app.tasks.clone();
+    tracker.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => break,
+                got = items.recv() => match got {
+                    Ok(item) => {
+                        let quiet = session.lock().unwrap().quiet;
+                        if !push_item(&peer, &item, claude, quiet).await {
+                            break;
+                        }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::debug!(client = %client, skipped = n, "push lagged; the wait tool still has every item");
+                    }
+                    Err(RecvError::Closed) => break,
+                },
+                changed = committed.changed() => {
+                    if changed.is_err() { break }
+                    let subscribed = session.lock().unwrap().subscribed;
+                    if subscribed
+                        && peer
+                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(INBOX_URI))
+                            .await
+                            .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::debug!(client = %client, "push task ended");
+    });
+}
+
+/// Pushes one item; false when the client is gone.
+async fn push_item(peer: &Peer<RoleServer>, item: &Item, claude: bool, quiet: bool) -> bool {
+    if claude {
+        let params = serde_json::json!({
+            "content": item.prompt,
+            "meta": channel_meta(item),
+        });
+        let note = ServerNotification::CustomNotification(CustomNotification::new(
+            CLAUDE_CHANNEL,
+            Some(params),
+        ));
+        if peer.send_notification(note).await.is_err() {
+            return false;
+        }
+    }
+    if quiet {
+        return true;
+    }
+    let data = serde_json::json!({
+        "kind": item.kind,
+        "action_id": item.action_id,
+        "rule": item.rule,
+        "seq": item.message.seq,
+        "channel": item.message.channel,
+        "server": item.message.server,
+        "prompt": item.prompt,
+    });
+    #[allow(deprecated)]
+    let sent = peer
+        .notify_logging_message(
+            LoggingMessageNotificationParam::new(LoggingLevel::Info, data)
+                .with_logger("switchboard.inbox"),
+        )
+        .await;
+    sent.is_ok()
+}
