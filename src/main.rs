@@ -14,7 +14,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(switchboard::cli::run(cli)) {
+    let result = runtime.block_on(switchboard::cli::run(cli));
+    // A blocking stdin read (a terminal, a file) must not hold the exit: everything that
+    // matters (journal, state) was flushed by `serve` before it returned.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");

@@ -7,5 +7,6 @@ mod integration {
     mod cli;
     mod inbox;
     mod lifecycle;
+    mod mcp;
     mod rules;
 }

@@ -23,12 +23,12 @@ use axum::http::{Request, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientRequest,
-    ErrorData, Implementation, InitializeRequestParams, InitializeResult,
-    JsonRpcMessage, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ResourcesCapability, ServerCapabilities, ServerConfig, ServerJsonRpcMessage,
-    SubscribeRequestParams, ToolsCapability, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientRequest, ErrorData,
+    Implementation, InitializeRequestParams, InitializeResult, JsonRpcMessage, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourcesCapability,
+    ServerCapabilities, ServerConfig, ServerJsonRpcMessage, SubscribeRequestParams,
+    ToolsCapability, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::transport::Transport;
@@ -113,8 +113,7 @@ pub fn server_config() -> ServerConfig {
     info.protocol_version = ProtocolVersion::V_2025_11_25;
     let mut implementation = Implementation::new("switchboard", env!("CARGO_PKG_VERSION"));
     implementation.title = Some("switchboard".into());
-    implementation.description =
-        Some("rules-driven trigger engine around channel messages".into());
+    implementation.description = Some("rules-driven trigger engine around channel messages".into());
     info.server_info = implementation;
     info.instructions = Some(INSTRUCTIONS.into());
     info
@@ -329,8 +328,10 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for DiscoverGuard<T> {
 
 /// Serves MCP over stdio until the client closes stdin or `shutdown` fires.
 pub async fn serve_stdio(app: Arc<App>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // Non-blocking pipes when the host gave us FIFOs (it does): no reader thread left
+    // blocked on stdin at exit.
     let transport = rmcp::transport::IntoTransport::<RoleServer, _, _>::into_transport(
-        rmcp::transport::stdio(),
+        rmcp::transport::stdio_pipes(),
     );
     let running = McpServer::new(app)
         .serve(DiscoverGuard::new(transport))
@@ -391,5 +392,6 @@ async fn refuse_discover(request: Request<Body>, next: Next) -> Response {
         )
             .into_response();
     }
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }

@@ -242,7 +242,10 @@ pub fn list() -> Vec<Tool> {
 fn args<T: DeserializeOwned>(request: &CallToolRequestParams) -> Result<T, ErrorData> {
     let value = Value::Object(request.arguments.clone().unwrap_or_default());
     serde_json::from_value(value).map_err(|e| {
-        ErrorData::invalid_params(format!("invalid arguments for `{}`: {e}", request.name), None)
+        ErrorData::invalid_params(
+            format!("invalid arguments for `{}`: {e}", request.name),
+            None,
+        )
     })
 }
 
@@ -320,7 +323,9 @@ pub async fn call(
         "inbox_pull" => {
             let a: PullArgs = args(&request)?;
             let consumer = server.consumer(a.consumer.as_deref());
-            let mut after = a.since_seq.unwrap_or_else(|| app.state.cursor_or_boot(&consumer));
+            let mut after = a
+                .since_seq
+                .unwrap_or_else(|| app.state.cursor_or_boot(&consumer));
             let limit = a.limit.clamp(1, 1000);
             let mut out = Vec::new();
             while out.len() < limit {
@@ -349,7 +354,9 @@ pub async fn call(
         }
         "channel_list" => {
             let a: ListArgs = args(&request)?;
-            let messages = app.inbox.recent(a.channel.as_deref(), a.limit.clamp(1, 1000));
+            let messages = app
+                .inbox
+                .recent(a.channel.as_deref(), a.limit.clamp(1, 1000));
             Ok(ok(json!({
                 "messages": messages.iter().map(|m| message_json(m)).collect::<Vec<_>>(),
                 "last_seq": app.inbox.last_seq(),
@@ -360,7 +367,9 @@ pub async fn call(
             let consumer = server.consumer(a.consumer.as_deref());
             let last_seq = app.inbox.last_seq();
             app.state.set_cursor(&consumer, last_seq);
-            Ok(ok(json!({"consumer": consumer, "cursor": last_seq, "unread": 0})))
+            Ok(ok(
+                json!({"consumer": consumer, "cursor": last_seq, "unread": 0}),
+            ))
         }
         "channel_confirm" => {
             let a: ConfirmArgs = args(&request)?;
@@ -462,7 +471,9 @@ async fn wait(
             self.0.fetch_sub(1, Ordering::Relaxed);
         }
     }
-    app.metrics.wait_calls_in_flight.fetch_add(1, Ordering::Relaxed);
+    app.metrics
+        .wait_calls_in_flight
+        .fetch_add(1, Ordering::Relaxed);
     let _in_flight = InFlight(&app.metrics.wait_calls_in_flight);
 
     let progress = context.meta.get_progress_token().map(|token| {

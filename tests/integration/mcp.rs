@@ -1,0 +1,773 @@
+//! The MCP server through rmcp's own client, over stdio (a child process) and streamable HTTP,
+//! plus raw JSON-RPC regression tests of what real hosts send.
+
+#![allow(deprecated)] // MCP logging (SEP-2577), which the server still sends
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, CustomNotification, Implementation,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Value, json};
+
+use super::util::*;
+
+/// What a client saw: `(method, params)` of each notification, in arrival order.
+type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// A client that records its notifications.
+#[derive(Clone)]
+struct Recorder {
+    name: String,
+    seen: Seen,
+}
+
+impl Recorder {
+    fn new(name: &str) -> Recorder {
+        Recorder {
+            name: name.into(),
+            seen: Seen::default(),
+        }
+    }
+
+    fn methods(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(m, _)| m.clone())
+            .collect()
+    }
+}
+
+impl ClientHandler for Recorder {
+    fn get_info(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new(self.name.clone(), "1.0.0"),
+        );
+        config.protocol_version = ProtocolVersion::V_2025_11_25;
+        config
+    }
+
+    async fn on_custom_notification(
+        &self,
+        n: CustomNotification,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        let params = n.params.clone().unwrap_or(Value::Null);
+        self.seen.lock().unwrap().push((n.method.clone(), params));
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        p: LoggingMessageNotificationParam,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        let v = serde_json::to_value(&p).unwrap();
+        self.seen
+            .lock()
+            .unwrap()
+            .push(("notifications/message".into(), v));
+    }
+
+    async fn on_progress(
+        &self,
+        p: ProgressNotificationParam,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        let v = serde_json::to_value(&p).unwrap();
+        self.seen
+            .lock()
+            .unwrap()
+            .push(("notifications/progress".into(), v));
+    }
+}
+
+type Client = RunningService<RoleClient, Recorder>;
+
+/// A switchboard home plus a way to connect clients to it.
+struct Harness {
+    sb: Switchboard,
+    http: bool,
+}
+
+impl Harness {
+    /// HTTP: a running server; stdio: a home only (each client spawns its own server).
+    fn new(http: bool, triggers: Option<&str>) -> Harness {
+        let mut sb = Switchboard::new();
+        if let Some(t) = triggers {
+            sb.write("triggers.json", t);
+        }
+        if http {
+            sb.spawn();
+        }
+        Harness { sb, http }
+    }
+
+    async fn connect(&self, name: &str) -> (Client, Recorder) {
+        let recorder = Recorder::new(name);
+        let client = if self.http {
+            let url = self.sb.mcp_url.clone().expect("mcp url");
+            recorder
+                .clone()
+                .serve(StreamableHttpClientTransport::from_uri(url))
+                .await
+                .expect("http client connects")
+        } else {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.sb.home.path().join("test-server.log"))
+                .unwrap();
+            let mut cmd = tokio::process::Command::new(bin());
+            cmd.arg("--home")
+                .arg(self.sb.home.path())
+                .args(["serve", "--no-listen"]);
+            let (transport, _) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("spawn stdio server");
+            recorder
+                .clone()
+                .serve(transport)
+                .await
+                .expect("stdio client connects")
+        };
+        (client, recorder)
+    }
+
+    fn send(&self, channel: &str, content: &str) -> u64 {
+        send_messages(self.sb.home.path(), &[(channel, content)])[0]
+    }
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> (Value, bool) {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    params.arguments = args.as_object().cloned();
+    let result = client.call_tool(params).await.expect("tool call answered");
+    let v = result
+        .structured_content
+        .clone()
+        .expect("structured content");
+    // The text content says the same as the structured content.
+    let text = serde_json::to_value(&result.content[0]).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v);
+    (v, result.is_error == Some(true))
+}
+
+async fn wait(client: &Client, timeout_s: f64) -> Value {
+    call(
+        client,
+        "wait_for_inbound_message",
+        json!({"timeout_s": timeout_s}),
+    )
+    .await
+    .0
+}
+
+fn kinds(v: &Value) -> Vec<(String, String)> {
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["kind"].as_str().unwrap().to_string(),
+                i["message"]["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+async fn tools_are_listed_with_schemas(http: bool) {
+    let h = Harness::new(http, None);
+    let (client, _) = h.connect("copilot").await;
+    let info = client.peer_info().expect("server info");
+    let server = info.server_info.clone().expect("serverInfo");
+    assert_eq!(server.name, "switchboard");
+    assert_eq!(server.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(info.protocol_version, ProtocolVersion::V_2025_11_25);
+    assert!(
+        info.instructions
+            .as_deref()
+            .unwrap()
+            .contains("wait_for_inbound_message")
+    );
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    for want in [
+        "wait_for_inbound_message",
+        "inbox_pull",
+        "channel_list",
+        "channel_ack",
+        "channel_confirm",
+        "channel_run",
+        "channel_pause",
+        "channel_resume",
+        "rules_list",
+        "rules_reload",
+        "inbox_stats",
+    ] {
+        assert!(
+            names.contains(&want.to_string()),
+            "missing {want}: {names:?}"
+        );
+    }
+    for t in &tools {
+        assert_eq!(t.input_schema["type"], "object", "{}", t.name);
+        assert!(
+            t.description
+                .as_deref()
+                .unwrap()
+                .contains("wait_for_inbound_message"),
+            "{}",
+            t.name
+        );
+        assert!(t.annotations.is_some(), "{}", t.name);
+        assert!(format!("switchboard-{}", t.name).len() <= 64);
+    }
+    let wait = tools
+        .iter()
+        .find(|t| t.name == "wait_for_inbound_message")
+        .unwrap();
+    assert_eq!(
+        wait.input_schema["properties"]["timeout_s"]["type"],
+        "number"
+    );
+    let confirm = tools.iter().find(|t| t.name == "channel_confirm").unwrap();
+    assert_eq!(confirm.input_schema["required"], json!(["id"]));
+    let list = tools.iter().find(|t| t.name == "channel_list").unwrap();
+    assert_eq!(
+        list.annotations.as_ref().unwrap().read_only_hint,
+        Some(true)
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_tools_are_listed_with_schemas() {
+    tools_are_listed_with_schemas(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_tools_are_listed_with_schemas() {
+    tools_are_listed_with_schemas(true).await;
+}
+
+async fn wait_times_out_empty_and_wakes_on_commit(http: bool) -> Vec<Duration> {
+    let h = Harness::new(http, None);
+    let (client, recorder) = h.connect("copilot").await;
+    let start = Instant::now();
+    let v = wait(&client, 2.5).await;
+    let waited = start.elapsed();
+    assert!(v["items"].as_array().unwrap().is_empty());
+    assert!(
+        waited >= Duration::from_millis(2450),
+        "returned early: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(
+        v["note"]
+            .as_str()
+            .unwrap()
+            .contains("wait_for_inbound_message again"),
+        "{v}"
+    );
+    assert!(
+        recorder
+            .methods()
+            .iter()
+            .any(|m| m == "notifications/progress"),
+        "progress while waiting: {:?}",
+        recorder.methods()
+    );
+
+    // A message committed while a wait is pending comes back within milliseconds.
+    let client = Arc::new(client);
+    let mut latencies = Vec::new();
+    for i in 0..20 {
+        let c = client.clone();
+        let pending = tokio::spawn(async move { wait(&c, 10.0).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let home = h.sb.home.path().to_path_buf();
+        let sent = tokio::task::spawn_blocking(move || {
+            let seq = send_messages(&home, &[("ci/main", &format!("build {i} failed"))])[0];
+            (seq, Instant::now())
+        })
+        .await
+        .unwrap();
+        let v = pending.await.unwrap();
+        latencies.push(sent.1.elapsed());
+        let items = v["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{v}");
+        assert_eq!(items[0]["kind"], "nudge");
+        assert_eq!(items[0]["message"]["seq"], sent.0);
+        assert_eq!(items[0]["message"]["server"], "test");
+        assert_eq!(items[0]["message"]["channel"], "ci/main");
+        assert_eq!(v["cursor"], sent.0);
+        assert_eq!(v["unread"], 0);
+    }
+    latencies.sort();
+    let p50 = latencies[latencies.len() / 2];
+    assert!(
+        p50 < Duration::from_millis(250),
+        "median wake-up {p50:?}: {latencies:?}"
+    );
+    latencies
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_wait_times_out_empty_and_wakes_on_commit() {
+    let l = wait_times_out_empty_and_wakes_on_commit(false).await;
+    eprintln!("stdio wake-up latencies (send acked → wait returned): {l:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_wait_times_out_empty_and_wakes_on_commit() {
+    let l = wait_times_out_empty_and_wakes_on_commit(true).await;
+    eprintln!("http wake-up latencies (send acked → wait returned): {l:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pending_wait_does_not_block_other_requests() {
+    let h = Harness::new(true, None);
+    let (client, _) = h.connect("copilot").await;
+    let client = Arc::new(client);
+    let c = client.clone();
+    let pending = tokio::spawn(async move { wait(&c, 3.0).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let start = Instant::now();
+    let (stats, _) = call(&client, "inbox_stats", json!({})).await;
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "stats answered during the wait"
+    );
+    assert_eq!(stats["consumer"]["name"], "copilot");
+    assert!(!pending.is_finished());
+    pending.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_consumers_each_get_their_nudges() {
+    let h = Harness::new(true, None);
+    let (alpha, _) = h.connect("alpha").await;
+    let (beta, _) = h.connect("beta").await;
+    h.send("alerts/x", "one");
+    h.send("alerts/x", "two");
+    let a = wait(&alpha, 2.0).await;
+    assert_eq!(
+        kinds(&a),
+        [
+            ("nudge".into(), "one".into()),
+            ("nudge".into(), "two".into())
+        ]
+    );
+    assert!(
+        wait(&alpha, 0.2).await["items"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "once per consumer"
+    );
+    let b = wait(&beta, 2.0).await;
+    assert_eq!(kinds(&b).len(), 2, "beta still gets them: {b}");
+    // The consumer argument overrides the client name.
+    let c = call(
+        &alpha,
+        "wait_for_inbound_message",
+        json!({"timeout_s": 1, "consumer": "gamma"}),
+    )
+    .await
+    .0;
+    assert_eq!(kinds(&c).len(), 2);
+}
+
+const CONFIRM: &str = r#"{"rules": [
+  {"name": "ask", "channel": "alerts/*", "mode": "confirm", "prompt": "Investigate: {{content}}",
+   "tools": ["view"], "confirmTimeout": "TIMEOUT"},
+  {"name": "auto-ci", "channel": "ci/*", "mode": "auto", "prompt": "Fix {{content}}", "tools": ["github__*"]}
+]}"#;
+
+async fn confirm_answers(http: bool) {
+    let h = Harness::new(http, Some(&CONFIRM.replace("TIMEOUT", "30m")));
+    let (client, _) = h.connect("copilot").await;
+    h.send("alerts/critical", "db down");
+    h.send("alerts/critical", "disk full");
+    let v = wait(&client, 2.0).await;
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{v}");
+    assert_eq!(items[0]["kind"], "confirm_request");
+    assert!(items[0]["expires_at"].as_str().unwrap().ends_with('Z'));
+    let (first, second) = (
+        items[0]["action_id"].as_u64().unwrap(),
+        items[1]["action_id"].as_u64().unwrap(),
+    );
+
+    let (yes, err) = call(
+        &client,
+        "channel_confirm",
+        json!({"id": first, "decision": "yes"}),
+    )
+    .await;
+    assert!(!err);
+    assert_eq!(yes["approved"], true);
+    assert_eq!(yes["prompt"], "Investigate: db down");
+    assert_eq!(yes["tools"], json!(["view"]));
+    assert_eq!(yes["message"]["content"], "db down");
+    let (no, err) = call(
+        &client,
+        "channel_confirm",
+        json!({"id": second, "decision": "no"}),
+    )
+    .await;
+    assert!(!err);
+    assert_eq!(no["approved"], false);
+    let (again, err) = call(&client, "channel_confirm", json!({"id": first})).await;
+    assert!(err);
+    assert!(
+        again["error"]
+            .as_str()
+            .unwrap()
+            .contains("already answered"),
+        "{again}"
+    );
+    let (unknown, err) = call(&client, "channel_confirm", json!({"id": 999})).await;
+    assert!(err);
+    assert!(
+        unknown["error"]
+            .as_str()
+            .unwrap()
+            .contains("no confirm request with id 999")
+    );
+    // An auto rule's prompt is work to run now.
+    h.send("ci/main", "the build");
+    let v = wait(&client, 2.0).await;
+    assert_eq!(v["items"][0]["kind"], "auto");
+    assert_eq!(v["items"][0]["prompt"], "Fix the build");
+    assert_eq!(v["items"][0]["tools"], json!(["github__*"]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_confirm_yes_no_unknown() {
+    confirm_answers(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_confirm_yes_no_unknown() {
+    confirm_answers(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_confirm_is_refused() {
+    let h = Harness::new(true, Some(&CONFIRM.replace("TIMEOUT", "1s")));
+    let (client, _) = h.connect("copilot").await;
+    h.send("alerts/critical", "db down");
+    let v = wait(&client, 2.0).await;
+    let id = v["items"][0]["action_id"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (r, err) = call(
+        &client,
+        "channel_confirm",
+        json!({"id": id, "decision": "yes"}),
+    )
+    .await;
+    assert!(err);
+    assert!(r["error"].as_str().unwrap().contains("expired"), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_stops_actions_and_resume_restarts_them() {
+    let h = Harness::new(true, None);
+    let (client, _) = h.connect("copilot").await;
+    let (p, _) = call(&client, "channel_pause", json!({})).await;
+    assert_eq!(p["paused"], true);
+    h.send("alerts/x", "while paused");
+    assert!(
+        wait(&client, 0.5).await["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let (list, _) = call(&client, "channel_list", json!({})).await;
+    assert_eq!(
+        list["messages"][0]["content"], "while paused",
+        "messages keep landing"
+    );
+    call(&client, "channel_resume", json!({})).await;
+    h.send("alerts/x", "after resume");
+    assert_eq!(
+        kinds(&wait(&client, 2.0).await),
+        [("nudge".into(), "after resume".into())]
+    );
+    let (stats, _) = call(&client, "inbox_stats", json!({})).await;
+    assert_eq!(stats["paused"], false);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rules_reload_reports_an_invalid_file() {
+    let h = Harness::new(true, Some(r#"{"rules": [{"name": "a"}]}"#));
+    let (client, _) = h.connect("copilot").await;
+    h.sb.write(
+        "triggers.json",
+        "{\"rules\": [{\"name\": \"a\", \"mode\": \"auto\"}]}",
+    );
+    let (r, err) = call(&client, "rules_reload", json!({})).await;
+    assert!(err, "an invalid file is an error result");
+    assert_eq!(r["ok"], false);
+    assert_eq!(r["source"], "kept");
+    let codes: Vec<_> = r["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["prompt_required", "auto_requires_tools"]);
+    assert_eq!(r["errors"][0]["line"], 1);
+    let (rules, _) = call(&client, "rules_list", json!({})).await;
+    assert_eq!(rules["rules"][0]["name"], "a");
+    assert_eq!(rules["rules"][0]["mode"], "notify", "old rules live");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_list_ack_and_run() {
+    let h = Harness::new(true, None);
+    let (client, _) = h.connect("copilot").await;
+    for (c, t) in [("alerts/a", "1"), ("ci/main", "2"), ("alerts/b/c", "3")] {
+        h.send(c, t);
+    }
+    let (pull, _) = call(
+        &client,
+        "inbox_pull",
+        json!({"channel": "alerts/*", "mark_read": false}),
+    )
+    .await;
+    let contents: Vec<_> = pull["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["1", "3"]);
+    assert_eq!(pull["unread"], 3);
+    let (pull, _) = call(&client, "inbox_pull", json!({"limit": 2})).await;
+    assert_eq!(pull["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(pull["unread"], 1);
+    let (ack, _) = call(&client, "channel_ack", json!({})).await;
+    assert_eq!(ack["unread"], 0);
+    let (run, _) = call(&client, "channel_run", json!({"seq": 2})).await;
+    assert_eq!(run["prompt"], "Investigate this test/ci/main event:\n\n2");
+    let (gone, err) = call(&client, "channel_run", json!({"seq": 99})).await;
+    assert!(
+        err && gone["error"]
+            .as_str()
+            .unwrap()
+            .contains("no message with seq 99")
+    );
+}
+
+async fn claude_channel_push_only_for_claude(http: bool) {
+    // One stdio server per home: over stdio the other client gets a home of its own.
+    let h = Harness::new(http, None);
+    let other = if http {
+        None
+    } else {
+        Some(Harness::new(false, None))
+    };
+    let (claude, claude_seen) = h.connect("claude-code").await;
+    let (copilot, copilot_seen) = other
+        .as_ref()
+        .unwrap_or(&h)
+        .connect("github-copilot-cli")
+        .await;
+    if let Some(o) = &other {
+        o.send("alerts/critical", "db down");
+    }
+    h.send("alerts/critical", "db down");
+    let params = eventually_async(Duration::from_secs(5), || {
+        claude_seen
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(m, _)| m == "notifications/claude/channel")
+            .map(|(_, p)| p.clone())
+    })
+    .await;
+    assert_eq!(
+        params["content"],
+        "Investigate this test/alerts/critical event:\n\ndb down"
+    );
+    let meta = params["meta"].as_object().unwrap();
+    for (k, v) in meta {
+        assert!(v.is_string(), "meta {k} is a string");
+        assert!(
+            k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "identifier key {k}"
+        );
+    }
+    assert_eq!(meta["channel"], "alerts/critical");
+    assert_eq!(meta["mode"], "notify");
+    assert_eq!(meta["seq"], "1");
+    // Both get notifications/message; only Claude gets the channel push.
+    eventually_async(Duration::from_secs(5), || {
+        copilot_seen
+            .methods()
+            .iter()
+            .any(|m| m == "notifications/message")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !copilot_seen
+            .methods()
+            .iter()
+            .any(|m| m == "notifications/claude/channel")
+    );
+    let logged = copilot_seen
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(m, _)| m == "notifications/message")
+        .unwrap()
+        .1
+        .clone();
+    assert_eq!(logged["logger"], "switchboard.inbox");
+    // The wait path still has the item for both.
+    assert_eq!(kinds(&wait(&claude, 1.0).await).len(), 1);
+    assert_eq!(kinds(&wait(&copilot, 1.0).await).len(), 1);
+}
+
+async fn eventually_async<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_claude_code_gets_the_channel_push_others_do_not() {
+    claude_channel_push_only_for_claude(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_claude_code_gets_the_channel_push_others_do_not() {
+    claude_channel_push_only_for_claude(true).await;
+}
+
+/// Regression: hosts probe `server/discover` first (Claude Code with this id, Copilot CLI with
+/// id 0 and no params). Answering it would move them to the lifecycle without push.
+#[test]
+fn server_discover_gets_32601_and_initialize_still_works() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--no-listen"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdin = std::cell::RefCell::new(child.stdin.take().unwrap());
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut exchange = |request: Value| -> Value {
+        writeln!(stdin.borrow_mut(), "{request}").unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON on stdout {line:?}: {e}"))
+    };
+    let claude = exchange(
+        json!({"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientCapabilities": {}}}}),
+    );
+    assert_eq!(claude["id"], "server-discover-probe-1");
+    assert_eq!(claude["error"]["code"], -32601);
+    let copilot = exchange(json!({"jsonrpc": "2.0", "id": 0, "method": "server/discover"}));
+    assert_eq!(copilot["id"], 0);
+    assert_eq!(copilot["error"]["code"], -32601);
+    let init = exchange(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "2.1.330"}}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(init["result"]["serverInfo"]["name"], "switchboard");
+    assert_eq!(
+        init["result"]["capabilities"]["experimental"]["claude/channel"],
+        json!({})
+    );
+    writeln!(
+        stdin.borrow_mut(),
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    // Claude also asks for prompts and resources: answered, never an error.
+    let prompts = exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"}));
+    assert_eq!(prompts["result"]["prompts"], json!([]));
+    let resources = exchange(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}));
+    assert_eq!(
+        resources["result"]["resources"][0]["uri"],
+        "switchboard://inbox"
+    );
+    drop(stdin.into_inner());
+    let status = wait_exit(&mut child, Duration::from_secs(5));
+    assert!(status.success(), "exits cleanly on EOF: {status}");
+}
+
+#[test]
+fn http_server_discover_gets_32601() {
+    let sb = Switchboard::start();
+    let url = sb.mcp_url.clone().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let body: Value = rt.block_on(async {
+        reqwest::Client::new()
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    assert_eq!(body["error"]["code"], -32601);
+    assert_eq!(body["id"], "server-discover-probe-1");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_stops_a_stdio_server_cleanly() {
+    let h = Harness::new(false, None);
+    let (client, _) = h.connect("claude-code").await;
+    h.send("a", "x");
+    let pid: u32 = std::fs::read_to_string(h.sb.home.path().join("endpoint.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v["pid"].as_u64())
+        .unwrap() as u32;
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let quit = tokio::time::timeout(Duration::from_secs(5), client.waiting()).await;
+    assert!(quit.is_ok(), "the session ends promptly after SIGINT");
+    assert!(
+        !h.sb.home.path().join("control.sock").exists(),
+        "cleaned up"
+    );
+}
