@@ -318,6 +318,10 @@ impl App {
             "last_reload": *self.last_reload.lock().unwrap(),
             "evaluated": self.state.evaluated(),
             "delivery": self.hub.stats(),
+            "wait_calls_in_flight": self
+                .metrics
+                .wait_calls_in_flight
+                .load(std::sync::atomic::Ordering::Relaxed),
             "pending_confirms": self.hub.pending_confirms().iter().map(|i| serde_json::json!({
                 "id": i.action_id,
                 "rule": i.rule,

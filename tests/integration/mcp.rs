@@ -300,8 +300,13 @@ async fn wait_times_out_empty_and_wakes_on_commit(http: bool) -> Vec<Duration> {
     for i in 0..20 {
         let c = client.clone();
         let pending = tokio::spawn(async move { wait(&c, 10.0).await });
-        tokio::time::sleep(Duration::from_millis(50)).await;
         let home = h.sb.home.path().to_path_buf();
+        let stats = home.clone();
+        eventually_async(Duration::from_secs(5), || {
+            let s = control(&stats, json!({"cmd": "stats"}));
+            (s["result"]["wait_calls_in_flight"] == 1).then_some(())
+        })
+        .await;
         let sent = tokio::task::spawn_blocking(move || {
             let seq = send_messages(&home, &[("ci/main", &format!("build {i} failed"))])[0];
             (seq, Instant::now())
