@@ -108,6 +108,7 @@ impl App {
         app.load_rules_at_boot();
         app.spawn_dispatcher(mark);
         app.spawn_expiry();
+        app.spawn_state_flusher();
         Ok(app)
     }
 
@@ -376,6 +377,13 @@ impl App {
         let hub = self.hub.clone();
         let token = self.shutdown.clone();
         self.tasks.spawn(async move { hub.run_expiry(token).await });
+    }
+
+    fn spawn_state_flusher(self: &Arc<App>) {
+        let state = self.state.clone();
+        let token = self.shutdown.clone();
+        self.tasks
+            .spawn(async move { state.run_flusher(token).await });
     }
 }
 

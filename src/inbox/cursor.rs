@@ -6,22 +6,26 @@
 //! seq the inbox had at boot, because replayed messages count as read.
 //!
 //! `state.json` also keeps the pause flag and the highest seq the engine has
-//! evaluated. Every write replaces the file atomically (tmp + fsync + rename);
-//! the evaluation mark, which moves with every message, is saved at most once
-//! a second and at [`StateStore::flush`].
+//! evaluated. Every write replaces the file atomically (tmp + fsync + rename).
+//! The pause flag is saved at once. Cursors and the evaluation mark move with
+//! every read and every message, so they are saved at most once a second (by
+//! [`StateStore::run_flusher`]) and at [`StateStore::flush`]: the replace costs
+//! two fsyncs and a rename, which must not sit on the path of a waiting
+//! consumer. A crash can lose the last second of cursor moves; those messages
+//! then count as unread again, never the other way round.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::write_atomic;
 use crate::message::Seq;
 
-/// The longest the evaluation mark goes unsaved.
-const EVALUATED_SAVE_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest a cursor move or the evaluation mark goes unsaved.
+const SAVE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The content of `state.json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,7 +43,6 @@ struct Inner {
     path: Option<PathBuf>,
     state: State,
     boot_seq: Seq,
-    saved_at: Instant,
     dirty: bool,
 }
 
@@ -67,7 +70,6 @@ impl StateStore {
                 path,
                 state,
                 boot_seq: 0,
-                saved_at: Instant::now(),
                 dirty: false,
             })),
         }
@@ -126,14 +128,14 @@ impl StateStore {
         last_seq.saturating_sub(self.cursor_or_boot(consumer))
     }
 
-    /// Moves a consumer's cursor (never backwards) and persists it.
+    /// Moves a consumer's cursor (never backwards); saved within [`SAVE_INTERVAL`].
     pub fn set_cursor(&self, consumer: &str, seq: Seq) {
         let mut inner = self.inner.lock().unwrap();
         if inner.state.cursors.get(consumer).is_some_and(|&c| c >= seq) {
             return;
         }
         inner.state.cursors.insert(consumer.to_string(), seq);
-        save(&mut inner);
+        inner.dirty = true;
     }
 
     /// Whether rule evaluation is paused.
@@ -153,7 +155,7 @@ impl StateStore {
         self.inner.lock().unwrap().state.evaluated
     }
 
-    /// Records evaluation progress; saved at most once a second (and at `flush`).
+    /// Records evaluation progress; saved within [`SAVE_INTERVAL`].
     pub fn set_evaluated(&self, seq: Seq) {
         let mut inner = self.inner.lock().unwrap();
         if seq <= inner.state.evaluated {
@@ -161,9 +163,6 @@ impl StateStore {
         }
         inner.state.evaluated = seq;
         inner.dirty = true;
-        if inner.saved_at.elapsed() >= EVALUATED_SAVE_INTERVAL {
-            save(&mut inner);
-        }
     }
 
     /// Saves anything not yet saved.
@@ -174,6 +173,25 @@ impl StateStore {
         }
     }
 
+    /// Saves what is dirty once a second, off the async threads, until `shutdown`; the
+    /// server's stop calls [`StateStore::flush`] for the rest.
+    pub async fn run_flusher(&self, shutdown: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(SAVE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {
+                    if !self.inner.lock().unwrap().dirty {
+                        continue;
+                    }
+                    let store = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || store.flush()).await;
+                }
+            }
+        }
+    }
+
     /// A copy of the whole state.
     pub fn snapshot(&self) -> State {
         self.inner.lock().unwrap().state.clone()
@@ -181,7 +199,6 @@ impl StateStore {
 }
 
 fn save(inner: &mut Inner) {
-    inner.saved_at = Instant::now();
     inner.dirty = false;
     let Some(path) = &inner.path else {
         return;
@@ -218,9 +235,30 @@ mod tests {
         );
         assert_eq!(store.unread("claude-code", 12), 1);
 
+        store.flush();
         let again = StateStore::open(&path).unwrap();
         assert_eq!(again.cursor("copilot"), Some(12));
         assert_eq!(again.cursor("claude-code"), Some(11));
+    }
+
+    #[tokio::test]
+    async fn the_flusher_saves_cursor_moves_within_a_second_or_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let store = StateStore::open(&path).unwrap();
+        let token = tokio_util::sync::CancellationToken::new();
+        let flusher = tokio::spawn({
+            let (store, token) = (store.clone(), token.clone());
+            async move { store.run_flusher(token).await }
+        });
+        store.set_cursor("copilot", 3);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while StateStore::open(&path).unwrap().cursor("copilot") != Some(3) {
+            assert!(std::time::Instant::now() < deadline, "cursor never saved");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        token.cancel();
+        flusher.await.unwrap();
     }
 
     #[test]
