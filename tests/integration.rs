@@ -8,5 +8,6 @@ mod integration {
     mod inbox;
     mod lifecycle;
     mod mcp;
+    mod python_sdk;
     mod rules;
 }

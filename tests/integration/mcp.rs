@@ -744,6 +744,70 @@ fn server_discover_gets_32601_and_initialize_still_works() {
     assert!(status.success(), "exits cleanly on EOF: {status}");
 }
 
+/// Regression: the push subscribed only when `notifications/initialized` was handled, so an
+/// item that came between the initialize result and that notification was never pushed. The
+/// Python SDK returns from connect before its `initialized` is handled (over HTTP it is a POST of
+/// its own), so a message sent right after connecting lost its push now and then.
+#[test]
+fn an_item_between_initialize_and_initialized_is_still_pushed() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--no-listen"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "2.1.330"}}})
+    )
+    .unwrap();
+    let init = lines.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(init["id"], 1, "{init}");
+    // The message is committed and its nudge offered before the client says `initialized`.
+    send_messages(home.path(), &[("alerts/critical", "db down")]);
+    eventually(Duration::from_secs(5), "the nudge is offered", || {
+        (!action_records(home.path()).is_empty()).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let push = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(m) if m["method"] == "notifications/claude/channel" => break m,
+            Ok(_) => continue,
+            Err(_) => {
+                panic!("no notifications/claude/channel for a message sent before initialized")
+            }
+        }
+    };
+    assert_eq!(push["params"]["meta"]["seq"], "1");
+    drop(stdin);
+    let status = wait_exit(&mut child, Duration::from_secs(5));
+    assert!(status.success(), "{status}");
+}
+
 #[test]
 fn http_server_discover_gets_32601() {
     let sb = Switchboard::start();

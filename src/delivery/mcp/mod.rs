@@ -63,6 +63,8 @@ struct Session {
     quiet: bool,
     /// Stops this session's push task.
     push: Option<CancellationToken>,
+    /// The push task's feed, from `initialize` until `notifications/initialized` starts it.
+    feed: Option<push::Feed>,
 }
 
 /// One MCP connection.
@@ -147,26 +149,32 @@ impl ServerHandler for McpServer {
             protocol = %request.protocol_version,
             "mcp client connected"
         );
-        self.session.lock().unwrap().client = Some(name);
+        {
+            let mut s = self.session.lock().unwrap();
+            s.client = Some(name);
+            s.feed = Some(push::Feed::subscribe(&self.app));
+        }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let token = self.app.shutdown.child_token();
-        let client = {
+        let (client, feed) = {
             let mut s = self.session.lock().unwrap();
             if let Some(old) = s.push.replace(token.clone()) {
                 old.cancel();
             }
-            s.client.clone().unwrap_or_default()
+            (s.client.clone().unwrap_or_default(), s.feed.take())
         };
+        let feed = feed.unwrap_or_else(|| push::Feed::subscribe(&self.app));
         push::spawn(
             self.app.clone(),
             self.session.clone(),
             client,
             context.peer,
             token,
+            feed,
         );
     }
 
