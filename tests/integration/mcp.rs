@@ -683,20 +683,25 @@ async fn http_claude_code_gets_the_channel_push_others_do_not() {
     claude_channel_push_only_for_claude(true).await;
 }
 
-/// Regression: hosts probe `server/discover` first (Claude Code with this id, Copilot CLI with
-/// id 0 and no params). Answering it would move them to the lifecycle without push.
-#[test]
-fn server_discover_gets_32601_and_initialize_still_works() {
-    let home = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(bin())
+/// `switchboard serve` on `home` with stdin and stdout piped, for raw JSON-RPC.
+fn raw_stdio_server(home: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(bin())
         .arg("--home")
-        .arg(home.path())
+        .arg(home)
         .args(["serve", "--no-listen"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .expect("spawn switchboard serve")
+}
+
+/// Regression: hosts probe `server/discover` first (Claude Code with this id, Copilot CLI with
+/// id 0 and no params). Answering it would move them to the lifecycle without push.
+#[test]
+fn server_discover_gets_32601_and_initialize_still_works() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = raw_stdio_server(home.path());
     let stdin = std::cell::RefCell::new(child.stdin.take().unwrap());
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut exchange = |request: Value| -> Value {
@@ -751,15 +756,7 @@ fn server_discover_gets_32601_and_initialize_still_works() {
 #[test]
 fn an_item_between_initialize_and_initialized_is_still_pushed() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["serve", "--no-listen"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = raw_stdio_server(home.path());
     let mut stdin = child.stdin.take().unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let (tx, lines) = std::sync::mpsc::channel::<Value>();

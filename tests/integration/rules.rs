@@ -127,8 +127,8 @@ fn test_replays_messages_and_explains() {
     std::fs::write(
         &messages,
         [
-            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 95% full", "metadata": {"alertname": "DiskFull", "instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:00:00Z"}"#,
-            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 96% full", "metadata": {"alertname": "DiskFull", "instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:05:00Z"}"#,
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 95% full", "metadata": {"alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:00:00Z"}"#,
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 96% full", "metadata": {"alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:05:00Z"}"#,
             r#"{"server": "teams", "channel": "teams/dm", "content": "can you look at the release?", "metadata": {"sender": "Ana"}, "timestamp": "2026-11-22T10:06:00Z"}"#,
             r#"{"server": "github", "channel": "ci/workflow_run", "content": "acme/api: CI on main: failure", "timestamp": "2026-11-22T10:07:00Z"}"#,
             r#"{"server": "cli", "channel": "misc", "content": "hello", "timestamp": "2026-11-22T10:08:00Z"}"#,
