@@ -120,8 +120,9 @@ fn resolve_token(
     http: &mut crate::config::HttpSettings,
     env: Option<String>,
 ) -> anyhow::Result<()> {
-    let env = env.map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
-    let configured = http.token.take().filter(|t| !t.trim().is_empty());
+    let trimmed = |t: String| Some(t.trim().to_string()).filter(|t| !t.is_empty());
+    let env = env.and_then(trimmed);
+    let configured = http.token.take().and_then(trimmed);
     http.token = Some(match (env, configured) {
         (Some(token), _) => token,
         (None, Some(token)) => token,
@@ -230,7 +231,7 @@ mod tests {
             resolved(&home, Some("from-config"), Some("from-env")),
             "from-env"
         );
-        assert_eq!(resolved(&home, Some("from-config"), None), "from-config");
+        assert_eq!(resolved(&home, Some(" from-config\n"), None), "from-config");
         assert!(
             !home.token().exists(),
             "no file is written while a token is configured"
