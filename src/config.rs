@@ -171,6 +171,36 @@ impl Home {
     }
 }
 
+/// The environment variable that sets the ingest bearer token (over `http.token`).
+pub const TOKEN_ENV: &str = "SWITCHBOARD_TOKEN";
+
+impl Home {
+    /// The ingest bearer token kept in the `token` file: read it, or generate one (32 random
+    /// bytes as 64 hex digits) and write it 0600 when the file is missing or empty. An existing
+    /// file is made 0600 again if its mode was widened.
+    pub fn ensure_token(&self) -> anyhow::Result<String> {
+        let path = self.token();
+        match fs::read_to_string(&path) {
+            Ok(text) if !text.trim().is_empty() => {
+                restrict(&path)
+                    .map_err(|e| anyhow::anyhow!("cannot restrict {}: {e}", path.display()))?;
+                return Ok(text.trim().to_string());
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+        }
+        let mut raw = [0u8; 32];
+        getrandom::fill(&mut raw)
+            .map_err(|e| anyhow::anyhow!("cannot generate the ingest token: {e}"))?;
+        let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        write_atomic(&path, format!("{token}\n").as_bytes())
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        tracing::info!(path = %path.display(), "generated the ingest bearer token");
+        Ok(token)
+    }
+}
+
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename) with mode 0600.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!(
@@ -319,5 +349,40 @@ pub struct ActionSettings {
 impl Default for ActionSettings {
     fn default() -> Self {
         ActionSettings { queue_capacity: 64 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_is_generated_once_as_hex_and_kept_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path().join("home")).unwrap();
+        let first = home.ensure_token().unwrap();
+        assert_eq!(first.len(), 64, "{first}");
+        assert!(first.bytes().all(|b| b.is_ascii_hexdigit()), "{first}");
+        let mode = fs::metadata(home.token()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(
+            home.ensure_token().unwrap(),
+            first,
+            "read back, not regenerated"
+        );
+    }
+
+    #[test]
+    fn an_existing_token_file_is_read_and_restricted() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path()).unwrap();
+        fs::write(home.token(), "  my-token \n").unwrap();
+        fs::set_permissions(home.token(), fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(home.ensure_token().unwrap(), "my-token");
+        let mode = fs::metadata(home.token()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        fs::write(home.token(), "\n").unwrap();
+        let fresh = home.ensure_token().unwrap();
+        assert_eq!(fresh.len(), 64, "an empty file gets a new token");
     }
 }

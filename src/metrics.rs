@@ -21,7 +21,11 @@ pub struct Metrics {
     actions: Mutex<BTreeMap<(String, Mode), u64>>,
     suppressed: Mutex<BTreeMap<(String, SuppressReason), u64>>,
     dropped: Mutex<BTreeMap<Mode, u64>>,
+    rejected: Mutex<BTreeMap<(&'static str, u16), u64>>,
 }
+
+/// A value read from a running part at render time: `(name, help, value)`.
+pub type Reading<'a> = (&'a str, &'a str, f64);
 
 impl Metrics {
     /// `n` messages accepted from `source` (`alertmanager`, `github`, `http`, `cli`, an upstream name).
@@ -59,6 +63,16 @@ impl Metrics {
         *self.dropped.lock().unwrap().entry(mode).or_default() += 1;
     }
 
+    /// An HTTP ingest request was refused with `status` and error code `code`.
+    pub fn http_rejected(&self, code: &'static str, status: u16) {
+        *self
+            .rejected
+            .lock()
+            .unwrap()
+            .entry((code, status))
+            .or_default() += 1;
+    }
+
     /// Total actions dropped.
     pub fn dropped_total(&self) -> u64 {
         self.dropped.lock().unwrap().values().sum()
@@ -66,7 +80,13 @@ impl Metrics {
 
     /// Prometheus text exposition of the counters, followed by `gauges`
     /// (`(name, help, value)`) read from the running parts.
-    pub fn render(&self, gauges: &[(&str, &str, f64)]) -> String {
+    pub fn render(&self, gauges: &[Reading]) -> String {
+        self.render_with(&[], gauges)
+    }
+
+    /// [`render`](Self::render), with `counters` read from the running parts too
+    /// (journal write errors, duplicates).
+    pub fn render_with(&self, counters: &[Reading], gauges: &[Reading]) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -129,6 +149,22 @@ impl Metrics {
             "switchboard_wait_calls_in_flight {}",
             self.wait_calls_in_flight.load(Ordering::Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_http_rejections_total HTTP ingest requests refused, by error code and status."
+        );
+        let _ = writeln!(out, "# TYPE switchboard_http_rejections_total counter");
+        for ((code, status), n) in self.rejected.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "switchboard_http_rejections_total{{code=\"{code}\",status=\"{status}\"}} {n}"
+            );
+        }
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {value}");
+        }
         for (name, help, value) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} gauge");
@@ -157,7 +193,16 @@ mod tests {
         m.action("crit \"alerts\"", Mode::Confirm);
         m.suppressed("ci", SuppressReason::Dedup);
         m.dropped(Mode::Auto);
-        let text = m.render(&[("switchboard_ring_depth", "Messages in the ring.", 7.0)]);
+        m.http_rejected("rate_limited", 429);
+        m.http_rejected("rate_limited", 429);
+        let text = m.render_with(
+            &[(
+                "switchboard_journal_write_errors_total",
+                "Failed writes.",
+                2.0,
+            )],
+            &[("switchboard_ring_depth", "Messages in the ring.", 7.0)],
+        );
         assert!(text.contains("switchboard_messages_ingested_total{source=\"alertmanager\"} 3\n"));
         assert!(text.contains(
             "switchboard_actions_total{rule=\"crit \\\"alerts\\\"\",mode=\"confirm\"} 1\n"
@@ -165,6 +210,12 @@ mod tests {
         assert!(text.contains("switchboard_suppressed_total{rule=\"ci\",reason=\"dedup\"} 1\n"));
         assert!(text.contains("switchboard_actions_dropped_total{mode=\"auto\"} 1\n"));
         assert!(text.contains("switchboard_ring_depth 7\n"));
+        assert!(text.contains(
+            "switchboard_http_rejections_total{code=\"rate_limited\",status=\"429\"} 2\n"
+        ));
+        assert!(text.contains(
+            "# TYPE switchboard_journal_write_errors_total counter\nswitchboard_journal_write_errors_total 2\n"
+        ));
         assert_eq!(m.dropped_total(), 1);
     }
 }

@@ -32,6 +32,9 @@ pub struct ServeOptions {
     pub no_listen: bool,
     /// MCP over stdio; the server stops when stdin closes.
     pub stdio: bool,
+    /// The ingest bearer token from `SWITCHBOARD_TOKEN`; wins over `http.token` and the
+    /// `token` file.
+    pub token: Option<String>,
 }
 
 /// Runs switchboard on `home_dir` until `shutdown` completes (or stdin closes in stdio mode).
@@ -42,7 +45,23 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let home = Home::open(home_dir)?;
     let _lock = home.lock()?;
-    let config = home.load_config()?;
+    let mut config = home.load_config()?;
+    resolve_token(&home, &mut config.http, opts.token.clone())?;
+    let ingest_addr = (!opts.no_listen).then(|| {
+        opts.listen
+            .clone()
+            .unwrap_or_else(|| config.http.listen.clone())
+    });
+    // Bound (and checked) before anything starts, so a refused setting leaves nothing behind.
+    let ingest = match &ingest_addr {
+        Some(addr) => {
+            let listener = bind(addr, "ingest").await?;
+            crate::sources::http::check(&config.http, listener.local_addr()?)
+                .map_err(anyhow::Error::msg)?;
+            Some(listener)
+        }
+        None => None,
+    };
     let token = CancellationToken::new();
     let app = App::start(home.clone(), config, token.clone()).await?;
 
@@ -51,13 +70,8 @@ pub async fn run(
     app.tasks.spawn(crate::control::serve(app.clone(), control));
 
     let mut endpoint = serde_json::json!({ "pid": std::process::id() });
-    let ingest_addr = (!opts.no_listen).then(|| {
-        opts.listen
-            .clone()
-            .unwrap_or_else(|| app.config.http.listen.clone())
-    });
     let shared = ingest_addr.is_some() && ingest_addr == opts.mcp_http;
-    if let Some(addr) = &ingest_addr {
+    if let Some(listener) = ingest {
         let mut router = crate::sources::http::router(app.clone());
         if shared {
             router = router.merge(crate::delivery::mcp::http_router(
@@ -65,7 +79,7 @@ pub async fn run(
                 token.clone(),
             ));
         }
-        let bound = spawn_http(&app, addr, router, "ingest").await?;
+        let bound = serve_http(&app, listener, router, "ingest")?;
         endpoint["ingest"] = bound.to_string().into();
         if shared {
             endpoint["mcp"] = format!("http://{bound}/mcp").into();
@@ -73,7 +87,7 @@ pub async fn run(
     }
     if let (Some(addr), false) = (&opts.mcp_http, shared) {
         let router = crate::delivery::mcp::http_router(app.clone(), token.clone());
-        let bound = spawn_http(&app, addr, router, "mcp").await?;
+        let bound = serve_http(&app, bind(addr, "mcp").await?, router, "mcp")?;
         endpoint["mcp"] = format!("http://{bound}/mcp").into();
     }
     spawn_reload_on_sighup(&app)?;
@@ -99,15 +113,36 @@ pub async fn run(
     Ok(())
 }
 
-async fn spawn_http(
+/// Decides the ingest bearer token, in this order: `SWITCHBOARD_TOKEN`, `http.token` in
+/// switchboard.json, the `token` file in the home (generated at first start).
+fn resolve_token(
+    home: &Home,
+    http: &mut crate::config::HttpSettings,
+    env: Option<String>,
+) -> anyhow::Result<()> {
+    let trimmed = |t: String| Some(t.trim().to_string()).filter(|t| !t.is_empty());
+    let env = env.and_then(trimmed);
+    let configured = http.token.take().and_then(trimmed);
+    http.token = Some(match (env, configured) {
+        (Some(token), _) => token,
+        (None, Some(token)) => token,
+        (None, None) => home.ensure_token()?,
+    });
+    Ok(())
+}
+
+async fn bind(addr: &str, what: &'static str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({what})"))
+}
+
+fn serve_http(
     app: &Arc<App>,
-    addr: &str,
+    listener: TcpListener,
     router: axum::Router,
     what: &'static str,
 ) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} ({what})"))?;
     let bound = listener.local_addr()?;
     let token = app.shutdown.clone();
     app.tasks.spawn(async move {
@@ -171,5 +206,41 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HttpSettings;
+
+    fn resolved(home: &Home, configured: Option<&str>, env: Option<&str>) -> String {
+        let mut http = HttpSettings {
+            token: configured.map(String::from),
+            ..HttpSettings::default()
+        };
+        resolve_token(home, &mut http, env.map(String::from)).unwrap();
+        http.token.unwrap()
+    }
+
+    #[test]
+    fn token_comes_from_env_then_config_then_the_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path()).unwrap();
+        assert_eq!(
+            resolved(&home, Some("from-config"), Some("from-env")),
+            "from-env"
+        );
+        assert_eq!(resolved(&home, Some(" from-config\n"), None), "from-config");
+        assert!(
+            !home.token().exists(),
+            "no file is written while a token is configured"
+        );
+        assert_eq!(
+            resolved(&home, Some(""), Some(" ")),
+            home.ensure_token().unwrap()
+        );
+        let generated = std::fs::read_to_string(home.token()).unwrap();
+        assert_eq!(resolved(&home, None, None), generated.trim());
     }
 }

@@ -6,6 +6,7 @@ mod integration {
 
     mod cli;
     mod inbox;
+    mod ingest;
     mod lifecycle;
     mod mcp;
     mod python_sdk;

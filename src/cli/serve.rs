@@ -35,6 +35,7 @@ impl From<ServeArgs> for crate::server::ServeOptions {
             listen: a.listen,
             no_listen: a.no_listen,
             stdio: !a.no_stdio,
+            token: std::env::var(crate::config::TOKEN_ENV).ok(),
         }
     }
 }

@@ -1,12 +1,758 @@
-//! HTTP ingest.
+//! HTTP ingest: the webhook endpoint.
 //!
-//! STUB: filled in by the webhook ingest work.
+//! [`router`] owns everything between a request and the inbox: authentication (the bearer
+//! token, or GitHub's `X-Hub-Signature-256`), limits (body size, a per-source rate limit),
+//! decoding, and the status a sender sees. A `202` is sent only once the inbox has the
+//! messages in the journal under the fsync policy; a sender that gets anything else may retry.
+//!
+//! | route | auth | source |
+//! | --- | --- | --- |
+//! | `POST /v1/messages` | bearer | `http` |
+//! | `POST /v1/alertmanager` | bearer | `alertmanager` ([`super::alertmanager`]) |
+//! | `POST /v1/github` | `X-Hub-Signature-256` | `github` ([`super::github`]) |
+//! | `GET /metrics` | bearer | Prometheus text |
+//! | `GET /healthz` | none | `ok` |
+//!
+//! Every refusal is JSON `{"error": "<code>", "message": "<sentence>"}` with a stable code.
+//! The checks run in this order, so a request gets the first that applies: route (404),
+//! bearer token (401), method (405), rate limit (429), body size (413), content type (415),
+//! JSON syntax (400), shape (422), then the inbox (202, or 503 when it cannot promise
+//! durability). `/v1/github` checks its secret (403) first and its signature (401) once the
+//! body is read (413), then the rest. Only authenticated requests spend the quota.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use chrono::{DateTime, Utc};
+use governor::clock::Clock;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::alertmanager::kind;
+use super::{PayloadError, alertmanager, github};
 use crate::app::App;
+use crate::config::HttpSettings;
+use crate::inbox::{Appended, InboxError};
+use crate::message::NewMessage;
+use crate::rules::duration;
+
+/// Every route, for the 404 message.
+const ROUTES: &str =
+    "POST /v1/messages, POST /v1/alertmanager, POST /v1/github, GET /metrics, GET /healthz";
+
+/// `Retry-After` when the journal could not take a write: it retries in the background.
+const NOT_DURABLE_RETRY_S: u64 = 2;
+
+/// `Retry-After` while shutting down.
+const SHUTDOWN_RETRY_S: u64 = 5;
 
 /// The ingest router (`/v1/...`, `/healthz`, `/metrics`).
-pub fn router(_app: Arc<App>) -> axum::Router {
-    axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok\n" }))
+pub fn router(app: Arc<App>) -> Router {
+    let ingest = Arc::new(Ingest::new(app));
+    let body_limit = ingest.app.config.http.body_limit;
+    let bearer = Router::new()
+        .route("/v1/messages", post(post_messages))
+        .route("/v1/alertmanager", post(post_alertmanager))
+        .route("/metrics", get(get_metrics))
+        .route_layer(middleware::from_fn_with_state(
+            ingest.clone(),
+            require_bearer,
+        ));
+    Router::new()
+        .route("/v1/github", post(post_github))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(bearer)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(ingest.clone(), finish))
+        .with_state(ingest)
 }
+
+/// Checks the settings before the ingest listener serves on `bound`: a valid `rateLimit`,
+/// and `disableAuth` only on a loopback address. The error is one line for the operator.
+pub fn check(settings: &HttpSettings, bound: SocketAddr) -> Result<(), String> {
+    parse_rate_limit(&settings.rate_limit).map_err(|e| {
+        format!(
+            "switchboard.json: invalid `http.rateLimit` \"{}\": {e}",
+            settings.rate_limit
+        )
+    })?;
+    if settings.disable_auth && !bound.ip().is_loopback() {
+        return Err(format!(
+            "switchboard.json: `http.disableAuth` is only honoured on a loopback address, but ingest \
+             listens on {bound}; remove `disableAuth` or listen on 127.0.0.1"
+        ));
+    }
+    Ok(())
+}
+
+/// `"N/period"` (`"200/1s"`, `"10/1m"`, `"10/m"`): at most N requests per period, in bursts of
+/// up to N; `"0"`: no limit.
+pub fn parse_rate_limit(text: &str) -> Result<Option<Quota>, String> {
+    let s = text.trim();
+    if s == "0" {
+        return Ok(None);
+    }
+    let Some((count, period)) = s.split_once('/') else {
+        return Err("expected \"N/period\" (e.g. \"200/1s\") or \"0\" for none".into());
+    };
+    let count = count
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(NonZeroU32::new)
+        .ok_or_else(|| {
+            format!(
+                "the count before `/` must be a whole number above zero, got \"{}\"",
+                count.trim()
+            )
+        })?;
+    let period = period.trim();
+    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
+        duration::parse(period)?
+    } else {
+        duration::parse(&format!("1{period}"))?
+    };
+    let every = period / count.get();
+    Quota::with_period(every)
+        .map(|q| Some(q.allow_burst(count)))
+        .ok_or_else(|| "the period after `/` must be longer than zero".into())
+}
+
+/// Which quota a request spends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Source {
+    Http,
+    Alertmanager,
+    Github,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Http => "http",
+            Source::Alertmanager => alertmanager::SERVER,
+            Source::Github => github::SERVER,
+        }
+    }
+}
+
+/// How bearer requests are authenticated.
+enum Auth {
+    /// `http.disableAuth` (loopback only; [`check`] refuses anything else).
+    Disabled,
+    /// The SHA-256 of the token: comparing digests takes the same time whatever the length
+    /// or content of the guess.
+    Token([u8; 32]),
+    /// No token was configured: nothing is accepted.
+    Unset,
+}
+
+/// The router's state.
+struct Ingest {
+    app: Arc<App>,
+    auth: Auth,
+    github_secret: Option<Vec<u8>>,
+    limiter: Option<DefaultKeyedRateLimiter<Source>>,
+}
+
+impl Ingest {
+    fn new(app: Arc<App>) -> Ingest {
+        let http = &app.config.http;
+        let auth = match (&http.token, http.disable_auth) {
+            (_, true) => Auth::Disabled,
+            (Some(token), false) if !token.is_empty() => Auth::Token(digest(token.as_bytes())),
+            _ => Auth::Unset,
+        };
+        let limiter = match parse_rate_limit(&http.rate_limit) {
+            Ok(quota) => quota.map(RateLimiter::keyed),
+            Err(e) => {
+                tracing::error!(
+                    rate_limit = %http.rate_limit,
+                    "invalid `http.rateLimit`: {e}; ingest runs without a rate limit"
+                );
+                None
+            }
+        };
+        let github_secret = http
+            .github_secret
+            .as_ref()
+            .filter(|s| !s.is_empty())
+            .map(|s| s.as_bytes().to_vec());
+        Ingest {
+            app,
+            auth,
+            github_secret,
+            limiter,
+        }
+    }
+
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let expected = match &self.auth {
+            Auth::Disabled => return Ok(()),
+            Auth::Token(expected) => expected,
+            Auth::Unset => {
+                return Err(ApiError::unauthorized(
+                    "invalid_token",
+                    "no ingest token is configured on this server".into(),
+                ));
+            }
+        };
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return Err(ApiError::unauthorized(
+                "missing_token",
+                "missing bearer token; send `Authorization: Bearer <token>` with the token from \
+                 the `token` file in the switchboard home"
+                    .into(),
+            ));
+        };
+        let token = value.to_str().ok().and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+        let Some(token) = token else {
+            return Err(ApiError::unauthorized(
+                "missing_token",
+                "the `Authorization` header is not `Bearer <token>`".into(),
+            ));
+        };
+        if bool::from(digest(token.as_bytes()).ct_eq(expected)) {
+            Ok(())
+        } else {
+            Err(ApiError::unauthorized(
+                "invalid_token",
+                "wrong bearer token".into(),
+            ))
+        }
+    }
+
+    /// Spends one request of `source`'s quota, or says when to come back.
+    fn admit(&self, source: Source) -> Result<(), ApiError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        limiter.check_key(&source).map_err(|not_until| {
+            let wait = not_until.wait_time_from(limiter.clock().now());
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "too many requests for source `{}` (limit \"{}\"); retry in {secs}s",
+                    source.as_str(),
+                    self.app.config.http.rate_limit.trim()
+                ),
+            )
+            .retry_after(secs)
+        })
+    }
+
+    /// Appends `batch` and answers 202 once it is durable.
+    async fn store(&self, source: Source, batch: Vec<NewMessage>) -> Result<Response, ApiError> {
+        match self.app.inbox.append_batch(batch).await {
+            Ok(accepted) => {
+                self.count(source, &accepted);
+                Ok((
+                    StatusCode::ACCEPTED,
+                    axum::Json(json!({ "accepted": accepted })),
+                )
+                    .into_response())
+            }
+            Err(InboxError::NotDurable { appended, cause }) => {
+                self.count(source, &appended);
+                tracing::warn!(
+                    source = source.as_str(),
+                    %cause,
+                    "ingest answered 503: messages kept in memory, not on disk"
+                );
+                Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_durable",
+                    "the messages are kept in memory but not yet on disk; retry later (a retry \
+                     with the same ids is acknowledged as a duplicate)"
+                        .into(),
+                )
+                .retry_after(NOT_DURABLE_RETRY_S)
+                .accepted(appended))
+            }
+            Err(InboxError::Closed) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "switchboard is shutting down; retry later".into(),
+            )
+            .retry_after(SHUTDOWN_RETRY_S)),
+            Err(err) => {
+                tracing::error!(source = source.as_str(), cause = %err, "ingest append failed");
+                Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the inbox cannot take messages now; retry later".into(),
+                )
+                .retry_after(NOT_DURABLE_RETRY_S))
+            }
+        }
+    }
+
+    fn count(&self, source: Source, appended: &[Appended]) {
+        let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
+        if stored > 0 {
+            self.app.metrics.ingested(source.as_str(), stored);
+        }
+    }
+
+    /// The body, or 413 past `http.bodyLimit`.
+    fn body(&self, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+        body.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                self.too_large()
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "unreadable_body",
+                    format!(
+                        "cannot read the request body: {}",
+                        rejection.body_text().to_lowercase()
+                    ),
+                )
+            }
+        })
+    }
+
+    fn too_large(&self) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!(
+                "request body is larger than the limit of {} bytes (`http.bodyLimit`)",
+                self.app.config.http.body_limit
+            ),
+        )
+    }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+async fn require_bearer(
+    State(ingest): State<Arc<Ingest>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match ingest.authorize(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(err) => err.into_response(),
+    }
+}
+
+/// `POST /v1/messages`: one message object or an array of them.
+async fn post_messages(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    ingest.admit(Source::Http)?;
+    let body = ingest.body(body)?;
+    json_content_type(&headers)?;
+    let batch = generic_messages(parse_json(&body)?)?;
+    ingest.store(Source::Http, batch).await
+}
+
+/// `POST /v1/alertmanager`: an Alertmanager webhook, version 4.
+async fn post_alertmanager(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    ingest.admit(Source::Alertmanager)?;
+    let body = ingest.body(body)?;
+    json_content_type(&headers)?;
+    let payload = parse_json(&body)?;
+    if let Some(n) = payload.get("truncatedAlerts").and_then(Value::as_u64)
+        && n > 0
+    {
+        tracing::warn!(
+            truncated = n,
+            "alertmanager truncated the group; raise the receiver's `max_alerts`"
+        );
+    }
+    let batch = alertmanager::messages(payload)?;
+    ingest.store(Source::Alertmanager, batch).await
+}
+
+/// `POST /v1/github`: a GitHub webhook delivery, authenticated by its signature.
+async fn post_github(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Some(secret) = &ingest.github_secret else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "github_secret_missing",
+            "github deliveries are refused: no `http.githubSecret` is set in switchboard.json, \
+             and unsigned deliveries are never accepted"
+                .into(),
+        ));
+    };
+    let body = ingest.body(body)?;
+    let Some(signature) = header_text(&headers, "x-hub-signature-256") else {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing_signature",
+            "missing `X-Hub-Signature-256` header; set the webhook's secret to `http.githubSecret`"
+                .into(),
+        ));
+    };
+    if !github::signature_matches(secret, &body, signature) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_signature",
+            "`X-Hub-Signature-256` does not match the body; check that the webhook's secret is \
+             `http.githubSecret`"
+                .into(),
+        ));
+    }
+    ingest.admit(Source::Github)?;
+    json_content_type(&headers)?;
+    let event = required_header(&headers, "X-GitHub-Event")?;
+    if !event
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_header",
+            format!("`X-GitHub-Event` \"{event}\" is not an event name"),
+        ));
+    }
+    let delivery = required_header(&headers, "X-GitHub-Delivery")?;
+    let payload = parse_json(&body)?;
+    let batch = github::messages(event, delivery, &payload)?;
+    if event == "ping" {
+        return Ok((
+            StatusCode::OK,
+            axum::Json(json!({
+                "accepted": [],
+                "message": "pong: the signature is valid; ping deliveries are not stored",
+            })),
+        )
+            .into_response());
+    }
+    ingest.store(Source::Github, batch).await
+}
+
+/// `GET /metrics`: the counters, and gauges read now.
+async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
+    let app = &ingest.app;
+    let inbox = app.inbox.stats();
+    let hub = app.hub.stats();
+    let queue = |key: &str| hub[key].as_f64().unwrap_or(0.0);
+    let counters = [
+        (
+            "switchboard_journal_write_errors_total",
+            "Failed inbox journal writes since start.",
+            inbox.journal_errors as f64,
+        ),
+        (
+            "switchboard_duplicates_total",
+            "Messages acknowledged as a repeat of a recent source id and not stored again.",
+            inbox.duplicates as f64,
+        ),
+    ];
+    let gauges = [
+        (
+            "switchboard_ring_depth",
+            "Messages held in the in-memory ring.",
+            inbox.ring_depth as f64,
+        ),
+        (
+            "switchboard_last_seq",
+            "Highest committed message seq.",
+            inbox.last_seq as f64,
+        ),
+        (
+            "switchboard_journal_failing",
+            "1 while inbox journal writes fail, else 0.",
+            f64::from(u8::from(inbox.journal_status.starts_with("failing"))),
+        ),
+        (
+            "switchboard_queue_nudges",
+            "Nudges not yet delivered to every consumer.",
+            queue("nudges_undelivered"),
+        ),
+        (
+            "switchboard_queue_pending_confirms",
+            "Confirms waiting for an answer.",
+            queue("pending_confirms"),
+        ),
+        (
+            "switchboard_queue_work",
+            "Auto prompts and approved confirms waiting for the agent.",
+            queue("queued_work"),
+        ),
+    ];
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        app.metrics.render_with(&counters, &gauges),
+    )
+        .into_response()
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route for {method} {}; routes: {ROUTES}", uri.path()),
+    )
+}
+
+/// Outermost layer: gives axum's own refusals (405 with its `Allow` header, 413, ...) the JSON
+/// error body, and counts every refusal by code and status.
+async fn finish(State(ingest): State<Arc<Ingest>>, request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (code, response) = match response.extensions().get::<ErrorCode>() {
+        Some(ErrorCode(code)) => (*code, response),
+        None => {
+            let err = match status {
+                // axum adds the `Allow` header further out.
+                StatusCode::METHOD_NOT_ALLOWED => ApiError::new(
+                    status,
+                    "method_not_allowed",
+                    format!(
+                        "method {method} is not allowed on {path}; use {}",
+                        allowed_methods(&path)
+                    ),
+                ),
+                StatusCode::PAYLOAD_TOO_LARGE => ingest.too_large(),
+                StatusCode::NOT_FOUND => not_found(method, path.parse().unwrap_or_default()).await,
+                s if s.is_server_error() => ApiError::new(
+                    s,
+                    "internal",
+                    "internal error; see the switchboard log".into(),
+                ),
+                s => ApiError::new(
+                    s,
+                    "bad_request",
+                    s.canonical_reason().unwrap_or("bad request").to_lowercase(),
+                ),
+            };
+            (err.code, err.into_response())
+        }
+    };
+    ingest.app.metrics.http_rejected(code, status.as_u16());
+    response
+}
+
+/// The methods of a route, for the 405 message (the `Allow` header comes from the router).
+fn allowed_methods(path: &str) -> &'static str {
+    match path {
+        "/metrics" | "/healthz" => "GET or HEAD",
+        _ => "POST",
+    }
+}
+
+/// A generic message as `POST /v1/messages` takes it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Incoming {
+    server: String,
+    channel: String,
+    content: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    timestamp: Option<DateTime<Utc>>,
+}
+
+impl From<Incoming> for NewMessage {
+    fn from(m: Incoming) -> NewMessage {
+        NewMessage {
+            id: m.id,
+            server: m.server,
+            channel: m.channel,
+            content: m.content,
+            metadata: m.metadata,
+            timestamp: m.timestamp,
+        }
+    }
+}
+
+/// One message object, or an array of them, in order.
+fn generic_messages(value: Value) -> Result<Vec<NewMessage>, PayloadError> {
+    fn one(value: Value) -> Result<NewMessage, String> {
+        if !value.is_object() {
+            return Err(format!("expected a message object, got {}", kind(&value)));
+        }
+        serde_json::from_value::<Incoming>(value)
+            .map(NewMessage::from)
+            .map_err(|e| e.to_string())
+    }
+    match value {
+        Value::Array(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| one(v).map_err(|e| PayloadError::Shape(format!("[{i}]: {e}"))))
+            .collect(),
+        value => one(value).map(|m| vec![m]).map_err(PayloadError::Shape),
+    }
+}
+
+/// JSON or nothing: a missing `Content-Type` is taken as JSON (curl without `-H`), anything
+/// else must be `application/json` or `application/*+json`.
+fn json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or_default();
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let json = essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("content type \"{text}\" is not JSON; send `Content-Type: application/json`"),
+        ))
+    }
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("request body is not valid JSON: {e}"),
+        )
+    })
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn required_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, ApiError> {
+    header_text(headers, name).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "missing_header",
+            format!("missing `{name}` header"),
+        )
+    })
+}
+
+/// The stable code of a refusal, carried on the response for [`finish`] to count.
+#[derive(Clone, Copy, Debug)]
+struct ErrorCode(&'static str);
+
+/// A refusal: status, stable code, one lowercase sentence, and the headers that go with it.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    /// The seqs assigned before a 503 `not_durable`.
+    accepted: Option<Vec<Appended>>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: String) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message,
+            headers: Vec::new(),
+            accepted: None,
+        }
+    }
+
+    fn unauthorized(code: &'static str, message: String) -> ApiError {
+        let challenge = if code == "invalid_token" {
+            r#"Bearer realm="switchboard", error="invalid_token""#
+        } else {
+            r#"Bearer realm="switchboard""#
+        };
+        ApiError::new(StatusCode::UNAUTHORIZED, code, message)
+            .header(header::WWW_AUTHENTICATE, challenge)
+    }
+
+    fn header(mut self, name: HeaderName, value: &str) -> ApiError {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            self.headers.push((name, value));
+        }
+        self
+    }
+
+    fn retry_after(self, secs: u64) -> ApiError {
+        self.header(header::RETRY_AFTER, &secs.to_string())
+    }
+
+    fn accepted(mut self, accepted: Vec<Appended>) -> ApiError {
+        self.accepted = Some(accepted);
+        self
+    }
+}
+
+impl From<PayloadError> for ApiError {
+    fn from(err: PayloadError) -> ApiError {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            err.code(),
+            err.to_string(),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.code, "message": self.message });
+        if let Some(accepted) = self.accepted {
+            body["accepted"] = json!(accepted);
+        }
+        let mut response = (self.status, axum::Json(body)).into_response();
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
+        response.extensions_mut().insert(ErrorCode(self.code));
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests;
