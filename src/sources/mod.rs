@@ -30,3 +30,108 @@ impl PayloadError {
         }
     }
 }
+
+/// The shipped rule packs against what the sources really produce: a pack whose prompt names a
+/// metadata key the source does not set, or whose regex misses the source's content, fails here.
+#[cfg(test)]
+mod packs {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use chrono::{TimeZone, Utc};
+
+    use crate::actions::{Action, Mode};
+    use crate::engine::Engine;
+    use crate::message::{Message, NewMessage};
+    use crate::rules::RuleSet;
+
+    fn repo(path: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+    }
+
+    fn fixture(name: &str) -> serde_json::Value {
+        let text = std::fs::read_to_string(repo(&format!("tests/fixtures/{name}"))).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Every action the pack fires for `messages`, in order.
+    fn fire(pack: &str, messages: Vec<NewMessage>) -> Vec<Action> {
+        let rules = RuleSet::load(&repo(pack))
+            .unwrap()
+            .expect("the pack exists");
+        let mut engine = Engine::new(Arc::new(rules));
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
+        let mut out = Vec::new();
+        for (i, new) in messages.into_iter().enumerate() {
+            let msg = Message::from_new(new, i as u64 + 1, now);
+            out.extend(engine.evaluate(&msg, now).actions);
+        }
+        out
+    }
+
+    #[test]
+    fn oncall_pack_on_alertmanager_payloads() {
+        let firing = super::alertmanager::messages(fixture("alertmanager-firing.json")).unwrap();
+        let resolved =
+            super::alertmanager::messages(fixture("alertmanager-resolved.json")).unwrap();
+        for pack in ["rules/oncall.json", "examples/triggers.json"] {
+            let actions = fire(pack, firing.clone());
+            let critical: Vec<_> = actions
+                .iter()
+                .filter(|a| a.rule == "oncall-critical")
+                .collect();
+            assert_eq!(critical.len(), 1, "{pack}: {actions:#?}");
+            assert_eq!(critical[0].mode, Mode::Confirm);
+            assert!(
+                critical[0]
+                    .prompt
+                    .starts_with("A critical alert is firing: HighLatency (api-1:8080)."),
+                "{pack}: {}",
+                critical[0].prompt
+            );
+        }
+        let actions = fire("rules/oncall.json", firing.clone());
+        let prompt = &actions
+            .iter()
+            .find(|a| a.rule == "oncall-critical")
+            .unwrap()
+            .prompt;
+        assert!(
+            prompt.contains("Runbook: https://runbooks.example.com/HighLatency"),
+            "{prompt}"
+        );
+        assert!(
+            actions.iter().any(|a| a.rule == "oncall-warning"),
+            "{actions:#?}"
+        );
+        let actions = fire("rules/oncall.json", resolved);
+        assert!(!actions.is_empty());
+        assert!(
+            actions.iter().all(|a| a.rule == "oncall-resolved"),
+            "{actions:#?}"
+        );
+    }
+
+    #[test]
+    fn ci_pack_on_a_failed_workflow_run_on_main() {
+        let failed = super::github::messages(
+            "workflow_run",
+            "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+            &fixture("github-workflow_run.json"),
+        )
+        .unwrap();
+        let actions = fire("rules/ci.json", failed.clone());
+        let rules: Vec<_> = actions.iter().map(|a| (a.rule.as_str(), a.mode)).collect();
+        assert_eq!(
+            rules,
+            [
+                ("ci-main-failed", Mode::Confirm),
+                ("ci-failed", Mode::Notify)
+            ],
+            "{actions:#?}"
+        );
+        let examples = fire("examples/triggers.json", failed);
+        assert_eq!(examples.len(), 1);
+        assert_eq!(examples[0].rule, "ci-failure");
+    }
+}
