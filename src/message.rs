@@ -37,7 +37,64 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
     /// When it was received, or the source's own time when it gives one.
+    #[serde(with = "journal_time")]
     pub timestamp: DateTime<Utc>,
+}
+
+/// The journal's timestamp: chrono's own serde form (`2026-11-22T10:00:00.123456789Z`, the
+/// fraction in 0, 3, 6 or 9 digits), written digit by digit instead of through `fmt`, because
+/// every append encodes one. Years outside 0..=9999 and leap seconds go through chrono.
+mod journal_time {
+    use chrono::{DateTime, Datelike, Timelike, Utc};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 30];
+        match encode(t, &mut buf) {
+            Some(n) => s.serialize_str(std::str::from_utf8(&buf[..n]).expect("ascii digits")),
+            None => t.serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        DateTime::<Utc>::deserialize(d)
+    }
+
+    /// Writes `t` into `buf`; the length, or `None` when chrono must do it.
+    pub(super) fn encode(t: &DateTime<Utc>, buf: &mut [u8; 30]) -> Option<usize> {
+        let (year, nanos) = (t.year(), t.nanosecond());
+        if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+            return None;
+        }
+        *buf = *b"0000-00-00T00:00:00.000000000Z";
+        digits(&mut buf[0..4], year as u32);
+        digits(&mut buf[5..7], t.month());
+        digits(&mut buf[8..10], t.day());
+        digits(&mut buf[11..13], t.hour());
+        digits(&mut buf[14..16], t.minute());
+        digits(&mut buf[17..19], t.second());
+        let (fraction, width) = match nanos {
+            0 => (0, 0),
+            n if n % 1_000_000 == 0 => (n / 1_000_000, 3),
+            n if n % 1_000 == 0 => (n / 1_000, 6),
+            n => (n, 9),
+        };
+        let mut len = 19;
+        if width > 0 {
+            digits(&mut buf[20..20 + width], fraction);
+            len = 20 + width;
+        }
+        buf[len] = b'Z';
+        Some(len + 1)
+    }
+
+    /// `value` in decimal, right-aligned and zero-padded to the width of `out`.
+    fn digits(out: &mut [u8], mut value: u32) {
+        for d in out.iter_mut().rev() {
+            *d = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    }
 }
 
 impl Message {
@@ -149,6 +206,35 @@ pub fn normalize_channel(channel: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn journal_timestamps_are_written_exactly_as_chrono_writes_them() {
+        use chrono::TimeZone;
+        let base = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        for (secs, nanos) in [
+            (0, 0),
+            (0, 1),
+            (0, 120_000_000),
+            (0, 123_000),
+            (0, 123_456_789),
+            (0, 999_999_999),
+            (86_399, 5_000),
+            (-63_000_000_000, 0),
+            (-65_000_000_000, 0),
+            (260_000_000_000, 7),
+        ] {
+            let t = base + chrono::Duration::seconds(secs) + chrono::Duration::nanoseconds(nanos);
+            let ours = serde_json::to_value(Message {
+                timestamp: t,
+                ..Message::from_new(NewMessage::default(), 1, t)
+            })
+            .unwrap()["timestamp"]
+                .clone();
+            assert_eq!(ours, serde_json::to_value(t).unwrap(), "{t:?}");
+            let back: DateTime<Utc> = serde_json::from_value(ours).unwrap();
+            assert_eq!(back, t);
+        }
+    }
 
     #[test]
     fn channel_normalisation() {

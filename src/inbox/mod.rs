@@ -32,6 +32,9 @@ use crate::message::{Message, NewMessage, Seq};
 pub use cursor::StateStore;
 use journal::{Batch, Files, Job, JournalStats, Writer};
 
+/// Bytes reserved per message for its journal record (a 120-byte message encodes to ~220).
+const RECORD_BYTES_HINT: usize = 320;
+
 /// When the journal writer calls fsync.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -275,7 +278,12 @@ impl Inbox {
     pub async fn append_batch(&self, batch: Vec<NewMessage>) -> Result<Vec<Appended>, InboxError> {
         let now = Utc::now();
         let mut out = Vec::with_capacity(batch.len());
-        let mut bytes = Vec::new();
+        // Room for a typical record per message, so encoding does not grow the buffer.
+        let mut bytes = Vec::with_capacity(if self.inner.files.is_some() {
+            RECORD_BYTES_HINT * batch.len()
+        } else {
+            0
+        });
         let (pending, last) = {
             let mut ring = self.inner.ring.lock().unwrap();
             for new in batch {
