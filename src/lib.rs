@@ -50,3 +50,16 @@ pub fn init_tracing() {
         .with_ansi(false)
         .try_init();
 }
+
+/// The JSON type of `v` with its article (`a string`, `an object`, `null`), for error messages.
+pub(crate) fn json_kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -36,7 +36,7 @@ pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
                 column: Some(loc.top.column),
                 message: format!(
                     "parse error: expected an object `{{\"rules\": [...]}}` at the top level, got {}",
-                    kind(&other)
+                    crate::json_kind(&other)
                 ),
             }]);
         }
@@ -60,7 +60,7 @@ pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
                 column: Some(at.column),
                 message: format!(
                     "parse error: `rules` must be an array of rules, got {}",
-                    kind(other)
+                    crate::json_kind(other)
                 ),
             });
             Vec::new()
@@ -83,7 +83,10 @@ pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
                 ErrorCode::ParseError,
                 None,
                 start,
-                format!("parse error: a rule must be an object, got {}", kind(&item)),
+                format!(
+                    "parse error: a rule must be an object, got {}",
+                    crate::json_kind(&item)
+                ),
             );
             continue;
         };
@@ -127,17 +130,6 @@ fn syntax_error(text: &str, e: &serde_json::Error) -> RuleError {
         line: Some(e.line().max(1)),
         column: Some(e.column().max(1)),
         message: format!("parse error: {message}"),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -253,7 +245,7 @@ impl RuleCx<'_> {
             "name" => ErrorCode::MissingName,
             _ => ErrorCode::ParseError,
         };
-        let mut message = format!("`{key}` must be {want}, got {}", kind(value));
+        let mut message = format!("`{key}` must be {want}, got {}", crate::json_kind(value));
         if value.is_number() && matches!(key, "rateLimit" | "dedupWindow" | "confirmTimeout") {
             message.push_str(&format!("; write a string with a unit, e.g. \"{value}s\""));
         }
@@ -528,26 +520,8 @@ fn regex_reason(e: &regex::Error) -> String {
 pub(crate) fn parse_rate_limit(text: &str) -> Result<RateLimit, String> {
     let s = text.trim();
     if let Some((count, period)) = s.split_once('/') {
-        let count: u32 = count
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| {
-                format!(
-                    "the count before `/` must be a whole number above zero, got \"{}\"",
-                    count.trim()
-                )
-            })?;
-        let period = period.trim();
-        let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
-            duration::parse(period)?
-        } else {
-            duration::parse(&format!("1{period}"))?
-        };
-        if period.is_zero() {
-            return Err("the period after `/` must be longer than zero".into());
-        }
+        let (count, period) = duration::parse_quota(count, period)?;
+        let count = count.get();
         return Ok(RateLimit::Quota { count, period });
     }
     let d: Duration = duration::parse(s)?;

@@ -7,6 +7,33 @@
 
 use std::time::Duration;
 
+/// Parses a quota, `"N/period"`: N a whole number above zero, the period a duration
+/// (`"10/1h"`) or a bare unit (`"10/h"`) longer than zero. The error is the reason, ready to
+/// follow a colon. Rules' `rateLimit` and the ingest `http.rateLimit` both take this form.
+pub fn parse_quota(count: &str, period: &str) -> Result<(std::num::NonZeroU32, Duration), String> {
+    let count = count
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(std::num::NonZeroU32::new)
+        .ok_or_else(|| {
+            format!(
+                "the count before `/` must be a whole number above zero, got \"{}\"",
+                count.trim()
+            )
+        })?;
+    let period = period.trim();
+    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
+        parse(period)?
+    } else {
+        parse(&format!("1{period}"))?
+    };
+    if period.is_zero() {
+        return Err("the period after `/` must be longer than zero".into());
+    }
+    Ok((count, period))
+}
+
 /// Parses a rules-file duration; the error is the reason, ready to follow a colon.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let s = text.trim();

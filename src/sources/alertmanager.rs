@@ -64,7 +64,7 @@ pub fn messages(payload: Value) -> Result<Vec<NewMessage>, PayloadError> {
     let Value::Object(fields) = &payload else {
         return Err(PayloadError::Shape(format!(
             "expected an alertmanager webhook object, got {}",
-            kind(&payload)
+            crate::json_kind(&payload)
         )));
     };
     match fields.get("version") {
@@ -206,18 +206,6 @@ fn label_hash(labels: &BTreeMap<String, String>) -> String {
         .take(8)
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// The JSON type of `v`, for error messages.
-pub(crate) fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

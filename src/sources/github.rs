@@ -20,7 +20,6 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use super::PayloadError;
-use super::alertmanager::kind;
 use crate::message::NewMessage;
 
 /// The `server` of every GitHub message.
@@ -61,7 +60,7 @@ pub fn messages(
     if !payload.is_object() {
         return Err(PayloadError::Shape(format!(
             "expected a github webhook object, got {}",
-            kind(payload)
+            crate::json_kind(payload)
         )));
     }
     if event == "ping" {

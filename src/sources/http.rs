@@ -22,7 +22,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use axum::Router;
@@ -41,7 +40,6 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::alertmanager::kind;
 use super::{PayloadError, alertmanager, github};
 use crate::app::App;
 use crate::config::HttpSettings;
@@ -109,25 +107,8 @@ pub fn parse_rate_limit(text: &str) -> Result<Option<Quota>, String> {
     let Some((count, period)) = s.split_once('/') else {
         return Err("expected \"N/period\" (e.g. \"200/1s\") or \"0\" for none".into());
     };
-    let count = count
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .and_then(NonZeroU32::new)
-        .ok_or_else(|| {
-            format!(
-                "the count before `/` must be a whole number above zero, got \"{}\"",
-                count.trim()
-            )
-        })?;
-    let period = period.trim();
-    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
-        duration::parse(period)?
-    } else {
-        duration::parse(&format!("1{period}"))?
-    };
-    let every = period / count.get();
-    Quota::with_period(every)
+    let (count, period) = duration::parse_quota(count, period)?;
+    Quota::with_period(period / count.get())
         .map(|q| Some(q.allow_burst(count)))
         .ok_or_else(|| "the period after `/` must be longer than zero".into())
 }
@@ -606,7 +587,10 @@ impl From<Incoming> for NewMessage {
 fn generic_messages(value: Value) -> Result<Vec<NewMessage>, PayloadError> {
     fn one(value: Value) -> Result<NewMessage, String> {
         if !value.is_object() {
-            return Err(format!("expected a message object, got {}", kind(&value)));
+            return Err(format!(
+                "expected a message object, got {}",
+                crate::json_kind(&value)
+            ));
         }
         serde_json::from_value::<Incoming>(value)
             .map(NewMessage::from)
