@@ -251,3 +251,112 @@ fn a_burst_into_a_full_queue_is_recorded_as_dropped_with_memory_bounded() {
     );
     assert!(sb.log().contains("actions dropped"), "the drop is logged");
 }
+
+#[test]
+fn sighup_reloads_the_rules() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULE_A);
+    sb.spawn();
+    let before = stats(&sb)["last_reload"]["at"].clone();
+    // Without the watcher's help: the file is unchanged, so only the signal can reload it.
+    unsafe {
+        libc::kill(sb.pid() as i32, libc::SIGHUP);
+    }
+    let after = eventually(Duration::from_secs(2), "a reload after SIGHUP", || {
+        let r = stats(&sb)["last_reload"].clone();
+        (r["at"] != before).then_some(r)
+    });
+    assert_eq!(after["ok"], true, "{after}");
+    assert_eq!(after["source"], "file");
+    assert_eq!(rule_names(&sb), ["rule-a"]);
+    assert!(sb.terminate().success(), "SIGHUP did not stop the server");
+}
+
+/// Messages committed while nothing evaluated them (a crash between the journal write and the
+/// dispatcher) are evaluated at the next start, once: a second restart fires nothing again.
+#[test]
+fn messages_nobody_evaluated_are_evaluated_once_after_a_restart() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULE_A);
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    let seq = send_messages(&home, &[("a", "evaluated live")])[0];
+    eventually(Duration::from_secs(2), "the live message fires", || {
+        (fired_for(&sb, seq) == ["rule-a"]).then_some(())
+    });
+    sb.kill9();
+
+    // Two records land in the journal behind the dispatcher's back.
+    let mut journal = std::fs::OpenOptions::new()
+        .append(true)
+        .open(home.join("channels.jsonl"))
+        .unwrap();
+    for (i, content) in ["landed while down", "also while down"].iter().enumerate() {
+        let record = json!({"seq": seq + 1 + i as u64, "serverName": "test", "channel": "a",
+                            "content": content, "timestamp": "2026-11-22T10:00:00Z"});
+        use std::io::Write;
+        writeln!(journal, "{record}").unwrap();
+    }
+    drop(journal);
+
+    sb.spawn();
+    for s in [seq + 1, seq + 2] {
+        eventually(
+            Duration::from_secs(2),
+            "evaluated after the restart",
+            || (fired_for(&sb, s) == ["rule-a"]).then_some(()),
+        );
+    }
+    assert!(sb.terminate().success());
+    let actions_before = action_records(&home)
+        .iter()
+        .filter(|r| r["action"].is_object())
+        .count();
+    sb.spawn();
+    let next = send_messages(&home, &[("a", "after the second restart")])[0];
+    assert_eq!(next, seq + 3, "seq continues from the journal");
+    eventually(Duration::from_secs(2), "the new message fires", || {
+        (fired_for(&sb, next) == ["rule-a"]).then_some(())
+    });
+    let created: Vec<u64> = action_records(&home)
+        .iter()
+        .filter_map(|r| r["action"]["seq"].as_u64())
+        .collect();
+    assert_eq!(
+        created.len(),
+        actions_before + 1,
+        "only the new message made an action: {created:?}"
+    );
+    for s in [seq, seq + 1, seq + 2, next] {
+        assert_eq!(
+            created.iter().filter(|&&c| c == s).count(),
+            1,
+            "seq {s} evaluated exactly once: {created:?}"
+        );
+    }
+}
+
+#[test]
+fn pause_survives_a_restart() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULE_A);
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    assert!(sb.cli(&["pause"]).status.success());
+    assert!(sb.terminate().success());
+    sb.spawn();
+    assert_eq!(stats(&sb)["paused"], true, "still paused after a restart");
+    let paused_seq = send_messages(&home, &[("a", "while paused")])[0];
+    eventually(Duration::from_secs(2), "the message is evaluated", || {
+        (stats(&sb)["evaluated"].as_u64() >= Some(paused_seq)).then_some(())
+    });
+    assert!(
+        fired_for(&sb, paused_seq).is_empty(),
+        "no action while paused"
+    );
+    assert!(sb.cli(&["resume"]).status.success());
+    let seq = send_messages(&home, &[("a", "after resume")])[0];
+    eventually(Duration::from_secs(2), "fires after resume", || {
+        (fired_for(&sb, seq) == ["rule-a"]).then_some(())
+    });
+}
