@@ -365,7 +365,12 @@ async fn a_pending_wait_does_not_block_other_requests() {
     let client = Arc::new(client);
     let c = client.clone();
     let pending = tokio::spawn(async move { wait(&c, 3.0).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let home = h.sb.home.path().to_path_buf();
+    eventually_async(Duration::from_secs(5), || {
+        let s = control(&home, json!({"cmd": "stats"}));
+        (s["result"]["wait_calls_in_flight"] == 1).then_some(())
+    })
+    .await;
     let start = Instant::now();
     let (stats, _) = call(&client, "inbox_stats", json!({})).await;
     assert!(
@@ -488,7 +493,16 @@ async fn an_expired_confirm_is_refused() {
     h.send("alerts/critical", "db down");
     let v = wait(&client, 2.0).await;
     let id = v["items"][0]["action_id"].as_u64().unwrap();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // The expiry timer, not a read, expires it.
+    let home = h.sb.home.path().to_path_buf();
+    eventually_async(Duration::from_secs(5), || {
+        let s = control(&home, json!({"cmd": "stats"}));
+        s["result"]["pending_confirms"]
+            .as_array()
+            .is_some_and(|p| p.is_empty())
+            .then_some(())
+    })
+    .await;
     let (r, err) = call(
         &client,
         "channel_confirm",
