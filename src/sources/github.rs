@@ -103,6 +103,20 @@ struct Summary<'a> {
     sender: String,
 }
 
+/// A workflow run, check run or check suite: what its summary is made of.
+struct Run {
+    /// `workflow "Build" #562`, `check "test"`, `check suite "GitHub Actions"`.
+    subject: String,
+    /// The metadata key of `name`: `workflow` or `check`.
+    name_key: &'static str,
+    name: String,
+    branch: String,
+    sha: String,
+    status: String,
+    conclusion: String,
+    url: String,
+}
+
 /// The content line and the event's own metadata.
 struct Converted {
     content: String,
@@ -150,93 +164,85 @@ impl<'a> Summary<'a> {
             .and_then(Value::as_u64)
             .map(|n| format!(" #{n}"))
             .unwrap_or_default();
-        let branch = text(run, &["head_branch"]);
-        let (status, conclusion) = (text(run, &["status"]), text(run, &["conclusion"]));
-        let url = text(run, &["html_url"]);
-        let content = format!(
-            "{}workflow \"{name}\"{number}{}{}{}",
-            self.repo_prefix(),
-            on(&branch),
-            outcome(&status, &conclusion),
-            link(&url)
-        );
-        Ok(Converted {
-            content,
-            meta: vec![
-                ("workflow", name),
-                ("branch", branch),
-                ("sha", text(run, &["head_sha"])),
-                ("status", status),
-                ("conclusion", conclusion),
-                ("url", url),
-            ],
-        })
+        Ok(self.run(Run {
+            subject: format!("workflow \"{name}\"{number}"),
+            name_key: "workflow",
+            name,
+            branch: text(run, &["head_branch"]),
+            sha: text(run, &["head_sha"]),
+            status: text(run, &["status"]),
+            conclusion: text(run, &["conclusion"]),
+            url: text(run, &["html_url"]),
+        }))
     }
 
     fn check_run(&self) -> Result<Converted, PayloadError> {
         let run = self.object("check_run")?;
         let name = text(run, &["name"]);
-        let branch = text(run, &["check_suite", "head_branch"]);
-        let (status, conclusion) = (text(run, &["status"]), text(run, &["conclusion"]));
         let mut url = text(run, &["html_url"]);
         if url.is_empty() {
             url = text(run, &["details_url"]);
         }
-        let content = format!(
-            "{}check \"{name}\"{}{}{}",
-            self.repo_prefix(),
-            on(&branch),
-            outcome(&status, &conclusion),
-            link(&url)
-        );
-        Ok(Converted {
-            content,
-            meta: vec![
-                ("check", name),
-                ("branch", branch),
-                ("sha", text(run, &["head_sha"])),
-                ("status", status),
-                ("conclusion", conclusion),
-                ("url", url),
-            ],
-        })
+        Ok(self.run(Run {
+            subject: format!("check \"{name}\""),
+            name_key: "check",
+            name,
+            branch: text(run, &["check_suite", "head_branch"]),
+            sha: text(run, &["head_sha"]),
+            status: text(run, &["status"]),
+            conclusion: text(run, &["conclusion"]),
+            url,
+        }))
     }
 
     fn check_suite(&self) -> Result<Converted, PayloadError> {
         let suite = self.object("check_suite")?;
         let app = text(suite, &["app", "name"]);
-        let branch = text(suite, &["head_branch"]);
         let sha = text(suite, &["head_sha"]);
-        let (status, conclusion) = (text(suite, &["status"]), text(suite, &["conclusion"]));
         let repo_url = text(self.payload, &["repository", "html_url"]);
         let url = if repo_url.is_empty() || sha.is_empty() {
             String::new()
         } else {
             format!("{repo_url}/commit/{sha}")
         };
-        let named = if app.is_empty() {
-            String::new()
+        let subject = if app.is_empty() {
+            "check suite".to_string()
         } else {
-            format!(" \"{app}\"")
+            format!("check suite \"{app}\"")
         };
+        Ok(self.run(Run {
+            subject,
+            name_key: "check",
+            name: app,
+            branch: text(suite, &["head_branch"]),
+            sha,
+            status: text(suite, &["status"]),
+            conclusion: text(suite, &["conclusion"]),
+            url,
+        }))
+    }
+
+    /// `<repo>: <subject> on <branch> <status>: <conclusion> — <url>`, and its metadata.
+    fn run(&self, r: Run) -> Converted {
         let content = format!(
-            "{}check suite{named}{}{}{}",
+            "{}{}{}{}{}",
             self.repo_prefix(),
-            on(&branch),
-            outcome(&status, &conclusion),
-            link(&url)
+            r.subject,
+            on(&r.branch),
+            outcome(&r.status, &r.conclusion),
+            link(&r.url)
         );
-        Ok(Converted {
+        Converted {
             content,
             meta: vec![
-                ("check", app),
-                ("branch", branch),
-                ("sha", sha),
-                ("status", status),
-                ("conclusion", conclusion),
-                ("url", url),
+                (r.name_key, r.name),
+                ("branch", r.branch),
+                ("sha", r.sha),
+                ("status", r.status),
+                ("conclusion", r.conclusion),
+                ("url", r.url),
             ],
-        })
+        }
     }
 
     fn push(&self) -> Converted {
