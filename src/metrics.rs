@@ -78,21 +78,16 @@ impl Metrics {
         self.dropped.lock().unwrap().values().sum()
     }
 
-    /// Prometheus text exposition of the counters, followed by `gauges`
-    /// (`(name, help, value)`) read from the running parts.
-    pub fn render(&self, gauges: &[Reading]) -> String {
-        self.render_with(&[], gauges)
-    }
-
-    /// [`render`](Self::render), with `counters` read from the running parts too
-    /// (journal write errors, duplicates).
-    pub fn render_with(&self, counters: &[Reading], gauges: &[Reading]) -> String {
+    /// Prometheus text exposition of the counters, followed by `counters` and `gauges` read
+    /// from the running parts (journal write errors, duplicates; ring and queue depths).
+    pub fn render(&self, counters: &[Reading], gauges: &[Reading]) -> String {
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP switchboard_messages_ingested_total Messages accepted, by source."
+        family(
+            &mut out,
+            "switchboard_messages_ingested_total",
+            "counter",
+            "Messages accepted, by source.",
         );
-        let _ = writeln!(out, "# TYPE switchboard_messages_ingested_total counter");
         for (source, n) in self.ingested.lock().unwrap().iter() {
             let _ = writeln!(
                 out,
@@ -100,11 +95,12 @@ impl Metrics {
                 escape(source)
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP switchboard_actions_total Actions fired, by rule and mode."
+        family(
+            &mut out,
+            "switchboard_actions_total",
+            "counter",
+            "Actions fired, by rule and mode.",
         );
-        let _ = writeln!(out, "# TYPE switchboard_actions_total counter");
         for ((rule, mode), n) in self.actions.lock().unwrap().iter() {
             let _ = writeln!(
                 out,
@@ -112,66 +108,69 @@ impl Metrics {
                 escape(rule)
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP switchboard_suppressed_total Matching rules that did not fire, by reason."
+        family(
+            &mut out,
+            "switchboard_suppressed_total",
+            "counter",
+            "Matching rules that did not fire, by reason.",
         );
-        let _ = writeln!(out, "# TYPE switchboard_suppressed_total counter");
         for ((rule, reason), n) in self.suppressed.lock().unwrap().iter() {
-            let reason = match reason {
-                SuppressReason::Dedup => "dedup",
-                SuppressReason::RateLimited => "rate_limited",
-            };
             let _ = writeln!(
                 out,
-                "switchboard_suppressed_total{{rule=\"{}\",reason=\"{reason}\"}} {n}",
-                escape(rule)
+                "switchboard_suppressed_total{{rule=\"{}\",reason=\"{}\"}} {n}",
+                escape(rule),
+                reason.as_str()
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP switchboard_actions_dropped_total Actions refused by a full queue, by mode."
+        family(
+            &mut out,
+            "switchboard_actions_dropped_total",
+            "counter",
+            "Actions refused by a full queue, by mode.",
         );
-        let _ = writeln!(out, "# TYPE switchboard_actions_dropped_total counter");
         for (mode, n) in self.dropped.lock().unwrap().iter() {
             let _ = writeln!(
                 out,
                 "switchboard_actions_dropped_total{{mode=\"{mode}\"}} {n}"
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP switchboard_wait_calls_in_flight wait_for_inbound_message calls waiting now."
+        family(
+            &mut out,
+            "switchboard_wait_calls_in_flight",
+            "gauge",
+            "wait_for_inbound_message calls waiting now.",
         );
-        let _ = writeln!(out, "# TYPE switchboard_wait_calls_in_flight gauge");
         let _ = writeln!(
             out,
             "switchboard_wait_calls_in_flight {}",
             self.wait_calls_in_flight.load(Ordering::Relaxed)
         );
-        let _ = writeln!(
-            out,
-            "# HELP switchboard_http_rejections_total HTTP ingest requests refused, by error code and status."
+        family(
+            &mut out,
+            "switchboard_http_rejections_total",
+            "counter",
+            "HTTP ingest requests refused, by error code and status.",
         );
-        let _ = writeln!(out, "# TYPE switchboard_http_rejections_total counter");
         for ((code, status), n) in self.rejected.lock().unwrap().iter() {
             let _ = writeln!(
                 out,
                 "switchboard_http_rejections_total{{code=\"{code}\",status=\"{status}\"}} {n}"
             );
         }
-        for (name, help, value) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            let _ = writeln!(out, "{name} {value}");
-        }
-        for (name, help, value) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            let _ = writeln!(out, "{name} {value}");
+        for (readings, kind) in [(counters, "counter"), (gauges, "gauge")] {
+            for (name, help, value) in readings {
+                family(&mut out, name, kind, help);
+                let _ = writeln!(out, "{name} {value}");
+            }
         }
         out
     }
+}
+
+/// The `# HELP` and `# TYPE` lines that open a metric family.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// Escapes a Prometheus label value.
@@ -195,7 +194,7 @@ mod tests {
         m.dropped(Mode::Auto);
         m.http_rejected("rate_limited", 429);
         m.http_rejected("rate_limited", 429);
-        let text = m.render_with(
+        let text = m.render(
             &[(
                 "switchboard_journal_write_errors_total",
                 "Failed writes.",
