@@ -325,6 +325,17 @@ async def wait_tool(client: Client, timeout_s: float) -> dict[str, Any]:
     return tool_json(result, "wait_for_inbound_message")
 
 
+async def wait_in_flight(client: Client) -> None:
+    """Returns once the server reports a wait_for_inbound_message call waiting (inbox_stats)."""
+    deadline = time.monotonic() + 10
+    while True:
+        result = await client.call_tool("inbox_stats", {})
+        if tool_json(result, "inbox_stats").get("wait_calls_in_flight", 0) >= 1:
+            return
+        check(time.monotonic() < deadline, "the wait never showed as in flight in inbox_stats")
+        await asyncio.sleep(0.02)
+
+
 # --- the checks --------------------------------------------------------------------------------
 
 
@@ -373,7 +384,7 @@ async def run(bin_path: Path, transport: str, tmp: Path) -> None:
 
         start = time.monotonic()
         pending = asyncio.create_task(wait_tool(claude, 20))
-        await asyncio.sleep(0.5)
+        await wait_in_flight(claude)
         check(not pending.done(), "the 20 s wait returned before any message was sent")
         sent_at = time.monotonic()
         await home.send(CHANNEL, TEXT)
