@@ -1,11 +1,11 @@
 //! The running switchboard: the inbox, the live rules, the dispatcher and the
-//! delivery hub, behind one handle that every front end (MCP, HTTP, control
+//! action lifecycle, behind one handle that every front end (MCP, HTTP, control
 //! socket) shares.
 //!
 //! The dispatcher is the only caller of the engine: it reads committed messages
 //! in seq order after the evaluation mark kept in `actions.jsonl`, evaluates a
-//! batch, and hands the actions and the new mark to the hub, which writes them in
-//! one journal write. So every message is evaluated once, also the ones that
+//! batch, and hands the actions and the new mark to the lifecycle, which journals
+//! them in one write. So every message is evaluated once, also the ones that
 //! arrived while nothing was evaluating (after a crash or a restart).
 
 use std::sync::{Arc, Mutex};
@@ -15,12 +15,14 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::actions::Lifecycle;
 use crate::actions::journal::ActionLog;
+use crate::actions::lifecycle::{LifecycleStats, PendingConfirm};
+use crate::actions::writer::JournalWriter;
 use crate::config::{Config, Home};
-use crate::delivery::Hub;
 use crate::engine::Engine;
 use crate::engine::Prepared;
-use crate::inbox::{Inbox, StateStore};
+use crate::inbox::{Inbox, InboxStats, StateStore};
 use crate::message::Seq;
 use crate::metrics::Metrics;
 use crate::rules::{LoadError, RuleError, RuleSet};
@@ -43,6 +45,27 @@ pub struct ReloadReport {
     pub errors: Vec<RuleError>,
 }
 
+/// Everything `inbox_stats` and `switchboard stats` show.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    /// The inbox: ring, seqs, journal.
+    pub inbox: InboxStats,
+    /// Rule evaluation paused.
+    pub paused: bool,
+    /// Live rules.
+    pub rules_loaded: usize,
+    /// The last (re)load.
+    pub last_reload: Option<ReloadReport>,
+    /// Highest seq the engine evaluated.
+    pub evaluated: Seq,
+    /// Queues, claims, sessions and counters of the action lifecycle.
+    pub delivery: LifecycleStats,
+    /// `wait_for_inbound_message` calls waiting now.
+    pub wait_calls_in_flight: u64,
+    /// Open confirm requests.
+    pub pending_confirms: Vec<PendingConfirm>,
+}
+
 /// The shared handle.
 pub struct App {
     /// The home, when running on disk.
@@ -53,8 +76,8 @@ pub struct App {
     pub inbox: Inbox,
     /// Cursors, pause, evaluation progress.
     pub state: StateStore,
-    /// The delivery hub.
-    pub hub: Hub,
+    /// The action lifecycle: queues, claims, sessions, `actions.jsonl`.
+    pub lifecycle: Lifecycle,
     /// Counters for `/metrics` and `inbox_stats`.
     pub metrics: Metrics,
     /// The engine; held while one message is evaluated, so a reload is atomic.
@@ -91,10 +114,11 @@ impl App {
             Some(seq) if replay.existed => seq.min(inbox.last_seq()),
             _ => inbox.last_seq(),
         };
-        let hub = Hub::new(config.actions.queue_capacity, Some(Arc::new(log)));
+        let writer = JournalWriter::start(log, config.inbox.fsync)?;
+        let lifecycle = Lifecycle::new(config.actions.queue_capacity, writer);
         let restored = replay.live.len();
-        hub.restore(replay.live.into_values());
-        let app = App::assemble(Some(home), config, inbox, state, hub, shutdown);
+        lifecycle.restore(replay.live.into_values());
+        let app = App::assemble(Some(home), config, inbox, state, lifecycle, shutdown);
         app.engine
             .lock()
             .unwrap()
@@ -115,13 +139,13 @@ impl App {
     /// An in-memory switchboard with the given rules (tests).
     pub fn memory(config: Config, rules: RuleSet) -> Arc<App> {
         let inbox = Inbox::memory(&config.inbox);
-        let hub = Hub::new(config.actions.queue_capacity, None);
+        let lifecycle = Lifecycle::new(config.actions.queue_capacity, JournalWriter::memory());
         let app = App::assemble(
             None,
             config,
             inbox,
             StateStore::memory(),
-            hub,
+            lifecycle,
             CancellationToken::new(),
         );
         app.engine.lock().unwrap().swap_rules(Arc::new(rules));
@@ -135,13 +159,13 @@ impl App {
         config: Config,
         inbox: Inbox,
         state: StateStore,
-        hub: Hub,
+        lifecycle: Lifecycle,
         shutdown: CancellationToken,
     ) -> Arc<App> {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
         Arc::new(App {
-            hub,
+            lifecycle,
             home,
             config,
             inbox,
@@ -310,26 +334,21 @@ impl App {
         self.engine.lock().unwrap().is_paused()
     }
 
-    /// Everything `inbox_stats` shows.
-    pub fn stats(&self) -> serde_json::Value {
-        serde_json::json!({
-            "inbox": self.inbox.stats(),
-            "paused": self.is_paused(),
-            "rules_loaded": self.rules().len(),
-            "last_reload": *self.last_reload.lock().unwrap(),
-            "evaluated": self.state.evaluated(),
-            "delivery": self.hub.stats(),
-            "wait_calls_in_flight": self
+    /// Everything `inbox_stats` and `switchboard stats` show.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            inbox: self.inbox.stats(),
+            paused: self.is_paused(),
+            rules_loaded: self.rules().len(),
+            last_reload: self.last_reload.lock().unwrap().clone(),
+            evaluated: self.state.evaluated(),
+            delivery: self.lifecycle.stats(),
+            wait_calls_in_flight: self
                 .metrics
                 .wait_calls_in_flight
                 .load(std::sync::atomic::Ordering::Relaxed),
-            "pending_confirms": self.hub.pending_confirms().iter().map(|i| serde_json::json!({
-                "id": i.action_id,
-                "rule": i.rule,
-                "seq": i.message.seq,
-                "expires_at": i.expires_at.map(crate::message::format_timestamp),
-            })).collect::<Vec<_>>(),
-        })
+            pending_confirms: self.lifecycle.pending_summary(),
+        }
     }
 
     /// The dispatcher: evaluates committed messages after `mark`, in seq order, in batches,
@@ -355,10 +374,7 @@ impl App {
                         }
                     }
                     evaluated = last.seq;
-                    let offered = app.hub.offer(actions, Some(evaluated), now);
-                    for action in &offered.dropped {
-                        app.metrics.dropped(action.mode);
-                    }
+                    app.lifecycle.offer(actions, Some(evaluated), now).await;
                     app.state.set_evaluated(evaluated);
                     continue;
                 }
@@ -374,9 +390,10 @@ impl App {
     }
 
     fn spawn_expiry(self: &Arc<App>) {
-        let hub = self.hub.clone();
+        let lifecycle = self.lifecycle.clone();
         let token = self.shutdown.clone();
-        self.tasks.spawn(async move { hub.run_expiry(token).await });
+        self.tasks
+            .spawn(async move { lifecycle.run_expiry(token).await });
     }
 
     fn spawn_state_flusher(self: &Arc<App>) {

@@ -307,6 +307,8 @@ pub struct McpSettings {
     pub max_wait_s: u64,
     /// `notifications/claude/channel`: `auto` (Claude Code only), `always` or `never`.
     pub claude_channel: PushPolicy,
+    /// Browser origins allowed on `/mcp` besides loopback ones (exact `scheme://host[:port]`).
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for McpSettings {
@@ -314,6 +316,7 @@ impl Default for McpSettings {
         McpSettings {
             max_wait_s: 55,
             claude_channel: PushPolicy::Auto,
+            allowed_origins: Vec::new(),
         }
     }
 }

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
+use crate::actions::Event;
 use crate::app::App;
-use crate::delivery::Item;
 
 /// A request from the CLI.
 #[derive(Debug, Serialize, Deserialize)]
@@ -145,10 +145,16 @@ async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
         Request::List { channel, limit } => {
             Response::ok(app.inbox.recent(channel.as_deref(), limit))
         }
-        Request::Confirm { id, approve } => match app.hub.confirm(id, approve, None, Utc::now()) {
-            Ok(item) => Response::ok(item),
-            Err(e) => Response::err(e),
-        },
+        Request::Confirm { id, approve } => {
+            match app.lifecycle.confirm(id, approve, "cli", None, Utc::now()) {
+                Ok(item) => {
+                    // The answer is on disk before the operator is told it took.
+                    app.lifecycle.flush().await;
+                    Response::ok(item)
+                }
+                Err(e) => Response::err(e),
+            }
+        }
         Request::Watch => return watch(app, write).await,
         Request::Send { messages } => {
             let n = messages.len() as u64;
@@ -164,19 +170,19 @@ async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
     send(&mut write, &response).await
 }
 
-/// A line of `watch`: a message or an action.
+/// A line of `watch`: a message or an action transition.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WatchEvent {
     /// A committed message.
     Message(crate::message::Message),
-    /// A deliverable action.
-    Action(Item),
+    /// An action transition (queued, answered, expired, claimed, delivered, released, dropped).
+    Action(Event),
 }
 
 async fn watch(app: Arc<App>, mut write: tokio::net::unix::OwnedWriteHalf) -> std::io::Result<()> {
     let mut committed = app.inbox.committed();
-    let mut items = app.hub.subscribe();
+    let mut items = app.lifecycle.subscribe();
     let mut after = app.inbox.last_seq();
     loop {
         tokio::select! {

@@ -17,8 +17,9 @@
 //! - [`inbox`]: ring + group-commit journal, consumer cursors and `state.json`.
 //! - [`rules`]: `triggers.json` parsed, validated, compiled.
 //! - [`engine`]: pure evaluation of a message against the rules at a given time.
-//! - [`actions`]: actions and their lifecycle.
-//! - [`delivery`]: the hub (per-consumer queues, long-poll) and the MCP server.
+//! - [`actions`]: actions and their lifecycle (queues, claims, sessions, `actions.jsonl`).
+//! - [`delivery`]: the MCP server (tools, long-poll wait, push) over stdio and HTTP.
+//! - [`auth`]: the bearer token and `Origin` checks of HTTP ingest and `/mcp`.
 //! - [`app`]: the running whole, shared by every front end; the dispatcher.
 //! - [`watch`]: reloads `triggers.json` when it is saved.
 //! - [`control`]: the control socket between the CLI and the running server.
@@ -27,6 +28,7 @@
 
 pub mod actions;
 pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod control;

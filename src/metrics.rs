@@ -21,6 +21,7 @@ pub struct Metrics {
     actions: Mutex<BTreeMap<(String, Mode), u64>>,
     suppressed: Mutex<BTreeMap<(String, SuppressReason), u64>>,
     dropped: Mutex<BTreeMap<Mode, u64>>,
+    transitions: Mutex<BTreeMap<&'static str, u64>>,
     rejected: Mutex<BTreeMap<(&'static str, u16), u64>>,
 }
 
@@ -61,6 +62,20 @@ impl Metrics {
     /// An action was refused because its queue was full.
     pub fn dropped(&self, mode: Mode) {
         *self.dropped.lock().unwrap().entry(mode).or_default() += 1;
+    }
+
+    /// Takes the action lifecycle's own counters (drops and transitions), which it keeps
+    /// exactly, so that `/metrics` and `inbox_stats` never disagree.
+    pub fn sync_lifecycle(&self, counters: &crate::actions::lifecycle::Counters) {
+        *self.dropped.lock().unwrap() = counters.dropped.clone();
+        *self.transitions.lock().unwrap() = BTreeMap::from([
+            ("claimed", counters.claimed),
+            ("delivered", counters.delivered),
+            ("released", counters.released),
+            ("approved", counters.approved),
+            ("denied", counters.denied),
+            ("expired", counters.expired),
+        ]);
     }
 
     /// An HTTP ingest request was refused with `status` and error code `code`.
@@ -132,6 +147,18 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "switchboard_actions_dropped_total{{mode=\"{mode}\"}} {n}"
+            );
+        }
+        family(
+            &mut out,
+            "switchboard_action_transitions_total",
+            "counter",
+            "Action lifecycle transitions, by the state entered.",
+        );
+        for (state, n) in self.transitions.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "switchboard_action_transitions_total{{state=\"{state}\"}} {n}"
             );
         }
         family(

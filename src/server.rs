@@ -35,6 +35,8 @@ pub struct ServeOptions {
     /// The ingest bearer token from `SWITCHBOARD_TOKEN`; wins over `http.token` and the
     /// `token` file.
     pub token: Option<String>,
+    /// The consumer the stdio session reads as (`--consumer`); default: its own.
+    pub consumer: Option<String>,
 }
 
 /// Runs switchboard on `home_dir` until `shutdown` completes (or stdin closes in stdio mode).
@@ -74,9 +76,11 @@ pub async fn run(
     if let Some(listener) = ingest {
         let mut router = crate::sources::http::router(app.clone());
         if shared {
-            router = router.merge(crate::delivery::mcp::http_router(
+            let loopback = listener.local_addr()?.ip().is_loopback();
+            router = router.merge(crate::delivery::mcp::http::router(
                 app.clone(),
                 token.clone(),
+                loopback,
             ));
         }
         let bound = serve_http(&app, listener, router, "ingest")?;
@@ -86,8 +90,15 @@ pub async fn run(
         }
     }
     if let (Some(addr), false) = (&opts.mcp_http, shared) {
-        let router = crate::delivery::mcp::http_router(app.clone(), token.clone());
-        let bound = serve_http(&app, bind(addr, "mcp").await?, router, "mcp")?;
+        let listener = bind(addr, "mcp").await?;
+        let local = listener.local_addr()?;
+        crate::sources::http::check(&app.config.http, local).map_err(anyhow::Error::msg)?;
+        let router = crate::delivery::mcp::http::router(
+            app.clone(),
+            token.clone(),
+            local.ip().is_loopback(),
+        );
+        let bound = serve_http(&app, listener, router, "mcp")?;
         endpoint["mcp"] = format!("http://{bound}/mcp").into();
     }
     spawn_reload_on_sighup(&app)?;
@@ -99,7 +110,7 @@ pub async fn run(
 
     if opts.stdio {
         tokio::select! {
-            result = crate::delivery::mcp::serve_stdio(app.clone(), token.clone()) => {
+            result = crate::delivery::mcp::serve_stdio(app.clone(), opts.consumer.clone(), token.clone()) => {
                 if let Err(err) = result {
                     tracing::warn!(cause = %err, "stdio MCP session ended with an error");
                 }
@@ -187,6 +198,7 @@ async fn stop(app: &Arc<App>, home: &Home) {
             "tasks still running after {SHUTDOWN_DEADLINE:?}; stopping anyway"
         );
     }
+    app.lifecycle.flush().await;
     app.inbox.close().await;
     app.state.flush();
     let _ = std::fs::remove_file(home.endpoint());

@@ -133,9 +133,9 @@ impl ActionLog {
         ))
     }
 
-    /// Appends `records` with one write and one fsync. A failure is logged once per outage,
-    /// counted and returned; the caller carries on in memory.
-    pub fn append(&self, records: &[Record]) -> Result<(), String> {
+    /// Appends `records` with one write, then one fsync when `sync`. A failure is logged once
+    /// per outage, counted and returned; the caller carries on in memory.
+    pub fn append(&self, records: &[Record], sync: bool) -> Result<(), String> {
         if records.is_empty() {
             return Ok(());
         }
@@ -161,7 +161,7 @@ impl ActionLog {
                 let _ = file.set_len(len);
                 return Err(e);
             }
-            file.sync_data()
+            if sync { file.sync_data() } else { Ok(()) }
         })();
         let mut failing = self.failing.lock().unwrap();
         match result {
@@ -184,6 +184,14 @@ impl ActionLog {
                 *failing = Some(cause.clone());
                 Err(cause)
             }
+        }
+    }
+
+    /// Flushes written records to the disk.
+    pub fn sync(&self) -> Result<(), String> {
+        match &*self.file.lock().unwrap() {
+            Some(file) => file.sync_data().map_err(|e| e.to_string()),
+            None => Ok(()),
         }
     }
 
@@ -237,10 +245,15 @@ pub fn replay(path: &Path) -> std::io::Result<Replay> {
             live.state = state;
         }
     }
+    // A claim dies with the process that held it: claimed or released work is queued again.
     out.live.retain(|_, a| {
         matches!(
             a.state,
-            ActionState::Queued | ActionState::Pending | ActionState::Approved
+            ActionState::Queued
+                | ActionState::Pending
+                | ActionState::Approved
+                | ActionState::Claimed
+                | ActionState::Released
         )
     });
     Ok(out)
@@ -315,17 +328,20 @@ mod tests {
             let (a1, m1) = action(1, Mode::Confirm);
             let (a2, m2) = action(2, Mode::Auto);
             let (a3, m3) = action(3, Mode::Notify);
-            log.append(&[
-                Record::created(&a1, ActionState::Pending, &m1),
-                Record::created(&a2, ActionState::Queued, &m2),
-                Record::created(&a3, ActionState::Queued, &m3),
-                Record {
-                    evaluated: Some(3),
-                    ..Record::default()
-                },
-            ])
+            log.append(
+                &[
+                    Record::created(&a1, ActionState::Pending, &m1),
+                    Record::created(&a2, ActionState::Queued, &m2),
+                    Record::created(&a3, ActionState::Queued, &m3),
+                    Record {
+                        evaluated: Some(3),
+                        ..Record::default()
+                    },
+                ],
+                true,
+            )
             .unwrap();
-            log.append(&[Record::transition(3, ActionState::Delivered, now)])
+            log.append(&[Record::transition(3, ActionState::Delivered, now)], true)
                 .unwrap();
         }
         // A torn line, as after kill -9.

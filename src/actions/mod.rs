@@ -1,10 +1,14 @@
 //! Actions: what the engine decides a message should cause.
 //!
-//! An [`Action`] is created by the engine (pure) and then owned by the
-//! dispatcher, which records every state change in `actions.jsonl` and hands
-//! deliverable actions to the delivery hub.
+//! An [`Action`] is created by the engine (pure) and handed by the dispatcher to the
+//! [`lifecycle`], the one owner of its state from then on and the only writer of
+//! `actions.jsonl` (through the [`writer`] thread).
 
 pub mod journal;
+pub mod lifecycle;
+pub mod writer;
+
+pub use lifecycle::{ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId};
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -87,8 +91,12 @@ pub struct Action {
 pub enum ActionState {
     /// Notify/auto: waiting for a consumer.
     Queued,
-    /// Seen by a consumer.
+    /// Auto or approved work taken by one session's wait; not yet delivered.
+    Claimed,
+    /// Seen by a consumer (work: the result carrying it was sent).
     Delivered,
+    /// A claim given back (the session ended or the result could not be sent): queued again.
+    Released,
     /// Confirm: waiting for the user's answer.
     Pending,
     /// Confirm answered yes; queued like auto.
@@ -107,4 +115,25 @@ pub enum ActionState {
     Failed,
     /// Refused because its queue was full.
     Dropped,
+}
+
+impl ActionState {
+    /// The lowercase name used in `actions.jsonl` and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionState::Queued => "queued",
+            ActionState::Claimed => "claimed",
+            ActionState::Delivered => "delivered",
+            ActionState::Released => "released",
+            ActionState::Pending => "pending",
+            ActionState::Approved => "approved",
+            ActionState::Denied => "denied",
+            ActionState::Expired => "expired",
+            ActionState::Done => "done",
+            ActionState::Running => "running",
+            ActionState::Succeeded => "succeeded",
+            ActionState::Failed => "failed",
+            ActionState::Dropped => "dropped",
+        }
+    }
 }

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
+use crate::actions::{Event, ItemKind};
 use crate::control::{Client, Request, Response, WatchEvent};
-use crate::delivery::ItemKind;
 
 /// Options of `list`.
 #[derive(Debug, Args)]
@@ -213,7 +213,7 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
         let line = match &event {
             _ if args.json => serde_json::to_string(&event)?,
             WatchEvent::Message(m) => paint("2", message_line(m)),
-            WatchEvent::Action(item) => {
+            WatchEvent::Action(Event::Queued { item }) => {
                 let (code, label) = match item.kind {
                     ItemKind::Nudge => ("36", "nudge"),
                     ItemKind::ConfirmRequest => ("33", "confirm?"),
@@ -229,6 +229,7 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
                     format!("  {label} #{} [{}] {first}", item.action_id, item.rule),
                 )
             }
+            WatchEvent::Action(e) => paint("2", format!("  {}", transition_line(e))),
         };
         let mut out = std::io::stdout().lock();
         if writeln!(out, "{line}").is_err() {
@@ -236,6 +237,34 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line for an action transition other than `queued`.
+fn transition_line(e: &Event) -> String {
+    match e {
+        Event::Queued { item } => format!("queued #{} [{}]", item.action_id, item.rule),
+        Event::Answered {
+            id,
+            rule,
+            state,
+            by,
+        } => {
+            format!("{} #{id} [{rule}] by {by}", state.as_str())
+        }
+        Event::Expired { id, rule } => format!("expired #{id} [{rule}] unanswered"),
+        Event::Claimed { id, consumer } => format!("claimed #{id} by {consumer}"),
+        Event::Delivered { id, consumer } => format!("delivered #{id} to {consumer}"),
+        Event::Released {
+            id,
+            consumer,
+            reason,
+        } => {
+            format!("released #{id} from {consumer}: {reason}")
+        }
+        Event::Dropped {
+            id, rule, reason, ..
+        } => format!("dropped #{id} [{rule}]: {reason}"),
+    }
 }
 
 fn toast(label: &str, rule: &str, text: &str) {

@@ -20,6 +20,10 @@ pub struct ServeArgs {
     /// Do not serve MCP on stdio (run as a daemon for HTTP clients and the CLI).
     #[arg(long)]
     pub no_stdio: bool,
+    /// Read as this named consumer, which resumes its cursor across restarts (default: a
+    /// consumer of this session's own, `CLIENT#N`).
+    #[arg(long, value_name = "NAME")]
+    pub consumer: Option<String>,
 }
 
 /// Runs the server until stdin closes (stdio mode), SIGINT or SIGTERM.
@@ -36,6 +40,7 @@ impl From<ServeArgs> for crate::server::ServeOptions {
             no_listen: a.no_listen,
             stdio: !a.no_stdio,
             token: std::env::var(crate::config::TOKEN_ENV).ok(),
+            consumer: a.consumer,
         }
     }
 }

@@ -1,9 +1,9 @@
 //! Delivery: how actions reach agents and people.
 //!
-//! - [`hub`]: per-consumer queues and the long-poll behind `wait_for_inbound_message`.
-//! - [`mcp`]: the MCP server (tools, push) over stdio and streamable HTTP.
+//! - [`mcp`]: the MCP server (tools, long-poll wait, push) over stdio and streamable HTTP.
+//!
+//! The queues and claims behind the wait live in [`crate::actions::lifecycle`].
 
-pub mod hub;
 pub mod mcp;
 
-pub use hub::{ConfirmError, Hub, Item, ItemKind};
+pub use crate::actions::{ConfirmError, Item, ItemKind};

@@ -128,6 +128,14 @@ impl StateStore {
         last_seq.saturating_sub(self.cursor_or_boot(consumer))
     }
 
+    /// Forgets a consumer's cursor (a session's own consumer, when the session ends).
+    pub fn remove_cursor(&self, consumer: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.state.cursors.remove(consumer).is_some() {
+            inner.dirty = true;
+        }
+    }
+
     /// Moves a consumer's cursor (never backwards); saved within [`SAVE_INTERVAL`].
     pub fn set_cursor(&self, consumer: &str, seq: Seq) {
         let mut inner = self.inner.lock().unwrap();

@@ -37,11 +37,10 @@ use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use super::{PayloadError, alertmanager, github};
 use crate::app::App;
+use crate::auth::Bearer;
 use crate::config::HttpSettings;
 use crate::inbox::{Appended, InboxError};
 use crate::message::NewMessage;
@@ -131,21 +130,10 @@ impl Source {
     }
 }
 
-/// How bearer requests are authenticated.
-enum Auth {
-    /// `http.disableAuth` (loopback only; [`check`] refuses anything else).
-    Disabled,
-    /// The SHA-256 of the token: comparing digests takes the same time whatever the length
-    /// or content of the guess.
-    Token([u8; 32]),
-    /// No token was configured: nothing is accepted.
-    Unset,
-}
-
 /// The router's state.
 struct Ingest {
     app: Arc<App>,
-    auth: Auth,
+    auth: Bearer,
     github_secret: Option<Vec<u8>>,
     limiter: Option<DefaultKeyedRateLimiter<Source>>,
 }
@@ -153,11 +141,7 @@ struct Ingest {
 impl Ingest {
     fn new(app: Arc<App>) -> Ingest {
         let http = &app.config.http;
-        let auth = match (&http.token, http.disable_auth) {
-            (_, true) => Auth::Disabled,
-            (Some(token), false) if !token.is_empty() => Auth::Token(digest(token.as_bytes())),
-            _ => Auth::Unset,
-        };
+        let auth = Bearer::from_settings(http);
         let limiter = match parse_rate_limit(&http.rate_limit) {
             Ok(quota) => quota.map(RateLimiter::keyed),
             Err(e) => {
@@ -182,42 +166,9 @@ impl Ingest {
     }
 
     fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let expected = match &self.auth {
-            Auth::Disabled => return Ok(()),
-            Auth::Token(expected) => expected,
-            Auth::Unset => {
-                return Err(ApiError::unauthorized(
-                    "invalid_token",
-                    "no ingest token is configured on this server".into(),
-                ));
-            }
-        };
-        let Some(value) = headers.get(header::AUTHORIZATION) else {
-            return Err(ApiError::unauthorized(
-                "missing_token",
-                "missing bearer token; send `Authorization: Bearer <token>` with the token from \
-                 the `token` file in the switchboard home"
-                    .into(),
-            ));
-        };
-        let token = value.to_str().ok().and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-        let Some(token) = token else {
-            return Err(ApiError::unauthorized(
-                "missing_token",
-                "the `Authorization` header is not `Bearer <token>`".into(),
-            ));
-        };
-        if bool::from(digest(token.as_bytes()).ct_eq(expected)) {
-            Ok(())
-        } else {
-            Err(ApiError::unauthorized(
-                "invalid_token",
-                "wrong bearer token".into(),
-            ))
-        }
+        self.auth
+            .check(headers)
+            .map_err(|r| ApiError::unauthorized(r.code, r.message))
     }
 
     /// Spends one request of `source`'s quota, or says when to come back.
@@ -322,10 +273,6 @@ impl Ingest {
             ),
         )
     }
-}
-
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
 }
 
 async fn require_bearer(
@@ -440,8 +387,8 @@ async fn post_github(
 async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
     let app = &ingest.app;
     let inbox = app.inbox.stats();
-    let hub = app.hub.stats();
-    let queue = |key: &str| hub[key].as_f64().unwrap_or(0.0);
+    let delivery = app.lifecycle.stats();
+    app.metrics.sync_lifecycle(&delivery.counters);
     let counters = [
         (
             "switchboard_journal_write_errors_total",
@@ -472,18 +419,28 @@ async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
         ),
         (
             "switchboard_queue_nudges",
-            "Nudges not yet delivered to every consumer.",
-            queue("nudges_undelivered"),
+            "Nudges no consumer has seen yet.",
+            delivery.nudges_undelivered as f64,
         ),
         (
             "switchboard_queue_pending_confirms",
             "Confirms waiting for an answer.",
-            queue("pending_confirms"),
+            delivery.pending_confirms as f64,
         ),
         (
             "switchboard_queue_work",
             "Auto prompts and approved confirms waiting for the agent.",
-            queue("queued_work"),
+            delivery.queued_work as f64,
+        ),
+        (
+            "switchboard_queue_claimed_work",
+            "Work claimed by a wait whose result is not yet sent.",
+            delivery.claimed_work as f64,
+        ),
+        (
+            "switchboard_sessions",
+            "MCP sessions connected now.",
+            delivery.sessions as f64,
         ),
     ];
     (

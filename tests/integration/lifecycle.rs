@@ -234,11 +234,25 @@ fn a_burst_into_a_full_queue_is_recorded_as_dropped_with_memory_bounded() {
         (s["evaluated"] == 10_000).then(|| s["delivery"].clone())
     });
     assert_eq!(delivery["nudges_undelivered"], 64);
-    assert_eq!(delivery["dropped"]["notify"], 10_000 - 64);
-    let records = action_records(&home);
-    let count = |state: &str| records.iter().filter(|r| r["state"] == state).count();
-    assert_eq!(count("queued"), 64);
-    assert_eq!(count("dropped"), 10_000 - 64);
+    assert_eq!(delivery["counters"]["dropped"]["notify"], 10_000 - 64);
+    // Every nudge was queued; the oldest were dropped to make room: the newest 64 survive.
+    let records = eventually(Duration::from_secs(10), "every drop journaled", || {
+        let records = action_records(&home);
+        let dropped = records.iter().filter(|r| r["state"] == "dropped").count();
+        (dropped == 10_000 - 64).then_some(records)
+    });
+    let ids = |state: &str| -> std::collections::BTreeSet<u64> {
+        records
+            .iter()
+            .filter(|r| r["state"] == state)
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    };
+    let queued = ids("queued");
+    assert_eq!(queued.len(), 10_000);
+    let survivors: Vec<u64> = queued.difference(&ids("dropped")).copied().collect();
+    let newest: Vec<u64> = queued.iter().rev().take(64).rev().copied().collect();
+    assert_eq!(survivors, newest);
     let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", sb.pid()))
         .unwrap()
         .lines()

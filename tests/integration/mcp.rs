@@ -13,7 +13,7 @@ use rmcp::model::{
     LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
 };
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
@@ -116,10 +116,9 @@ impl Harness {
     async fn connect(&self, name: &str) -> (Client, Recorder) {
         let recorder = Recorder::new(name);
         let client = if self.http {
-            let url = self.sb.mcp_url.clone().expect("mcp url");
             recorder
                 .clone()
-                .serve(StreamableHttpClientTransport::from_uri(url))
+                .serve(http_transport(&self.sb))
                 .await
                 .expect("http client connects")
         } else {
@@ -377,16 +376,21 @@ async fn a_pending_wait_does_not_block_other_requests() {
         start.elapsed() < Duration::from_secs(1),
         "stats answered during the wait"
     );
-    assert_eq!(stats["consumer"]["name"], "copilot");
+    assert_eq!(
+        stats["consumer"]["name"], "copilot#1",
+        "the session's own consumer: client name and session number"
+    );
     assert!(!pending.is_finished());
     pending.await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn two_consumers_each_get_their_nudges() {
-    let h = Harness::new(true, None);
-    let (alpha, _) = h.connect("alpha").await;
-    let (beta, _) = h.connect("beta").await;
+async fn two_sessions_named_alike_each_get_every_nudge(http: bool) {
+    // Over stdio each window starts its own server; one home serving several stdio windows
+    // needs the daemon. Over HTTP, sessions share one server.
+    let h = Harness::new(http, None);
+    // Two windows of the same host: same clientInfo.name, two sessions, two consumers.
+    let (alpha, _) = h.connect("copilot-cli").await;
+    let (beta, _) = h.connect("copilot-cli").await;
     h.send("alerts/x", "one");
     h.send("alerts/x", "two");
     let a = wait_for(&alpha, json!({"timeout_s": 2}), 2).await;
@@ -402,13 +406,40 @@ async fn two_consumers_each_get_their_nudges() {
             .as_array()
             .unwrap()
             .is_empty(),
-        "once per consumer"
+        "once per session"
     );
     let b = wait_for(&beta, json!({"timeout_s": 2}), 2).await;
     assert_eq!(kinds(&b).len(), 2, "beta still gets them: {b}");
-    // The consumer argument overrides the client name.
-    let c = wait_for(&alpha, json!({"timeout_s": 1, "consumer": "gamma"}), 2).await;
-    assert_eq!(kinds(&c).len(), 2);
+    let (_, name_a) = consumer_of(&alpha).await;
+    let (_, name_b) = consumer_of(&beta).await;
+    assert!(name_a.starts_with("copilot-cli#") && name_b.starts_with("copilot-cli#"));
+    assert_ne!(name_a, name_b);
+    // A named consumer starts from its start: only what comes next.
+    let c = wait(&alpha, 0.2).await;
+    assert!(c["items"].as_array().unwrap().is_empty());
+    assert!(
+        call(&alpha, "wait_for_inbound_message", json!({"timeout_s": 0.2, "consumer": "gamma"}))
+            .await
+            .0["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    h.send("alerts/x", "three");
+    let c = wait_for(&alpha, json!({"timeout_s": 2, "consumer": "gamma"}), 1).await;
+    assert_eq!(kinds(&c), [("nudge".into(), "three".into())]);
+}
+
+/// The consumer a client reads as, from `inbox_stats`: (stats, name).
+async fn consumer_of(client: &Client) -> (Value, String) {
+    let (stats, _) = call(client, "inbox_stats", json!({})).await;
+    let name = stats["consumer"]["name"].as_str().unwrap().to_string();
+    (stats, name)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_two_sessions_named_alike_each_get_every_nudge() {
+    two_sessions_named_alike_each_get_every_nudge(true).await;
 }
 
 const CONFIRM: &str = r#"{"rules": [
@@ -828,6 +859,7 @@ fn http_server_discover_gets_32601() {
         reqwest::Client::new()
             .post(&url)
             .header("accept", "application/json, text/event-stream")
+            .bearer_auth(sb.token())
             .json(&json!({"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover"}))
             .send()
             .await

@@ -251,3 +251,14 @@ pub fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// An rmcp client transport to `sb`'s `/mcp`, with its bearer token.
+pub fn http_transport(
+    sb: &Switchboard,
+) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = sb.mcp_url.clone().expect("mcp url");
+    rmcp::transport::StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(sb.token()),
+    )
+}

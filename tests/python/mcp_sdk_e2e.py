@@ -276,7 +276,13 @@ async def session(name: str, home: Home, url: str | None, errlog: TextIO) -> Asy
                 push_stream.set()
 
         # The SDK's default timeouts (create_mcp_http_client): 30 s, 300 s to read a stream.
-        http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), event_hooks={"response": [on_response]})
+        # /mcp takes the home's bearer token, as hosts send it with their `headers` setting.
+        token = (home.dir / "token").read_text().strip()
+        http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(30, read=300),
+            event_hooks={"response": [on_response]},
+            headers={"Authorization": f"Bearer {token}"},
+        )
         transport = streamable_http_client(url, http_client=http)
     else:
         http = None

@@ -26,6 +26,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{INBOX_URI, Session};
+use crate::actions::Event;
 use crate::app::App;
 use crate::config::PushPolicy;
 use crate::delivery::{Item, ItemKind};
@@ -72,7 +73,7 @@ pub fn channel_meta(item: &Item) -> BTreeMap<&'static str, String> {
 /// What a session's push task reads. Subscribed at `initialize`, before the result is sent,
 /// so that nothing that comes while the client's `initialized` is on its way is missed.
 pub(super) struct Feed {
-    items: broadcast::Receiver<Item>,
+    events: broadcast::Receiver<Event>,
     committed: watch::Receiver<Seq>,
 }
 
@@ -80,7 +81,7 @@ impl Feed {
     /// Subscribes to new items and inbox commits from now on.
     pub(super) fn subscribe(app: &App) -> Feed {
         Feed {
-            items: app.hub.subscribe(),
+            events: app.lifecycle.subscribe(),
             committed: app.inbox.committed(),
         }
     }
@@ -97,7 +98,7 @@ pub(super) fn spawn(
 ) {
     let claude = wants_claude_channel(app.config.mcp.claude_channel, &client);
     let Feed {
-        mut items,
+        mut events,
         mut committed,
     } = feed;
     let tracker = app.tasks.clone();
@@ -105,8 +106,8 @@ pub(super) fn spawn(
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,
-                got = items.recv() => match got {
-                    Ok(item) => {
+                got = events.recv() => match got {
+                    Ok(Event::Queued { item }) => {
                         let quiet = session.lock().unwrap().quiet;
                         if !push_item(&peer, &item, claude, quiet).await {
                             break;
@@ -115,6 +116,7 @@ pub(super) fn spawn(
                     Err(RecvError::Lagged(n)) => {
                         tracing::debug!(client = %client, skipped = n, "push lagged; the wait tool still has every item");
                     }
+                    Ok(_) => {}
                     Err(RecvError::Closed) => break,
                 },
                 changed = committed.changed() => {

@@ -11,6 +11,7 @@ use tower::ServiceExt;
 use super::*;
 use crate::config::{Config, Home};
 use crate::rules::RuleSet;
+use sha2::Sha256;
 
 const TOKEN: &str = "test-token-0123456789";
 const SECRET: &str = "It's a Secret to Everybody";

@@ -1,0 +1,405 @@
+use super::*;
+use crate::actions::journal::ActionLog;
+use crate::inbox::FsyncPolicy;
+use crate::message::NewMessage;
+use chrono::TimeDelta;
+
+fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>) {
+    let msg = Message::from_new(NewMessage::new("s", "c", format!("m{id}")), id, now);
+    let a = Action {
+        id,
+        rule: "r".into(),
+        mode,
+        seq: id,
+        prompt: format!("p{id}"),
+        tools: vec!["t".into()],
+        created: now,
+        expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
+    };
+    (a, Arc::new(msg))
+}
+
+fn ids(items: &[Item]) -> Vec<(ItemKind, ActionId)> {
+    items.iter().map(|i| (i.kind, i.action_id)).collect()
+}
+
+fn events(rx: &mut broadcast::Receiver<Event>) -> Vec<Event> {
+    std::iter::from_fn(|| rx.try_recv().ok()).collect()
+}
+
+#[tokio::test]
+async fn each_session_sees_each_nudge_work_goes_to_one() {
+    let lc = Lifecycle::default();
+    let a = lc.open_session("copilot#1", false, None);
+    let b = lc.open_session("copilot#2", false, None);
+    let now = Utc::now();
+    lc.offer(
+        vec![
+            action(1, Mode::Notify, now),
+            action(2, Mode::Auto, now),
+            action(3, Mode::Confirm, now),
+        ],
+        None,
+        now,
+    )
+    .await;
+    use ItemKind::*;
+    assert_eq!(
+        ids(&lc.take(a, "copilot#1", 10)),
+        [(Auto, 2), (Nudge, 1), (ConfirmRequest, 3)]
+    );
+    assert_eq!(
+        ids(&lc.take(b, "copilot#2", 10)),
+        [(Nudge, 1), (ConfirmRequest, 3)],
+        "auto was claimed by a; the nudge and the request reach b as well"
+    );
+    assert!(lc.take(a, "copilot#1", 10).is_empty(), "each item once");
+    assert!(lc.take(b, "copilot#2", 10).is_empty());
+    assert_eq!(lc.stats().claimed_work, 1);
+    lc.settle(&[2], true, "sent");
+    assert_eq!(lc.stats().claimed_work, 0);
+    assert_eq!(
+        lc.stats().counters.delivered,
+        2,
+        "the nudge once, the work once"
+    );
+}
+
+#[tokio::test]
+async fn a_new_session_gets_open_confirms_and_work_but_nudges_only_from_its_start() {
+    let lc = Lifecycle::default();
+    let now = Utc::now();
+    lc.offer(
+        vec![
+            action(1, Mode::Notify, now),
+            action(2, Mode::Confirm, now),
+            action(3, Mode::Auto, now),
+        ],
+        None,
+        now,
+    )
+    .await;
+    let late = lc.open_session("late#1", false, None);
+    use ItemKind::*;
+    assert_eq!(
+        ids(&lc.take(late, "late#1", 10)),
+        [(Auto, 3), (ConfirmRequest, 2)]
+    );
+    lc.offer(vec![action(4, Mode::Notify, now)], None, now)
+        .await;
+    assert_eq!(ids(&lc.take(late, "late#1", 10)), [(Nudge, 4)]);
+    // A named consumer resumes from its cursor: message seq 0 = everything retained.
+    let named = lc.open_session("oncall", true, Some(0));
+    assert_eq!(
+        ids(&lc.take(named, "oncall", 10)),
+        [(Nudge, 1), (ConfirmRequest, 2), (Nudge, 4)]
+    );
+}
+
+#[tokio::test]
+async fn a_released_claim_goes_to_the_next_session_first() {
+    let lc = Lifecycle::default();
+    let mut rx = lc.subscribe();
+    let a = lc.open_session("a", false, None);
+    let b = lc.open_session("b", false, None);
+    let now = Utc::now();
+    lc.offer(
+        vec![action(1, Mode::Auto, now), action(2, Mode::Auto, now)],
+        None,
+        now,
+    )
+    .await;
+    assert_eq!(ids(&lc.take(a, "a", 1)), [(ItemKind::Auto, 1)]);
+    // a's result could not be sent: 1 goes back before 2.
+    lc.settle(&[1], false, "the result could not be sent");
+    assert_eq!(
+        ids(&lc.take(b, "b", 10)),
+        [(ItemKind::Auto, 1), (ItemKind::Auto, 2)]
+    );
+    // b ends with both claimed: both come back for whoever waits next.
+    assert_eq!(lc.close_session(b, now).as_deref(), Some("b"));
+    let c = lc.open_session("c", false, None);
+    assert_eq!(ids(&lc.take(c, "c", 10)).len(), 2);
+    let seen = events(&mut rx);
+    let released = seen
+        .iter()
+        .filter(|e| matches!(e, Event::Released { .. }))
+        .count();
+    assert_eq!(released, 3, "{seen:?}");
+    assert_eq!(lc.stats().counters.released, 3);
+}
+
+#[tokio::test]
+async fn a_full_nudge_queue_drops_its_oldest_other_queues_refuse_the_newest() {
+    let lc = Lifecycle::new(4, JournalWriter::memory());
+    let now = Utc::now();
+    let offered = lc
+        .offer(
+            (1..=10).map(|i| action(i, Mode::Notify, now)).collect(),
+            None,
+            now,
+        )
+        .await;
+    assert_eq!(offered.dropped, [1, 2, 3, 4, 5, 6]);
+    let s = lc.open_session("s", true, Some(0));
+    assert_eq!(
+        ids(&lc.take(s, "s", 10))
+            .iter()
+            .map(|(_, id)| *id)
+            .collect::<Vec<_>>(),
+        [7, 8, 9, 10],
+        "the newest survive"
+    );
+    let offered = lc
+        .offer(
+            (11..=16).map(|i| action(i, Mode::Auto, now)).collect(),
+            None,
+            now,
+        )
+        .await;
+    assert_eq!(offered.dropped, [15, 16]);
+    let stats = lc.stats();
+    assert_eq!(stats.counters.dropped[&Mode::Notify], 6);
+    assert_eq!(stats.counters.dropped[&Mode::Auto], 2);
+}
+
+#[tokio::test]
+async fn confirm_answers() {
+    let lc = Lifecycle::default();
+    let agent = lc.open_session("agent", false, None);
+    let other = lc.open_session("other", false, None);
+    let now = Utc::now();
+    lc.offer(
+        (1..=3).map(|i| action(i, Mode::Confirm, now)).collect(),
+        None,
+        now,
+    )
+    .await;
+    let yes = lc
+        .confirm(1, true, "agent", Some(agent), now)
+        .unwrap()
+        .unwrap();
+    assert_eq!((yes.kind, yes.prompt.as_str()), (ItemKind::Approved, "p1"));
+    assert!(
+        lc.take(other, "other", 10).iter().all(|i| i.action_id != 1),
+        "approved through the tool is claimed by the answering session"
+    );
+    assert_eq!(lc.stats().claimed_work, 1);
+    assert_eq!(lc.confirm(2, false, "cli", None, now), Ok(None));
+    assert!(matches!(
+        lc.confirm(1, true, "cli", None, now),
+        Err(ConfirmError::AlreadyAnswered { .. })
+    ));
+    assert_eq!(
+        lc.confirm(99, true, "cli", None, now),
+        Err(ConfirmError::Unknown(99))
+    );
+    // CLI approval queues it as work for the next session.
+    lc.confirm(3, true, "cli", None, now).unwrap();
+    let next = lc.open_session("next", false, None);
+    assert_eq!(
+        ids(&lc.take(next, "next", 10)).first(),
+        Some(&(ItemKind::Approved, 3))
+    );
+}
+
+#[tokio::test]
+async fn two_answers_at_once_one_wins() {
+    let lc = Lifecycle::default();
+    let now = Utc::now();
+    lc.offer(vec![action(1, Mode::Confirm, now)], None, now)
+        .await;
+    let answers: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let lc = lc.clone();
+                s.spawn(move || lc.confirm(1, i % 2 == 0, "cli", None, now))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 1);
+}
+
+#[tokio::test]
+async fn expiry_by_timer_and_on_answer() {
+    let lc = Lifecycle::default();
+    let now = Utc::now();
+    lc.offer(
+        (1..=2).map(|i| action(i, Mode::Confirm, now)).collect(),
+        None,
+        now,
+    )
+    .await;
+    let after = now + TimeDelta::minutes(31);
+    assert!(matches!(
+        lc.confirm(1, true, "cli", None, after),
+        Err(ConfirmError::Expired { .. })
+    ));
+    assert_eq!(lc.expire_due(after), None);
+    assert!(lc.pending_confirms().is_empty(), "2 expired too");
+    assert!(matches!(
+        lc.confirm(2, false, "cli", None, after),
+        Err(ConfirmError::Expired { .. })
+    ));
+}
+
+#[tokio::test]
+async fn expiry_task_expires_without_a_read() {
+    let lc = Lifecycle::default();
+    let mut rx = lc.subscribe();
+    let now = Utc::now();
+    let (mut a, m) = action(1, Mode::Confirm, now);
+    a.expires = Some(now + TimeDelta::milliseconds(100));
+    let token = CancellationToken::new();
+    let task = tokio::spawn({
+        let lc = lc.clone();
+        let token = token.clone();
+        async move { lc.run_expiry(token).await }
+    });
+    lc.offer(vec![(a, m)], None, now).await;
+    let expired = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Ok(Event::Expired { id, .. }) = rx.recv().await {
+                return id;
+            }
+        }
+    })
+    .await
+    .expect("expired by the timer");
+    assert_eq!(expired, 1);
+    assert!(lc.pending_confirms().is_empty());
+    token.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn wait_wakes_on_offer_and_a_cancelled_wait_takes_nothing() {
+    let lc = Lifecycle::default();
+    let s = lc.open_session("a", false, None);
+    let never = CancellationToken::new();
+    let mut rx = lc.subscribe();
+    let waiter = tokio::spawn({
+        let lc = lc.clone();
+        let never = never.clone();
+        async move { lc.wait(s, "a", 10, Duration::from_secs(5), &never).await }
+    });
+    tokio::task::yield_now().await;
+    let now = Utc::now();
+    let start = std::time::Instant::now();
+    lc.offer(vec![action(1, Mode::Auto, now)], None, now).await;
+    let items = waiter.await.unwrap();
+    assert_eq!(ids(&items), [(ItemKind::Auto, 1)]);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    let _ = events(&mut rx);
+
+    // A wait cancelled before anything arrives returns empty and claims nothing.
+    let cancel = CancellationToken::new();
+    let waiter = tokio::spawn({
+        let lc = lc.clone();
+        let cancel = cancel.clone();
+        async move { lc.wait(s, "a", 10, Duration::from_secs(30), &cancel).await }
+    });
+    tokio::task::yield_now().await;
+    cancel.cancel();
+    assert!(waiter.await.unwrap().is_empty());
+    lc.offer(vec![action(2, Mode::Auto, now)], None, now).await;
+    let other = lc.open_session("b", false, None);
+    assert_eq!(ids(&lc.take(other, "b", 10)), [(ItemKind::Auto, 2)]);
+}
+
+#[tokio::test]
+async fn contended_work_reaches_exactly_one_session_each() {
+    let lc = Lifecycle::new(2000, JournalWriter::memory());
+    let sessions: Vec<SessionId> = (0..8)
+        .map(|i| lc.open_session(&format!("s{i}"), false, None))
+        .collect();
+    let stop = CancellationToken::new();
+    let takers: Vec<_> = sessions
+        .iter()
+        .map(|&s| {
+            let lc = lc.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let name = format!("s{}", s - 1);
+                let mut got = Vec::new();
+                loop {
+                    let items = lc.wait(s, &name, 7, Duration::from_secs(5), &stop).await;
+                    if items.is_empty() {
+                        return got;
+                    }
+                    let claims = claims_of(&items);
+                    lc.settle(&claims, true, "sent");
+                    got.extend(claims);
+                }
+            })
+        })
+        .collect();
+    let now = Utc::now();
+    for chunk in (1..=1000u64).collect::<Vec<_>>().chunks(50) {
+        lc.offer(
+            chunk.iter().map(|&i| action(i, Mode::Auto, now)).collect(),
+            None,
+            now,
+        )
+        .await;
+        tokio::task::yield_now().await;
+    }
+    while lc.stats().queued_work > 0 || lc.stats().claimed_work > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    let mut all: Vec<ActionId> = Vec::new();
+    for t in takers {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=1000).collect::<Vec<_>>(), "each exactly once");
+}
+
+#[tokio::test]
+async fn journal_restores_pending_undelivered_and_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("actions.jsonl");
+    let now = Utc::now();
+    let expires;
+    {
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let lc = Lifecycle::new(64, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+        let s = lc.open_session("a", false, None);
+        let (c, m) = action(1, Mode::Confirm, now);
+        expires = c.expires;
+        lc.offer(
+            vec![
+                (c, m),
+                action(2, Mode::Auto, now),
+                action(3, Mode::Auto, now),
+                action(4, Mode::Notify, now),
+                action(5, Mode::Confirm, now),
+                action(6, Mode::Auto, now),
+            ],
+            Some(6),
+            now,
+        )
+        .await;
+        assert_eq!(ids(&lc.take(s, "a", 1)), [(ItemKind::Auto, 2)]);
+        lc.settle(&[2], true, "sent");
+        // 3 is claimed and never settled: the process dies holding it.
+        assert_eq!(ids(&lc.take(s, "a", 1)), [(ItemKind::Auto, 3)]);
+        lc.confirm(5, false, "cli", None, now).unwrap();
+        lc.flush().await;
+    }
+    let (_, replay) = ActionLog::open(&path).unwrap();
+    assert_eq!(replay.evaluated, Some(6));
+    assert_eq!(replay.next_id, 7);
+    let lc = Lifecycle::default();
+    lc.restore(replay.live.into_values());
+    let s = lc.open_session("b", true, Some(0));
+    let items = lc.take(s, "b", 10);
+    use ItemKind::*;
+    assert_eq!(
+        ids(&items),
+        [(Auto, 3), (Auto, 6), (ConfirmRequest, 1), (Nudge, 4)]
+    );
+    assert_eq!(items[2].expires_at, expires, "original expiry kept");
+}

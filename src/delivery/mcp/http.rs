@@ -1,0 +1,398 @@
+//! MCP over streamable HTTP at `/mcp`: rmcp's service behind a guard that owns
+//!
+//! - **who may call**: the ingest bearer token (401 without it; `http.disableAuth` drops it,
+//!   loopback only), and `Origin`: absent is fine, present must be a loopback origin or one in
+//!   `mcp.allowedOrigins` (else 403), against DNS rebinding from a browser;
+//! - **`server/discover`**, refused with -32601 before rmcp answers it;
+//! - **session ends**: `DELETE` of a known session ends it (its waits return empty at once, its
+//!   claims go back to the queue) and answers 200; an unknown session answers 404;
+//! - **dropped connections**: the response body of each request is watched; when the client
+//!   goes away before the body was sent, the request's wait is cancelled and any work it had
+//!   claimed is released, and when the body completes its claims are delivered.
+//!
+//! SSE priming events (an empty `data:` that clients before 2025-11-25 try to parse as JSON)
+//! are not sent: switchboard does not offer stream resumption.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, Method, Request, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::{McpServer, SessionLink, refusal_json};
+use crate::actions::{ActionId, Lifecycle};
+use crate::app::App;
+use crate::auth::{Bearer, origin_allowed};
+
+/// The session header of streamable HTTP.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The largest request body read (rmcp applies the same limit).
+const BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// One HTTP session as the guard knows it.
+pub struct HttpSession {
+    ended: CancellationToken,
+    attached: AtomicBool,
+}
+
+impl HttpSession {
+    fn new() -> Arc<HttpSession> {
+        Arc::new(HttpSession {
+            ended: CancellationToken::new(),
+            attached: AtomicBool::new(false),
+        })
+    }
+
+    /// Ends `link`'s session when this HTTP session is deleted (linked once).
+    pub fn attach(&self, link: &Arc<SessionLink>) {
+        if self.attached.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ended = self.ended.clone();
+        let link = link.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = ended.cancelled() => link.end(),
+                _ = link.ended().cancelled() => {}
+            }
+        });
+    }
+}
+
+enum Phase {
+    Open(Vec<ActionId>),
+    Completed,
+    Aborted,
+}
+
+/// One request in flight: cancelled when its client goes away; holds the work its result
+/// carries until the body is sent.
+pub struct RequestGuard {
+    cancel: CancellationToken,
+    lifecycle: Lifecycle,
+    phase: Mutex<Phase>,
+}
+
+impl RequestGuard {
+    fn new(lifecycle: Lifecycle) -> Arc<RequestGuard> {
+        Arc::new(RequestGuard {
+            cancel: CancellationToken::new(),
+            lifecycle,
+            phase: Mutex::new(Phase::Open(Vec::new())),
+        })
+    }
+
+    /// Fires when the client dropped the connection before the response was sent.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Keeps `claims` until the response body is sent (or the client goes away).
+    pub fn hold(&self, claims: Vec<ActionId>) {
+        let mut phase = self.phase.lock().unwrap();
+        match &mut *phase {
+            Phase::Open(held) => held.extend(claims),
+            Phase::Aborted => self.lifecycle.settle(
+                &claims,
+                false,
+                "the client went away before the result was sent",
+            ),
+            Phase::Completed => self.lifecycle.settle(&claims, true, "sent"),
+        }
+    }
+
+    fn finish(&self, sent: bool) {
+        let held = {
+            let mut phase = self.phase.lock().unwrap();
+            let next = if sent {
+                Phase::Completed
+            } else {
+                Phase::Aborted
+            };
+            match std::mem::replace(&mut *phase, next) {
+                Phase::Open(held) => held,
+                done => {
+                    *phase = done;
+                    return;
+                }
+            }
+        };
+        if !sent {
+            self.cancel.cancel();
+        }
+        self.lifecycle.settle(
+            &held,
+            sent,
+            "the client went away before the result was sent",
+        );
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        // A request that never produced a body (refused before its handler ran, or whose
+        // handler is still running when everything else is gone) gives its claims back.
+        if let Phase::Open(held) = &*self.phase.lock().unwrap()
+            && !held.is_empty()
+        {
+            self.lifecycle
+                .settle(held, false, "the request ended without a response");
+        }
+    }
+}
+
+/// The request guard of an rmcp request context, on HTTP.
+pub fn request_guard(extensions: &rmcp::model::Extensions) -> Option<Arc<RequestGuard>> {
+    extensions
+        .get::<axum::http::request::Parts>()?
+        .extensions
+        .get::<Arc<RequestGuard>>()
+        .cloned()
+}
+
+/// A response body that tells its request guard whether it was sent to the end.
+struct Guarded {
+    inner: axum::body::BodyDataStream,
+    guard: Arc<RequestGuard>,
+    done: bool,
+}
+
+impl Stream for Guarded {
+    type Item = Result<Bytes, axum::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = Pin::new(&mut self.inner).poll_next(cx);
+        if let Poll::Ready(None) = polled {
+            self.done = true;
+            self.guard.finish(true);
+        }
+        polled
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        if !self.done {
+            self.guard.finish(false);
+        }
+    }
+}
+
+/// What the guard checks and remembers.
+struct Guard {
+    lifecycle: Lifecycle,
+    bearer: Bearer,
+    origins: Vec<String>,
+    sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+}
+
+/// The `/mcp` router: one session (and consumer) per client, behind the guard.
+pub fn router(app: Arc<App>, shutdown: CancellationToken, loopback: bool) -> axum::Router {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let mut config = StreamableHttpServerConfig::default()
+        .with_sse_retry(None)
+        .with_cancellation_token(shutdown.child_token());
+    if !loopback {
+        // Reachable beyond loopback only with the bearer token (checked at start).
+        config = config.disable_allowed_hosts();
+    }
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.sse_retry = None;
+    let guard = Arc::new(Guard {
+        lifecycle: app.lifecycle.clone(),
+        bearer: Bearer::from_settings(&app.config.http),
+        origins: app.config.mcp.allowed_origins.clone(),
+        sessions: Mutex::default(),
+    });
+    let service = StreamableHttpService::new(
+        move || Ok(McpServer::new(app.clone(), None)),
+        Arc::new(sessions),
+        config,
+    );
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(guard, guard_mcp))
+}
+
+fn refuse(status: StatusCode, code: &str, message: String) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": code, "message": message})),
+    )
+        .into_response()
+}
+
+async fn guard_mcp(State(g): State<Arc<Guard>>, request: Request<Body>, next: Next) -> Response {
+    if !request.uri().path().starts_with("/mcp") {
+        return next.run(request).await;
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let shown = String::from_utf8_lossy(origin.as_bytes()).into_owned();
+        if !origin_allowed(&shown, &g.origins) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "forbidden_origin",
+                format!(
+                    "origin \"{shown}\" may not use /mcp; only loopback origins and those in \
+                     `mcp.allowedOrigins` may"
+                ),
+            );
+        }
+    }
+    if let Err(r) = g.bearer.check(request.headers()) {
+        let mut response = refuse(StatusCode::UNAUTHORIZED, r.code, r.message);
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(r#"Bearer realm="switchboard""#),
+        );
+        return response;
+    }
+    let session_id = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let known = session_id
+        .as_ref()
+        .and_then(|id| g.sessions.lock().unwrap().get(id).cloned());
+    match *request.method() {
+        Method::DELETE => {
+            let Some(id) = session_id else {
+                return next.run(request).await;
+            };
+            let Some(session) = g.sessions.lock().unwrap().remove(&id) else {
+                return refuse(
+                    StatusCode::NOT_FOUND,
+                    "session_not_found",
+                    format!("no MCP session \"{id}\"; it ended or never existed"),
+                );
+            };
+            session.ended.cancel();
+            let response = next.run(request).await;
+            if response.status().is_success() {
+                StatusCode::OK.into_response()
+            } else {
+                response
+            }
+        }
+        Method::POST => post(&g, request, next, session_id, known).await,
+        _ => {
+            let mut request = request;
+            if let Some(session) = known {
+                request.extensions_mut().insert(session);
+            }
+            next.run(request).await
+        }
+    }
+}
+
+async fn post(
+    g: &Guard,
+    request: Request<Body>,
+    next: Next,
+    session_id: Option<String>,
+    known: Option<Arc<HttpSession>>,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let bytes: Bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("request body is larger than the limit of {BODY_LIMIT} bytes"),
+            );
+        }
+    };
+    let message: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let method = message
+        .as_ref()
+        .and_then(|m| m.get("method"))
+        .and_then(Value::as_str);
+    if method == Some("server/discover") {
+        let id = message
+            .as_ref()
+            .and_then(|m| m.get("id"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            refusal_json(id).to_string(),
+        )
+            .into_response();
+    }
+    if let Some(raw) = &message
+        && let Ok(parsed) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(raw.clone())
+        && let Some(answer) = super::invalid_params(&parsed, raw)
+    {
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            answer.to_string(),
+        )
+            .into_response();
+    }
+    let mut created = None;
+    match (&session_id, known) {
+        (_, Some(session)) => {
+            parts.extensions.insert(session);
+        }
+        (None, None) if method == Some("initialize") => {
+            let session = HttpSession::new();
+            parts.extensions.insert(session.clone());
+            created = Some(session);
+        }
+        _ => {}
+    }
+    let is_request = method.is_some()
+        && message
+            .as_ref()
+            .is_some_and(|m| m.get("id").is_some_and(|id| !id.is_null()));
+    let guard = is_request.then(|| RequestGuard::new(g.lifecycle.clone()));
+    if let Some(guard) = &guard {
+        parts.extensions.insert(guard.clone());
+    }
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    if let Some(session) = created
+        && let Some(id) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+    {
+        g.sessions.lock().unwrap().insert(id.to_string(), session);
+    }
+    if response.status() == StatusCode::NOT_FOUND
+        && let Some(id) = &session_id
+        && let Some(gone) = g.sessions.lock().unwrap().remove(id)
+    {
+        gone.ended.cancel();
+    }
+    match guard {
+        Some(guard) => {
+            let (parts, body) = response.into_parts();
+            let body = Body::from_stream(Guarded {
+                inner: body.into_data_stream(),
+                guard,
+                done: false,
+            });
+            Response::from_parts(parts, body)
+        }
+        None => response,
+    }
+}
