@@ -418,9 +418,13 @@ async fn two_sessions_named_alike_each_get_every_nudge(http: bool) {
     let c = wait(&alpha, 0.2).await;
     assert!(c["items"].as_array().unwrap().is_empty());
     assert!(
-        call(&alpha, "wait_for_inbound_message", json!({"timeout_s": 0.2, "consumer": "gamma"}))
-            .await
-            .0["items"]
+        call(
+            &alpha,
+            "wait_for_inbound_message",
+            json!({"timeout_s": 0.2, "consumer": "gamma"})
+        )
+        .await
+        .0["items"]
             .as_array()
             .unwrap()
             .is_empty()

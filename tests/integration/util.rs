@@ -59,6 +59,18 @@ impl Switchboard {
 
     /// Starts (or restarts) the server on this home and waits for `endpoint.json`.
     pub fn spawn(&mut self) {
+        self.spawn_with(&[
+            "serve",
+            "--no-stdio",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ]);
+    }
+
+    /// Starts the server with these arguments (after `--home`), plus [`Switchboard::args`].
+    pub fn spawn_with(&mut self, serve_args: &[&str]) {
         let endpoint = self.home.path().join("endpoint.json");
         let _ = std::fs::remove_file(&endpoint);
         let log = std::fs::OpenOptions::new()
@@ -69,14 +81,7 @@ impl Switchboard {
         let mut cmd = Command::new(bin());
         cmd.arg("--home")
             .arg(self.home.path())
-            .args([
-                "serve",
-                "--no-stdio",
-                "--listen",
-                "127.0.0.1:0",
-                "--http",
-                "127.0.0.1:0",
-            ])
+            .args(serve_args)
             .args(&self.extra_args)
             .env("RUST_LOG", "switchboard=debug,info")
             .stdin(Stdio::piped())
@@ -261,4 +266,13 @@ pub fn http_transport(
     rmcp::transport::StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(url).auth_header(sb.token()),
     )
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

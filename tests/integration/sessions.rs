@@ -1,0 +1,587 @@
+//! Sessions as consumers, claims, and sessions that end: over raw HTTP (to control exactly
+//! when a connection drops or a session is deleted), raw stdio, and rmcp's client.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation};
+use serde_json::{Value, json};
+
+use super::util::*;
+
+const AUTO: &str = r#"{"rules": [
+  {"name": "triage", "channel": "work/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]}
+]}"#;
+
+/// An MCP session spoken by hand over HTTP.
+#[derive(Clone)]
+struct RawSession {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    id: String,
+}
+
+impl RawSession {
+    async fn open(sb: &Switchboard, name: &str) -> RawSession {
+        let http = reqwest::Client::new();
+        let url = sb.mcp_url.clone().expect("mcp url");
+        let token = sb.token();
+        let init = http
+            .post(&url)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": name, "version": "1"}}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(init.status(), 200);
+        let id = init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let _ = init.text().await;
+        let s = RawSession {
+            http,
+            url,
+            token,
+            id,
+        };
+        let r = s
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        s
+    }
+
+    fn post(&self, body: Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body)
+    }
+
+    /// Calls a tool; the JSON-RPC response, or `None` when the stream ended without one.
+    async fn call(&self, id: u64, tool: &str, args: Value) -> Option<Value> {
+        let r = self
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                         "params": {"name": tool, "arguments": args}}))
+            .send()
+            .await
+            .ok()?;
+        let text = r.text().await.ok()?;
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v["id"] == id)
+    }
+
+    async fn delete(&self) -> u16 {
+        self.http
+            .delete(&self.url)
+            .bearer_auth(&self.token)
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+}
+
+fn in_flight(sb: &Switchboard) -> u64 {
+    control(sb.home.path(), json!({"cmd": "stats"}))["result"]["wait_calls_in_flight"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    start.elapsed()
+}
+
+/// Who claimed and who was delivered each action, from `actions.jsonl`.
+fn claims(sb: &Switchboard, state: &str) -> Vec<(u64, String)> {
+    action_records(sb.home.path())
+        .iter()
+        .filter(|r| r["state"] == state)
+        .map(|r| {
+            (
+                r["id"].as_u64().unwrap(),
+                r["consumer"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig>;
+
+async fn rmcp_client(sb: &Switchboard, name: &str) -> Client {
+    let mut info = ClientConfig::default();
+    info.client_info = Implementation::new(name, "1.0.0");
+    info.serve(http_transport(sb))
+        .await
+        .expect("rmcp client connects")
+}
+
+async fn tool(client: &Client, name: &str, args: Value) -> Value {
+    let mut params = CallToolRequestParams::new(name.to_string());
+    params.arguments = args.as_object().cloned();
+    client
+        .call_tool(params)
+        .await
+        .expect("tool call answered")
+        .structured_content
+        .expect("structured")
+}
+
+/// An ended session's wait is cancelled before it takes anything; the next auto item reaches
+/// a session that is still there, and `actions.jsonl` shows who took it.
+async fn ended_mid_wait_loses_nothing(end: &str) {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", AUTO);
+    sb.spawn();
+    let gone = RawSession::open(&sb, "copilot-cli").await;
+    let waiting = tokio::spawn({
+        let gone = gone.clone();
+        async move {
+            gone.call(2, "wait_for_inbound_message", json!({"timeout_s": 30}))
+                .await
+        }
+    });
+    until(Duration::from_secs(5), "the wait is in flight", || {
+        in_flight(&sb) == 1
+    })
+    .await;
+    match end {
+        "delete" => assert_eq!(gone.delete().await, 200, "DELETE of a live session"),
+        "drop" => waiting.abort(),
+        _ => unreachable!(),
+    }
+    let took = until(Duration::from_secs(5), "the ended wait stops", || {
+        in_flight(&sb) == 0
+    })
+    .await;
+    assert!(
+        took < Duration::from_secs(1),
+        "the wait ran on for {took:?}"
+    );
+    if end == "delete" {
+        let answer = waiting.await.unwrap();
+        if let Some(answer) = answer {
+            assert_eq!(
+                answer["result"]["structuredContent"]["items"],
+                json!([]),
+                "a cancelled wait takes nothing"
+            );
+        }
+        assert_eq!(gone.delete().await, 404, "the session is gone");
+    }
+
+    let live = rmcp_client(&sb, "copilot-cli").await;
+    let got = tokio::spawn(async move {
+        let r = tool(&live, "wait_for_inbound_message", json!({"timeout_s": 20})).await;
+        let stats = tool(&live, "inbox_stats", json!({})).await;
+        (r, stats["consumer"]["name"].as_str().unwrap().to_string())
+    });
+    until(Duration::from_secs(5), "the live wait is in flight", || {
+        in_flight(&sb) == 1
+    })
+    .await;
+    send_messages(sb.home.path(), &[("work/a", "after the end")]);
+    let (result, live_name) = got.await.unwrap();
+    assert_eq!(result["items"][0]["kind"], "auto", "{result}");
+    let id = result["items"][0]["action_id"].as_u64().unwrap();
+    eventually(Duration::from_secs(5), "delivered journaled", || {
+        claims(&sb, "delivered")
+            .contains(&(id, live_name.clone()))
+            .then_some(())
+    });
+    assert_eq!(
+        claims(&sb, "claimed"),
+        [(id, live_name)],
+        "only the live session claimed it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_deleted_mid_wait_loses_nothing() {
+    ended_mid_wait_loses_nothing("delete").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_dropped_mid_wait_loses_nothing() {
+    ended_mid_wait_loses_nothing("drop").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn contended_auto_items_each_reach_exactly_one_session() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", AUTO);
+    sb.write(
+        "switchboard.json",
+        r#"{"actions": {"queueCapacity": 2000}}"#,
+    );
+    sb.spawn();
+    const N: u64 = 1000;
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let client = rmcp_client(&sb, "worker").await;
+        workers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let r = tool(
+                    &client,
+                    "wait_for_inbound_message",
+                    json!({"timeout_s": 2, "max_items": 7}),
+                )
+                .await;
+                let items = r["items"].as_array().unwrap().clone();
+                if items.is_empty() {
+                    return got;
+                }
+                got.extend(items.iter().map(|i| i["action_id"].as_u64().unwrap()));
+            }
+        }));
+    }
+    let home = sb.home.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        for chunk in 0..(N / 100) {
+            let texts: Vec<String> = (0..100)
+                .map(|i| format!("job {}", chunk * 100 + i))
+                .collect();
+            let batch: Vec<(&str, &str)> = texts.iter().map(|t| ("work/q", t.as_str())).collect();
+            send_messages(&home, &batch);
+        }
+    })
+    .await
+    .unwrap();
+    let mut all = Vec::new();
+    let mut per = Vec::new();
+    for w in workers {
+        let got = w.await.unwrap();
+        per.push(got.len());
+        all.extend(got);
+    }
+    let distinct: BTreeSet<u64> = all.iter().copied().collect();
+    assert_eq!(all.len() as u64, N, "no item twice: {per:?}");
+    let queued: BTreeSet<u64> = eventually(Duration::from_secs(5), "all journaled", || {
+        let q: BTreeSet<u64> = claims(&sb, "queued")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        (q.len() as u64 == N).then_some(q)
+    });
+    assert_eq!(distinct, queued, "every item reached a session");
+    assert!(
+        per.iter().filter(|&&n| n > 0).count() > 1,
+        "the sessions shared the work: {per:?}"
+    );
+    let released = claims(&sb, "released");
+    assert!(released.is_empty(), "nothing was released: {released:?}");
+}
+
+/// `serve` over stdio on `home` with a control socket, stdin and stdout piped.
+fn stdio_server(home: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(bin())
+        .arg("--home")
+        .arg(home)
+        .args(["serve", "--no-listen"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(home.join("test-server.log"))
+                .unwrap(),
+        )
+        .spawn()
+        .expect("spawn switchboard serve")
+}
+
+#[test]
+fn stdin_eof_with_a_wait_in_flight_exits_within_a_second_and_takes_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("triggers.json"), AUTO).unwrap();
+    let mut child = stdio_server(home.path());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "copilot-cli", "version": "1.0.102"}}})
+    )
+    .unwrap();
+    stdout.read_line(&mut line).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "wait_for_inbound_message", "arguments": {"timeout_s": 50}}})
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), "the wait is in flight", || {
+        let s = control(home.path(), json!({"cmd": "stats"}));
+        (s["result"]["wait_calls_in_flight"] == 1).then_some(())
+    });
+    let start = Instant::now();
+    drop(stdin);
+    let status = wait_exit(&mut child, Duration::from_secs(10));
+    let took = start.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        took < Duration::from_secs(1),
+        "exit took {took:?} after EOF"
+    );
+    let log = std::fs::read_to_string(home.path().join("test-server.log")).unwrap();
+    assert!(!log.contains("timed out draining"), "{log}");
+    assert!(
+        action_records(home.path())
+            .iter()
+            .all(|r| r["state"] != "claimed"),
+        "nothing was taken"
+    );
+}
+
+#[test]
+fn malformed_json_rpc_on_stdio_gets_the_errors_the_spec_names() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = stdio_server(home.path());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut answer = |line: &str| -> Value {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        let mut out = String::new();
+        stdout.read_line(&mut out).unwrap();
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON {out:?}: {e}"))
+    };
+    let a = answer("{this is not json");
+    assert_eq!(
+        (a["id"].clone(), a["error"]["code"].clone()),
+        (Value::Null, json!(-32700))
+    );
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"x":"{}"}}}}"#,
+        "y".repeat(5 << 20)
+    );
+    let a = answer(&huge);
+    assert_eq!(
+        a["error"]["code"], -32600,
+        "an oversize line is an error: {a}"
+    );
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the limit")
+    );
+    let init = answer(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+        .to_string(),
+    );
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "switchboard",
+        "still serving"
+    );
+    let a = answer(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{}}"#);
+    assert_eq!(
+        (a["id"].clone(), a["error"]["code"].clone()),
+        (json!(2), json!(-32602))
+    );
+    let a = answer(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"inbox_stats","arguments":[1,2]}}"#,
+    );
+    assert_eq!(
+        (a["id"].clone(), a["error"]["code"].clone()),
+        (json!(3), json!(-32602))
+    );
+    let a = answer(r#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#);
+    assert_eq!(a["error"]["code"], -32600);
+    drop(stdin);
+    assert!(wait_exit(&mut child, Duration::from_secs(10)).success());
+}
+
+#[test]
+fn tool_schemas_have_no_nonstandard_formats_and_declare_output_schemas() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = stdio_server(home.path());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut exchange = |v: Value| -> Value {
+        writeln!(stdin, "{v}").unwrap();
+        let mut out = String::new();
+        stdout.read_line(&mut out).unwrap();
+        serde_json::from_str(&out).unwrap()
+    };
+    exchange(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    let tools = exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let tools = tools["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 11);
+    for t in tools {
+        let text = t["inputSchema"].to_string();
+        assert!(!text.contains("\"format\""), "{}: {text}", t["name"]);
+        assert_eq!(t["outputSchema"]["type"], "object", "{}", t["name"]);
+    }
+    drop(stdin);
+    let _ = wait_exit(&mut child, Duration::from_secs(10));
+}
+
+/// A request to `/mcp` with optional token and origin: (status, body).
+async fn probe(url: &str, token: Option<&str>, origin: Option<&str>) -> (u16, String) {
+    let mut r = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "1"}}}),
+        );
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if let Some(o) = origin {
+        r = r.header("origin", o);
+    }
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
+async fn mcp_is_guarded(sb: &Switchboard) {
+    let url = sb.mcp_url.clone().unwrap();
+    let token = sb.token();
+    let (status, body) = probe(&url, None, None).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("missing_token"), "{body}");
+    assert_eq!(probe(&url, Some("wrong"), None).await.0, 401);
+    let (status, body) = probe(&url, Some(&token), Some("http://evil.example")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("forbidden_origin"), "{body}");
+    assert_eq!(
+        probe(&url, Some(&token), Some("http://localhost:6274"))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(probe(&url, Some(&token), None).await.0, 200);
+    let r = reqwest::Client::new()
+        .delete(&url)
+        .bearer_auth(&token)
+        .header("mcp-session-id", "no-such-session")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_over_http_needs_the_token_and_a_local_origin() {
+    let sb = Switchboard::start();
+    mcp_is_guarded(&sb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_on_the_ingest_address_keeps_the_check() {
+    let mut sb = Switchboard::new();
+    let addr = format!("127.0.0.1:{}", free_port());
+    sb.spawn_with(&["serve", "--no-stdio", "--listen", &addr, "--http", &addr]);
+    assert_eq!(
+        sb.mcp_url.as_deref().unwrap(),
+        format!("http://{}/mcp", sb.ingest.as_deref().unwrap())
+    );
+    mcp_is_guarded(&sb).await;
+}
+
+#[test]
+fn mcp_off_loopback_without_auth_refuses_to_start() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("switchboard.json"),
+        r#"{"http": {"disableAuth": true}}"#,
+    )
+    .unwrap();
+    let out = cli_in(
+        home.path(),
+        &["serve", "--no-stdio", "--no-listen", "--http", "0.0.0.0:0"],
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("disableAuth"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_consumer_resumes_its_cursor_across_restarts() {
+    let mut sb = Switchboard::new();
+    sb.spawn();
+    let first = rmcp_client(&sb, "copilot-cli").await;
+    // A named consumer seen for the first time starts from now.
+    let r = tool(
+        &first,
+        "wait_for_inbound_message",
+        json!({"timeout_s": 0.2, "consumer": "oncall"}),
+    )
+    .await;
+    assert_eq!(r["items"], json!([]));
+    send_messages(sb.home.path(), &[("alerts/a", "one")]);
+    let r = tool(
+        &first,
+        "wait_for_inbound_message",
+        json!({"timeout_s": 5, "consumer": "oncall"}),
+    )
+    .await;
+    assert_eq!(r["items"][0]["message"]["content"], "one");
+    drop(first);
+    sb.terminate();
+    // While nobody reads as `oncall`, two messages arrive (after the restart).
+    sb.spawn();
+    send_messages(
+        sb.home.path(),
+        &[("alerts/a", "two"), ("alerts/a", "three")],
+    );
+    let again = rmcp_client(&sb, "copilot-cli").await;
+    let pulled = tool(&again, "inbox_pull", json!({"consumer": "oncall"})).await;
+    let contents: Vec<&str> = pulled["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["two", "three"], "resumed after `one`");
+    let own = tool(&again, "inbox_pull", json!({})).await;
+    assert_eq!(
+        own["messages"],
+        json!([]),
+        "a session's own consumer starts at its start"
+    );
+}
