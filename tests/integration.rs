@@ -9,7 +9,9 @@ mod integration {
     mod ingest;
     mod lifecycle;
     mod mcp;
+    mod npm;
     mod python_sdk;
     mod rules;
     mod sessions;
+    mod ts_sdk;
 }

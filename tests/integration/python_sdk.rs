@@ -5,13 +5,13 @@
 //! long-poll, and Claude Code's channel push received through the SDK's client extension
 //! binding. Without `python3` the tests skip, except under CI (`CI=true`), where they fail.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::util::bin;
+use super::util::{bin, run_limited};
 
 /// The SDK under test, exactly.
 const MCP_VERSION: &str = "2.3.0";
@@ -144,80 +144,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// What a process run under a time limit did.
-struct Run {
-    /// `None` when it was killed at the limit.
-    status: Option<ExitStatus>,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-    /// Processes of its group still running after it exited (killed by now).
-    leftovers: bool,
-}
-
-impl Run {
-    fn describe(&self) -> String {
-        match self.status {
-            Some(s) => format!("{s} after {:.1?}", self.took),
-            None => format!("killed after {:.1?}", self.took),
-        }
-    }
-}
-
-/// Runs `cmd` in a process group of its own, output captured; kills the whole group at `limit`
-/// or when something of it outlives the command.
-fn run_limited(cmd: &mut Command, limit: Duration) -> Run {
-    use std::os::unix::process::CommandExt;
-    let started = Instant::now();
-    let mut child = cmd
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let group = child.id() as i32;
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            text(&buf)
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if started.elapsed() > limit {
-            unsafe { libc::kill(-group, libc::SIGKILL) };
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let took = started.elapsed();
-    // Whatever it started should be gone with it; give stragglers a moment, then kill them.
-    let mut leftovers = false;
-    let grace = Instant::now();
-    while unsafe { libc::kill(-group, 0) } == 0 {
-        if grace.elapsed() > Duration::from_secs(5) {
-            leftovers = true;
-            unsafe { libc::kill(-group, libc::SIGKILL) };
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Run {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-        took,
-        leftovers,
-    }
-}
-
 /// Runs the SDK script over `transport` and asserts that every check passed.
 fn sdk_end_to_end(transport: &str) {
     let python = match python() {
@@ -247,6 +173,11 @@ fn sdk_end_to_end(transport: &str) {
     assert!(
         !run.leftovers,
         "processes of the run outlived it (killed now)\n{report}"
+    );
+    // The SDK warns when DELETE of its session is not answered 200.
+    assert!(
+        !run.stderr.contains("Session termination failed"),
+        "{report}"
     );
     eprintln!("{report}");
 }

@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -275,4 +275,82 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// What a process run under a time limit did.
+pub struct Run {
+    /// `None` when it was killed at the limit.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub took: Duration,
+    /// Processes of its group still running after it exited (killed by now).
+    pub leftovers: bool,
+}
+
+impl Run {
+    pub fn describe(&self) -> String {
+        match self.status {
+            Some(s) => format!("{s} after {:.1?}", self.took),
+            None => format!("killed after {:.1?}", self.took),
+        }
+    }
+}
+
+/// Runs `cmd` in a process group of its own, output captured; kills the whole group at `limit`
+/// or when something of it outlives the command.
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> Run {
+    use std::os::unix::process::CommandExt;
+    let started = Instant::now();
+    let mut child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let group = child.id() as i32;
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            text(&buf)
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    // Whatever it started should be gone with it; give stragglers a moment, then kill them.
+    let mut leftovers = false;
+    let grace = Instant::now();
+    while unsafe { libc::kill(-group, 0) } == 0 {
+        if grace.elapsed() > Duration::from_secs(5) {
+            leftovers = true;
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Run {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+        took,
+        leftovers,
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }

@@ -359,6 +359,17 @@ impl ServerHandler for McpServer {
         tools::call(self, request, context).await.map(Into::into)
     }
 
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        Err(ErrorData::invalid_params(
+            format!("no prompt `{}`; switchboard offers none", request.name),
+            None,
+        ))
+    }
+
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
