@@ -9,7 +9,7 @@
 //! `disk_fsync_always` = a home on disk with the defaults, so the inbox commit and the
 //! actions journal write are each fsynced before the item is visible. Each sample: start a wait, see it in flight, append one
 //! message, and time from the append until the tool result arrives (commit → dispatcher →
-//! engine → hub → wait → JSON-RPC → client). Criterion reports the median; the p50/p99 of
+//! engine → lifecycle → wait → JSON-RPC → client). Criterion reports the median; the p50/p99 of
 //! every sample taken are printed at the end for BENCHMARKS.md.
 
 use std::sync::atomic::Ordering;
@@ -65,7 +65,7 @@ fn measure(
 ) {
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let client = rt.block_on(async {
-        let server = McpServer::new(app.clone());
+        let server = McpServer::new(app.clone(), None);
         tokio::spawn(async move {
             let running = server.serve(server_io).await.expect("server handshake");
             let _ = running.waiting().await;
