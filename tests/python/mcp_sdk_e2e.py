@@ -440,6 +440,22 @@ async def run(bin_path: Path, transport: str, tmp: Path) -> None:
             f" in {QUIET_WINDOW_S:g} s after it"
             + (", while claude-code on the same server did" if url is not None else "")
         )
+        if url is not None:
+            # Two windows of the same host on one server: two sessions, two consumers, and each
+            # gets every nudge once.
+            twin_a, _ = await stack.enter_async_context(session("copilot-cli", home, url, errlog))
+            twin_b, _ = await stack.enter_async_context(session("copilot-cli", home, url, errlog))
+            await home.send(CHANNEL, "for both windows")
+            for twin in (twin_a, twin_b):
+                got = await wait_tool(twin, 10)
+                contents = [i.get("message", {}).get("content") for i in got.get("items", [])]
+                check(contents == ["for both windows"], f"a copilot-cli window got {contents}")
+                again = await wait_tool(twin, 0.2)
+                check(again.get("items") == [], f"a nudge came twice: {again}")
+            names = {tool_json(await twin.call_tool("inbox_stats", {}), "inbox_stats")["consumer"]["name"]
+                     for twin in (twin_a, twin_b)}
+            check(len(names) == 2, f"two sessions named alike share a consumer: {names}")
+            passed(f"two copilot-cli sessions each got the nudge once, as consumers {sorted(names)}")
     passed("sessions closed, servers stopped")
 
 
@@ -458,9 +474,8 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 def main() -> int:
-    # The SDK's own log lines (warnings and up), labelled as such. Over HTTP it warns
-    # "Session termination failed: 202": rmcp answers the session DELETE with 202 Accepted
-    # (it has closed the session), where the SDK expects 200 or 204.
+    # The SDK's own log lines (warnings and up), labelled as such. It warns "Session termination
+    # failed" unless the session DELETE is answered 200 or 204 (the test asserts it is not).
     logging.basicConfig(level=logging.WARNING, format="sdk  %(name)s %(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin", required=True, type=Path, help="the switchboard binary")
