@@ -47,6 +47,8 @@ pub enum Request {
     },
     /// Stream messages and actions.
     Watch,
+    /// Open confirm requests, oldest first.
+    Pending,
     /// Append messages to the inbox (`switchboard send`); answers once they are durable.
     Send {
         /// The messages, in order.
@@ -125,6 +127,13 @@ async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
     };
     let response = match request {
         Request::Stats => Response::ok(app.stats()),
+        Request::Pending => Response::ok(
+            app.lifecycle
+                .pending_confirms()
+                .iter()
+                .map(PendingView::of)
+                .collect::<Vec<_>>(),
+        ),
         Request::Pause { paused } => {
             app.set_paused(paused);
             Response::ok(serde_json::json!({ "paused": paused }))
@@ -168,6 +177,43 @@ async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
         }
     };
     send(&mut write, &response).await
+}
+
+/// An open confirm request as `switchboard pending` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingView {
+    /// The action id to answer with `switchboard confirm ID yes|no`.
+    pub id: crate::actions::ActionId,
+    /// The rule that asks.
+    pub rule: String,
+    /// The source message's server, channel and seq.
+    pub server: String,
+    /// The source message's channel.
+    pub channel: String,
+    /// The source message's seq.
+    pub seq: crate::message::Seq,
+    /// The question: the rendered prompt.
+    pub prompt: String,
+    /// The source message's content.
+    pub content: String,
+    /// When it expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl PendingView {
+    fn of(item: &crate::actions::Item) -> PendingView {
+        PendingView {
+            id: item.action_id,
+            rule: item.rule.clone(),
+            server: item.message.server.clone(),
+            channel: item.message.channel.clone(),
+            seq: item.message.seq,
+            prompt: item.prompt.clone(),
+            content: item.message.content.clone(),
+            expires_at: item.expires_at.map(crate::message::format_timestamp),
+        }
+    }
 }
 
 /// A line of `watch`: a message or an action transition.

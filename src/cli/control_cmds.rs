@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use crate::actions::{Event, ItemKind};
-use crate::control::{Client, Request, Response, WatchEvent};
+use crate::control::{Client, PendingView, Request, Response, WatchEvent};
 
 /// Options of `list`.
 #[derive(Debug, Args)]
@@ -28,11 +28,28 @@ pub struct ListArgs {
 /// Options of `confirm`.
 #[derive(Debug, Args)]
 pub struct ConfirmArgs {
-    /// The action id of the confirm request.
+    /// The action id of the confirm request (`switchboard pending` lists them).
     pub id: u64,
-    /// The answer.
-    #[arg(value_enum, default_value_t = Decision::Yes)]
-    pub decision: Decision,
+    /// The answer: `yes` queues the prompt for the agent, `no` drops it. Required: a
+    /// confirm is never approved by default.
+    #[arg(value_enum)]
+    pub decision: Option<Decision>,
+}
+
+/// Options of `pending`.
+#[derive(Debug, Args)]
+pub struct PendingArgs {
+    /// Print a JSON array instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Print the full JSON (for scripts) instead of a summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// A confirm answer.
@@ -135,7 +152,14 @@ fn message_line(m: &crate::message::Message) -> String {
 
 /// `switchboard confirm ID [yes|no]`.
 pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCode> {
-    let approve = matches!(args.decision, Decision::Yes);
+    let Some(decision) = args.decision else {
+        anyhow::bail!(
+            "confirm {id} needs an answer: `switchboard confirm {id} yes` or `switchboard confirm \
+             {id} no`; `switchboard pending` lists the open requests",
+            id = args.id
+        );
+    };
+    let approve = matches!(decision, Decision::Yes);
     let response = call(
         &home,
         Request::Confirm {
@@ -169,9 +193,107 @@ pub async fn pause(home: PathBuf, paused: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `switchboard stats`.
-pub async fn stats(home: PathBuf) -> anyhow::Result<ExitCode> {
-    finish(call(&home, Request::Stats).await?, print_json)
+/// `switchboard stats`: a summary for people, or `--json`.
+pub async fn stats(home: PathBuf, args: StatsArgs) -> anyhow::Result<ExitCode> {
+    let response = call(&home, Request::Stats).await?;
+    if args.json {
+        return finish(response, print_json);
+    }
+    finish(response, |s| println!("{}", stats_text(s)))
+}
+
+/// The summary `switchboard stats` prints.
+fn stats_text(s: &serde_json::Value) -> String {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let d = &s["delivery"];
+    let dropped: u64 = d["counters"]["dropped"]
+        .as_object()
+        .map(|m| m.values().map(n).sum())
+        .unwrap_or(0);
+    let reload = &s["last_reload"];
+    let mut out = vec![
+        format!(
+            "inbox     last seq {}, {} in memory, journal {}",
+            n(&s["inbox"]["last_seq"]),
+            n(&s["inbox"]["ring_depth"]),
+            s["inbox"]["journal_status"].as_str().unwrap_or("?")
+        ),
+        format!(
+            "rules     {} live{}{}",
+            n(&s["rules_loaded"]),
+            if s["paused"] == true {
+                ", evaluation PAUSED"
+            } else {
+                ""
+            },
+            reload["message"]
+                .as_str()
+                .map(|m| format!("; last reload: {m}"))
+                .unwrap_or_default()
+        ),
+        format!(
+            "delivery  {} nudges unseen, {} confirms pending, {} work queued, {} claimed, {} sessions, {} dropped",
+            n(&d["nudges_undelivered"]),
+            n(&d["pending_confirms"]),
+            n(&d["queued_work"]),
+            n(&d["claimed_work"]),
+            n(&d["sessions"]),
+            dropped
+        ),
+        format!(
+            "          {} waits in flight; actions journal {}",
+            n(&s["wait_calls_in_flight"]),
+            d["actions_journal"].as_str().unwrap_or("?")
+        ),
+    ];
+    if n(&d["pending_confirms"]) > 0 {
+        out.push("(`switchboard pending` lists the open confirms)".into());
+    }
+    out.join("\n")
+}
+
+/// `switchboard pending`: open confirm requests with rule, channel, excerpt and time left.
+pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCode> {
+    let response = call(&home, Request::Pending).await?;
+    finish(response, |result| {
+        if args.json {
+            print_json(result);
+            return;
+        }
+        let open: Vec<PendingView> = serde_json::from_value(result.clone()).unwrap_or_default();
+        if open.is_empty() {
+            println!("no pending confirms");
+            return;
+        }
+        let now = chrono::Utc::now();
+        for p in &open {
+            println!("{}", pending_line(p, now));
+        }
+        println!("answer with `switchboard confirm ID yes` or `switchboard confirm ID no`");
+    })
+}
+
+/// One open confirm: `#7 [oncall-critical] alerts/critical, 14m left: EXCERPT`.
+fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
+    let left = p
+        .expires_at
+        .as_deref()
+        .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
+        .map(|e| {
+            let secs = (e.with_timezone(&chrono::Utc) - now).num_seconds().max(0) as u64;
+            let shown = humantime::format_duration(std::time::Duration::from_secs(secs));
+            format!("{shown} left")
+        })
+        .unwrap_or_else(|| "no expiry".into());
+    let excerpt: String = p.content.split_whitespace().collect::<Vec<_>>().join(" ");
+    let excerpt = match excerpt.char_indices().nth(100) {
+        Some((cut, _)) => format!("{}…", &excerpt[..cut]),
+        None => excerpt,
+    };
+    format!(
+        "#{} [{}] {}/{} seq {}, {left}: {excerpt}",
+        p.id, p.rule, p.server, p.channel, p.seq
+    )
 }
 
 /// `switchboard rules reload`.

@@ -30,14 +30,16 @@ pub enum Command {
     Send(send::SendArgs),
     /// Show recent messages of the running server.
     List(control_cmds::ListArgs),
-    /// Answer a pending confirm.
+    /// Answer a pending confirm: `confirm ID yes|no`.
     Confirm(control_cmds::ConfirmArgs),
+    /// List the open confirm requests, with rule, channel, excerpt and time left.
+    Pending(control_cmds::PendingArgs),
     /// Pause rule evaluation (messages keep landing in the inbox).
     Pause,
     /// Resume rule evaluation.
     Resume,
     /// Inbox, rules and delivery counters of the running server.
-    Stats,
+    Stats(control_cmds::StatsArgs),
     /// Tail the inbox and actions, one line each.
     Watch(control_cmds::WatchArgs),
     /// Check, test, reload, list rules or print their schema.
@@ -58,9 +60,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Send(args) => send::execute(home, args).await,
         Command::List(args) => control_cmds::list(home, args).await,
         Command::Confirm(args) => control_cmds::confirm(home, args).await,
+        Command::Pending(args) => control_cmds::pending(home, args).await,
         Command::Pause => control_cmds::pause(home, true).await,
         Command::Resume => control_cmds::pause(home, false).await,
-        Command::Stats => control_cmds::stats(home).await,
+        Command::Stats(args) => control_cmds::stats(home, args).await,
         Command::Watch(args) => control_cmds::watch(home, args).await,
         Command::Rules { command } => rules::execute(home, command).await,
         Command::Install(args) => control_cmds::install(args).await,

@@ -39,10 +39,12 @@ fn pause_and_resume_through_the_control_socket() {
     let sb = Switchboard::start();
     let out = sb.cli(&["pause"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let stats: serde_json::Value = serde_json::from_slice(&sb.cli(&["stats"]).stdout).unwrap();
+    let stats: serde_json::Value =
+        serde_json::from_slice(&sb.cli(&["stats", "--json"]).stdout).unwrap();
     assert_eq!(stats["paused"], true);
     assert!(sb.cli(&["resume"]).status.success());
-    let stats: serde_json::Value = serde_json::from_slice(&sb.cli(&["stats"]).stdout).unwrap();
+    let stats: serde_json::Value =
+        serde_json::from_slice(&sb.cli(&["stats", "--json"]).stdout).unwrap();
     assert_eq!(stats["paused"], false);
 }
 
@@ -99,4 +101,91 @@ fn send_rejects_metadata_without_equals() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn pending_lists_open_confirms_and_confirm_needs_an_explicit_answer() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "ask", "channel": "alerts/*", "mode": "confirm",
+            "prompt": "Investigate {{content}}", "tools": ["view"], "confirmTimeout": "30m"}]}"#,
+    );
+    sb.spawn();
+    let out = sb.cli(&["pending"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "no pending confirms");
+    send_messages(
+        sb.home.path(),
+        &[("alerts/disk", "[FIRING] DiskFull: /var is at 97%")],
+    );
+    let listed = eventually(
+        std::time::Duration::from_secs(5),
+        "the confirm is pending",
+        || {
+            let out = sb.cli(&["pending"]);
+            let text = stdout(&out);
+            text.starts_with("#1 ").then_some(text)
+        },
+    );
+    let first = listed.lines().next().unwrap();
+    assert!(
+        first.starts_with("#1 [ask] test/alerts/disk seq 1, 29m"),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("left: [FIRING] DiskFull: /var is at 97%"),
+        "{first}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&sb.cli(&["pending", "--json"]))).unwrap();
+    assert_eq!(json[0]["id"], 1);
+    assert_eq!(json[0]["channel"], "alerts/disk");
+
+    // No decision: refused, nothing answered.
+    let out = sb.cli(&["confirm", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("confirm 1 needs an answer: `switchboard confirm 1 yes`")
+            && err.contains("`switchboard pending` lists the open requests"),
+        "{err}"
+    );
+    assert!(
+        stdout(&sb.cli(&["pending"])).starts_with("#1 "),
+        "still open"
+    );
+
+    let out = sb.cli(&["confirm", "1", "no"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "denied 1");
+    assert_eq!(stdout(&sb.cli(&["pending"])).trim(), "no pending confirms");
+    let out = sb.cli(&["confirm", "1", "yes"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("already answered: denied"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn stats_is_a_summary_for_people_and_json_for_scripts() {
+    let sb = Switchboard::start();
+    send_messages(sb.home.path(), &[("ci/main", "build 1 failed")]);
+    let out = sb.cli(&["stats"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("inbox     last seq 1, 1 in memory, journal ok"),
+        "{text}"
+    );
+    assert!(text.contains("rules     1 live"), "{text}");
+    assert!(
+        text.contains("delivery  1 nudges unseen, 0 confirms pending"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&sb.cli(&["stats", "--json"]))).unwrap();
+    assert_eq!(json["inbox"]["last_seq"], 1);
 }
