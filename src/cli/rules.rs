@@ -148,7 +148,7 @@ struct TestMessage {
     server: String,
     #[serde(default)]
     channel: String,
-    #[serde(default)]
+    /// Required, as at ingest: a message without content is a mistake in the file.
     content: String,
     #[serde(default)]
     timestamp: Option<DateTime<Utc>>,
@@ -187,8 +187,21 @@ fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
         .lines()
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("cannot read {}", args.messages.display()))?;
-    let out_lines = replay(rules, &lines, args.explain)
-        .map_err(|e| anyhow::anyhow!("{}:{e}", args.messages.display()))?;
+    let out_lines = match replay(rules, &lines, args.explain) {
+        Ok(out) => out,
+        Err(bad) => {
+            let shown = args.messages.display();
+            for e in &bad {
+                eprintln!("{shown}:{e}");
+            }
+            eprintln!(
+                "{shown}: {} bad line{}; nothing replayed",
+                bad.len(),
+                if bad.len() == 1 { "" } else { "s" }
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
     let mut out = std::io::stdout().lock();
     for line in out_lines {
         writeln!(out, "{line}")?;
@@ -196,25 +209,42 @@ fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Replays message lines through `rules`: the output lines of `rules test`. The error is
-/// `LINE: reason` for the first bad message line.
-pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Value>, String> {
-    let mut engine = Engine::new(Arc::new(rules));
-    let mut out = Vec::new();
-    let mut index = 0usize;
+/// One message line, checked: the message and its arrival, or `LINE: reason`.
+fn parse_line(n: usize, line: &str, index: usize) -> Result<(Message, DateTime<Utc>), String> {
+    let t: TestMessage = serde_json::from_str(line).map_err(|e| format!("{}: {e}", n + 1))?;
+    let Some(arrival) = t.at.or(t.timestamp) else {
+        return Err(format!("{}: a message needs `timestamp` or `at`", n + 1));
+    };
+    let mut new = NewMessage::new(t.server, t.channel, t.content)
+        .with_timestamp(t.timestamp.unwrap_or(arrival));
+    new.metadata = t.metadata;
+    new.id = t.id;
+    Ok((
+        Message::from_new(new, t.seq.unwrap_or(index as u64 + 1), arrival),
+        arrival,
+    ))
+}
+
+/// Replays message lines through `rules`: the output lines of `rules test`. Every line is
+/// checked before anything is replayed; the error lists each bad line as `LINE: reason`.
+pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Value>, Vec<String>> {
+    let mut messages = Vec::new();
+    let mut bad = Vec::new();
     for (n, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let t: TestMessage = serde_json::from_str(line).map_err(|e| format!("{}: {e}", n + 1))?;
-        let Some(arrival) = t.at.or(t.timestamp) else {
-            return Err(format!("{}: a message needs `timestamp` or `at`", n + 1));
-        };
-        let mut new = NewMessage::new(t.server, t.channel, t.content)
-            .with_timestamp(t.timestamp.unwrap_or(arrival));
-        new.metadata = t.metadata;
-        new.id = t.id;
-        let msg = Message::from_new(new, t.seq.unwrap_or(index as u64 + 1), arrival);
+        match parse_line(n, line, messages.len()) {
+            Ok(m) => messages.push(m),
+            Err(e) => bad.push(e),
+        }
+    }
+    if !bad.is_empty() {
+        return Err(bad);
+    }
+    let mut engine = Engine::new(Arc::new(rules));
+    let mut out = Vec::new();
+    for (index, (msg, arrival)) in messages.into_iter().enumerate() {
         if explain {
             let (eval, decisions) = engine.evaluate_explained(&msg, arrival);
             let mut actions = eval.actions.into_iter();
@@ -236,7 +266,6 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
                 out.push(action_line(index, &action));
             }
         }
-        index += 1;
     }
     Ok(out)
 }
@@ -318,12 +347,19 @@ mod tests {
     fn replay_names_the_bad_line() {
         let rules = RuleSet::builtin();
         let lines = vec![
-            r#"{"channel": "a", "timestamp": "2026-11-22T10:00:00Z"}"#.to_string(),
+            r#"{"channel": "a", "content": "x", "timestamp": "2026-11-22T10:00:00Z"}"#.to_string(),
             r#"{"chanel": "a"}"#.to_string(),
+            String::new(),
+            r#"{"channel": "a", "timestamp": "2026-11-22T10:00:00Z"}"#.to_string(),
+            r#"{"channel": "a", "content": "x"}"#.to_string(),
         ];
-        let err = replay(rules.clone(), &lines, false).unwrap_err();
-        assert!(err.starts_with("2: unknown field `chanel`"), "{err}");
-        let err = replay(rules, &[r#"{"channel": "a"}"#.to_string()], false).unwrap_err();
-        assert!(err.contains("needs `timestamp` or `at`"), "{err}");
+        let err = replay(rules, &lines, false).unwrap_err();
+        assert_eq!(err.len(), 3, "every bad line: {err:?}");
+        assert!(err[0].starts_with("2: unknown field `chanel`"), "{err:?}");
+        assert!(err[1].starts_with("4: missing field `content`"), "{err:?}");
+        assert!(
+            err[2].contains("5: a message needs `timestamp` or `at`"),
+            "{err:?}"
+        );
     }
 }

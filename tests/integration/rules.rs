@@ -233,3 +233,80 @@ fn schema_is_json_schema_for_the_file() {
         assert!(text.contains(key), "{key}");
     }
 }
+
+/// The README's `rules test` example: the shipped messages file against the shipped rules.
+#[test]
+fn the_example_messages_replay_as_the_readme_shows() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(
+        home.path(),
+        &[
+            "rules",
+            "test",
+            "--rules",
+            root.join("examples/triggers.json").to_str().unwrap(),
+            "--messages",
+            root.join("examples/messages.jsonl").to_str().unwrap(),
+            "--explain",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let decided: Vec<(u64, &str, &str)> = lines
+        .iter()
+        .filter(|l| l["reason"] != "no_match")
+        .map(|l| {
+            (
+                l["msg"].as_u64().unwrap(),
+                l["rule"].as_str().unwrap(),
+                l["mode"].as_str().or(l["reason"].as_str()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            (0, "oncall-critical", "confirm"),
+            (1, "oncall-critical", "dedup"),
+            (2, "teams-dm-triage", "auto"),
+            (3, "ci-failure", "notify"),
+            (4, "ci-failure", "rate_limited"),
+        ]
+    );
+    assert_eq!(lines[0]["expires_at"], "2026-11-22T10:15:00Z");
+}
+
+#[test]
+fn rules_test_reports_every_bad_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let messages = dir.path().join("m.jsonl");
+    std::fs::write(
+        &messages,
+        "{\"channel\": \"a\", \"timestamp\": \"2026-11-22T10:00:00Z\"}\n{\"chanel\": \"a\", \"content\": \"x\"}\n",
+    )
+    .unwrap();
+    let rules = dir.path().join("r.json");
+    std::fs::write(&rules, r#"{"rules": [{"name": "all"}]}"#).unwrap();
+    let out = cli_in(
+        dir.path(),
+        &[
+            "rules",
+            "test",
+            "--rules",
+            rules.to_str().unwrap(),
+            "--messages",
+            messages.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let shown = messages.display().to_string();
+    assert!(err.contains(&format!("{shown}:1: missing field `content`")), "{err}");
+    assert!(err.contains(&format!("{shown}:2: unknown field `chanel`")), "{err}");
+    assert!(err.contains("2 bad lines; nothing replayed"), "{err}");
+    assert!(stdout(&out).is_empty());
+}
