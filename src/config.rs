@@ -163,7 +163,12 @@ impl Home {
         let path = self.config_file();
         match fs::read_to_string(&path) {
             Ok(text) => serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column())
+                // serde_json ends its message with the position, which leads ours already.
+                let text = e.to_string();
+                let cause = text
+                    .rsplit_once(" at line ")
+                    .map_or(text.as_str(), |(c, _)| c);
+                anyhow::anyhow!("{}:{}:{}: {cause}", path.display(), e.line(), e.column())
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
@@ -173,6 +178,9 @@ impl Home {
 
 /// The environment variable that sets the ingest bearer token (over `http.token`).
 pub const TOKEN_ENV: &str = "SWITCHBOARD_TOKEN";
+
+/// The environment variable that sets the GitHub webhook secret (over `http.githubSecret`).
+pub const GITHUB_SECRET_ENV: &str = "SWITCHBOARD_GITHUB_SECRET";
 
 impl Home {
     /// The ingest bearer token kept in the `token` file: read it, or generate one (32 random

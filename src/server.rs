@@ -37,6 +37,9 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// The consumer the stdio session reads as (`--consumer`); default: its own.
     pub consumer: Option<String>,
+    /// The GitHub webhook secret from `SWITCHBOARD_GITHUB_SECRET`; wins over
+    /// `http.githubSecret`.
+    pub github_secret: Option<String>,
 }
 
 /// Runs switchboard on `home_dir` until `shutdown` completes (or stdin closes in stdio mode).
@@ -49,6 +52,14 @@ pub async fn run(
     let _lock = home.lock()?;
     let mut config = home.load_config()?;
     resolve_token(&home, &mut config.http, opts.token.clone())?;
+    if let Some(secret) = opts
+        .github_secret
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        config.http.github_secret = Some(secret.to_string());
+    }
     let ingest_addr = (!opts.no_listen).then(|| {
         opts.listen
             .clone()

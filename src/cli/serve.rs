@@ -28,6 +28,16 @@ pub struct ServeArgs {
 
 /// Runs the server until stdin closes (stdio mode), SIGINT or SIGTERM.
 pub async fn execute(home: PathBuf, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if !args.no_stdio && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprintln!(
+            "switchboard serve speaks MCP (JSON-RPC) on stdin and stdout: an MCP host starts it \
+             (`switchboard install copilot` or `switchboard install claude`)"
+        );
+        eprintln!(
+            "to run it from a terminal, use `switchboard serve --no-stdio` (webhooks, /mcp with \
+             --http, the CLI), and `switchboard watch` in another terminal to see what arrives"
+        );
+    }
     crate::server::run(home, args.into(), crate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -41,6 +51,7 @@ impl From<ServeArgs> for crate::server::ServeOptions {
             stdio: !a.no_stdio,
             token: std::env::var(crate::config::TOKEN_ENV).ok(),
             consumer: a.consumer,
+            github_secret: std::env::var(crate::config::GITHUB_SECRET_ENV).ok(),
         }
     }
 }

@@ -189,3 +189,41 @@ fn stats_is_a_summary_for_people_and_json_for_scripts() {
         serde_json::from_str(&stdout(&sb.cli(&["stats", "--json"]))).unwrap();
     assert_eq!(json["inbox"]["last_seq"], 1);
 }
+
+/// `serve` started by hand in a terminal says what it is for before it waits on stdin. Runs
+/// under `script`, which gives it a terminal; skipped where `script` is missing.
+#[test]
+fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` to give serve a terminal");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let command = format!(
+        "{} --home {} serve --no-listen",
+        bin().display(),
+        home.path().display()
+    );
+    let run = run_limited(
+        std::process::Command::new("script").args(["-qec", &command, "/dev/null"]),
+        std::time::Duration::from_secs(20),
+    );
+    let first: Vec<&str> = run.stdout.lines().take(2).collect();
+    assert!(
+        first[0].starts_with("switchboard serve speaks MCP (JSON-RPC) on stdin and stdout"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        first[1].contains("switchboard serve --no-stdio"),
+        "{}",
+        run.stdout
+    );
+    // Not on a terminal (as a host starts it): nothing of the kind.
+    let sb = Switchboard::start();
+    assert!(!sb.log().contains("speaks MCP"));
+}

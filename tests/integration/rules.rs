@@ -305,8 +305,14 @@ fn rules_test_reports_every_bad_line() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     let shown = messages.display().to_string();
-    assert!(err.contains(&format!("{shown}:1: missing field `content`")), "{err}");
-    assert!(err.contains(&format!("{shown}:2: unknown field `chanel`")), "{err}");
+    assert!(
+        err.contains(&format!("{shown}:1: missing field `content`")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{shown}:2: unknown field `chanel`")),
+        "{err}"
+    );
     assert!(err.contains("2 bad lines; nothing replayed"), "{err}");
     assert!(stdout(&out).is_empty());
 }
