@@ -318,22 +318,6 @@ impl RuleCx<'_> {
             },
         };
 
-        let prompt = match raw.prompt.as_deref() {
-            Some(p) if !p.trim().is_empty() => self.template("prompt", p),
-            _ => {
-                if mode != Mode::Notify {
-                    let at = self.key_pos("prompt").unwrap_or(self.start);
-                    self.error(
-                        ErrorCode::PromptRequired,
-                        Some("prompt"),
-                        at,
-                        format!("mode `{mode}` requires a `prompt`"),
-                    );
-                }
-                None
-            }
-        };
-
         let tools = raw.tools.clone().unwrap_or_default();
         if mode == Mode::Auto && tools.iter().all(|t| t.trim().is_empty()) {
             let at = self
@@ -347,6 +331,27 @@ impl RuleCx<'_> {
                 "mode `auto` requires a non-empty `tools` list".into(),
             );
         }
+        let prompt = match raw.prompt.as_deref() {
+            Some(p) if !p.trim().is_empty() => self.template("prompt", p),
+            _ => {
+                if mode != Mode::Notify {
+                    // At `mode`, which asks for it; after a missing `tools` at the same place,
+                    // the order chatcli reports them in.
+                    let at = self
+                        .key_pos("prompt")
+                        .or_else(|| self.key_pos("mode"))
+                        .unwrap_or(self.start);
+                    self.error(
+                        ErrorCode::PromptRequired,
+                        Some("prompt"),
+                        at,
+                        format!("mode `{mode}` requires a `prompt`"),
+                    );
+                }
+                None
+            }
+        };
+
         for tool in &tools {
             if tool.trim().is_empty() {
                 let at = self.value_pos("tools");

@@ -54,8 +54,14 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     if let Some(d) = parse_go(s.strip_prefix('+').unwrap_or(s)) {
         return Ok(d);
     }
-    humantime::parse_duration(s).map_err(|e| {
-        format!("{e}; expected Go syntax (\"1h30m\", \"250ms\") or words (\"5 minutes\")")
+    humantime::parse_duration(s).map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { unit, .. } => format!(
+            "unknown unit \"{unit}\"; use Go's units (ns, us, ms, s, m, h: \"1h30m\", \"250ms\") or \
+             words (\"5 minutes\", \"2 hours\", \"1 day\")"
+        ),
+        humantime::DurationError::NumberOverflow => "the duration is too long".into(),
+        _ => "not a duration; expected Go syntax (\"1h30m\", \"250ms\") or words (\"5 minutes\")"
+            .into(),
     })
 }
 
@@ -131,5 +137,12 @@ mod tests {
             assert!(parse(text).is_err(), "{text:?} should be rejected");
         }
         assert!(parse("30").unwrap_err().contains("\"30s\""));
+        assert_eq!(
+            parse("5 minuts").unwrap_err(),
+            "unknown unit \"minuts\"; use Go's units (ns, us, ms, s, m, h: \"1h30m\", \"250ms\") or \
+             words (\"5 minutes\", \"2 hours\", \"1 day\")",
+            "our words, not humantime's"
+        );
+        assert!(parse("fortnight").unwrap_err().starts_with("not a duration; expected Go syntax"));
     }
 }

@@ -110,7 +110,15 @@ fn validation_codes_table() {
         ),
         (
             r#"{"rules":[{"name":"a","mode":"confirm"}]}"#,
-            &[(PromptRequired, Some(0), Some("prompt"), 1, 11)],
+            &[(PromptRequired, Some(0), Some("prompt"), 1, 23)],
+        ),
+        (
+            // Neither tools nor prompt: chatcli's order, tools first.
+            r#"{"rules":[{"name":"a","mode":"auto"}]}"#,
+            &[
+                (AutoRequiresTools, Some(0), Some("tools"), 1, 23),
+                (PromptRequired, Some(0), Some("prompt"), 1, 23),
+            ],
         ),
         (
             r#"{"rules":[{"name":"a","mode":"confirm","prompt":" "}]}"#,
