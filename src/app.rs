@@ -352,7 +352,7 @@ impl App {
     }
 
     /// The dispatcher: evaluates committed messages after `mark`, in seq order, in batches,
-    /// and offers the actions with the new mark to the hub (one journal write per batch).
+    /// and offers the actions with the new mark to the lifecycle (one journal write per batch).
     fn spawn_dispatcher(self: &Arc<App>, mark: Seq) {
         let app = self.clone();
         self.tasks.spawn(async move {
