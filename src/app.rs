@@ -65,6 +65,8 @@ pub struct App {
     pub shutdown: CancellationToken,
     /// Every background task, so shutdown can wait for them.
     pub tasks: TaskTracker,
+    /// Upstream MCP servers: their state, tools and calls (empty until `serve` starts them).
+    pub upstreams: crate::sources::upstream::Upstreams,
 }
 
 impl App {
@@ -151,6 +153,7 @@ impl App {
             last_reload: Mutex::new(None),
             shutdown,
             tasks: TaskTracker::new(),
+            upstreams: Default::default(),
         })
     }
 
@@ -323,6 +326,7 @@ impl App {
                 .metrics
                 .wait_calls_in_flight
                 .load(std::sync::atomic::Ordering::Relaxed),
+            "upstreams": self.upstreams.states(),
             "pending_confirms": self.hub.pending_confirms().iter().map(|i| serde_json::json!({
                 "id": i.action_id,
                 "rule": i.rule,

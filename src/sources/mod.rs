@@ -4,10 +4,13 @@
 //!   limits, statuses.
 //! - [`alertmanager`]: an Alertmanager webhook (version 4) → one message per alert. Pure.
 //! - [`github`]: a GitHub webhook delivery → one message. Pure.
+//! - [`upstream`]: upstream MCP servers (switchboard as their client): notifications in wire
+//!   order, supervision, re-exported tools.
 
 pub mod alertmanager;
 pub mod github;
 pub mod http;
+pub mod upstream;
 
 /// Why a well-formed JSON payload could not be turned into messages (HTTP 422).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

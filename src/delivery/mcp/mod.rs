@@ -14,6 +14,7 @@
 
 mod push;
 pub mod tools;
+mod upstream_tools;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -105,6 +106,7 @@ impl McpServer {
 pub fn server_config() -> ServerConfig {
     let mut caps = ServerCapabilities::default();
     caps.tools = Some(ToolsCapability::default());
+    caps.tools.as_mut().expect("set above").list_changed = Some(true);
     caps.logging = Some(Default::default());
     let mut resources = ResourcesCapability::default();
     resources.subscribe = Some(true);
@@ -168,6 +170,7 @@ impl ServerHandler for McpServer {
             (s.client.clone().unwrap_or_default(), s.feed.take())
         };
         let feed = feed.unwrap_or_else(|| push::Feed::subscribe(&self.app));
+        upstream_tools::follow(self.app.clone(), context.peer.clone(), token.clone());
         push::spawn(
             self.app.clone(),
             self.session.clone(),
@@ -183,7 +186,10 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::list()))
+        Ok(ListToolsResult::with_all_items(upstream_tools::list(
+            &self.app,
+            tools::list(),
+        )))
     }
 
     async fn call_tool(
@@ -191,6 +197,9 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(forwarded) = upstream_tools::call(&self.app.upstreams, &request).await {
+            return forwarded;
+        }
         tools::call(self, request, context).await.map(Into::into)
     }
 
