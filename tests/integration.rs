@@ -11,4 +11,5 @@ mod integration {
     mod mcp;
     mod python_sdk;
     mod rules;
+    mod upstream;
 }

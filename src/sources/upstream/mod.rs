@@ -655,6 +655,16 @@ fn spawn_child(
     use process_wrap::tokio::{CommandWrap, ProcessGroup};
     let mut cmd = tokio::process::Command::new(command);
     cmd.args(args).envs(env).kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec. The child
+    // gets SIGTERM if switchboard dies without a shutdown (SIGKILL), so it is never orphaned.
+    // (The signal follows the spawning thread: a tokio worker, alive as long as the runtime.)
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader());
     let (child, stderr) = rmcp::transport::TokioChildProcess::builder(wrap)
