@@ -593,3 +593,156 @@ fn config_check_reports_every_upstream_error_located() {
     assert!(ok.status.success(), "{}", stdout(&ok));
     assert!(stdout(&ok).contains("ok, 1 upstream: teams"), "{}", stdout(&ok));
 }
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn summary(samples: &mut [Duration]) -> String {
+    samples.sort();
+    format!(
+        "p50 {:.2?}, p99 {:.2?}, max {:.2?} ({} samples)",
+        percentile(samples, 0.5),
+        percentile(samples, 0.99),
+        samples[samples.len() - 1],
+        samples.len()
+    )
+}
+
+fn unix_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Collects `n` `lat` nudges through waits; the delay of each from its `sent_ns` metadata.
+async fn collect_latencies(client: &Client, n: usize) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let r = call(client, "wait_for_inbound_message", json!({"timeout_s": 20, "max_items": 100})).await;
+        let now = unix_ns();
+        let v = r.structured_content.unwrap();
+        let items = v["items"].as_array().unwrap();
+        assert!(!items.is_empty(), "a wait timed out with {} of {n} samples", out.len());
+        for item in items {
+            let sent: u128 = item["message"]["metadata"]["sent_ns"].as_str().unwrap().parse().unwrap();
+            out.push(Duration::from_nanos((now - sent) as u64));
+        }
+    }
+    out
+}
+
+/// BENCHMARKS.md, "Upstream MCP sources". Run in release:
+/// `cargo test --release --test integration upstream::bench -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; prints figures"]
+async fn bench_upstream_latency_and_throughput() {
+    let Some(python) = python() else { return };
+    const SAMPLES: usize = 300;
+    const FLOOD: u64 = 50_000;
+    let rules = r#"{"rules": [{"name": "lat", "channel": "lat", "mode": "notify"}]}"#;
+    let raw = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/raw_flood_upstream.py");
+    let mut sb = start(
+        json!({
+            "bridge": python_upstream(&python),
+            "raw": {"command": python, "args": [raw, FLOOD.to_string()], "enabled": false},
+        }),
+        Some(rules),
+    );
+    connected(&sb, "bridge").await;
+    let (client, _) = session(&sb).await;
+
+    // Upstream notification → stored → wait returns: 300 notifications 20 ms apart.
+    let timed = {
+        let peer = client.peer().clone();
+        tokio::spawn(async move {
+            let mut p = CallToolRequestParams::new("bridge__timed");
+            p.arguments = json!({"n": SAMPLES, "gap_ms": 20}).as_object().cloned();
+            peer.call_tool_once(p).await.is_ok()
+        })
+    };
+    let mut upstream = collect_latencies(&client, SAMPLES).await;
+    assert!(timed.await.unwrap());
+
+    // Baseline, same run: HTTP ingest POST → stored → wait returns.
+    let http = reqwest::Client::new();
+    let ingest = sb.ingest.clone().unwrap();
+    let mut baseline = Vec::with_capacity(SAMPLES);
+    for i in 0..SAMPLES {
+        let body = json!({"server": "http", "channel": "lat", "content": format!("b {i}"),
+                          "metadata": {"sent_ns": unix_ns().to_string()}});
+        let reply = http
+            .post(format!("http://{ingest}/v1/messages"))
+            .bearer_auth(sb.token())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 202);
+        baseline.extend(collect_latencies(&client, 1).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Sustained notifications/s from the SDK server (its own send rate bounds it).
+    let t = Instant::now();
+    let r = call(&client, "bridge__flood", json!({"n": FLOOD})).await;
+    assert_eq!(text(&r), format!("flooded {FLOOD}"));
+    until(Duration::from_secs(300), "sdk flood stored", || {
+        (state(&sb, "bridge")["stored"].as_u64() == Some(FLOOD + SAMPLES as u64)).then_some(())
+    })
+    .await;
+    let sdk_rate = FLOOD as f64 / t.elapsed().as_secs_f64();
+    client.cancel().await.ok();
+    assert!(sb.terminate().success());
+
+    // Sustained notifications/s from a raw writer (the pipe as fast as it goes).
+    sb.write(
+        "switchboard.json",
+        &json!({"upstreams": {"raw": {"command": python, "args": [raw, FLOOD.to_string()]}}}).to_string(),
+    );
+    sb.spawn();
+    let (t0, first) = until(Duration::from_secs(60), "raw flood started", || {
+        let n = state(&sb, "raw")["stored"].as_u64().unwrap_or(0);
+        (n > 0).then_some((Instant::now(), n))
+    })
+    .await;
+    until(Duration::from_secs(300), "raw flood stored", || {
+        (state(&sb, "raw")["stored"].as_u64() == Some(FLOOD)).then_some(())
+    })
+    .await;
+    let raw_rate = (FLOOD - first) as f64 / t0.elapsed().as_secs_f64();
+    let waits = state(&sb, "raw")["reader_waits"].clone();
+    assert!(sb.terminate().success());
+
+    // Baseline, same run: the same number of messages POSTed to HTTP ingest, 500 a request.
+    sb.write("switchboard.json", "{}");
+    sb.spawn();
+    let ingest = sb.ingest.clone().unwrap();
+    let t = Instant::now();
+    for chunk in 0..FLOOD / 500 {
+        let batch: Vec<Value> = (0..500)
+            .map(|i| json!({"server": "http", "channel": "flood", "content": format!("{{\"i\":{}}}", chunk * 500 + i)}))
+            .collect();
+        let reply = http
+            .post(format!("http://{ingest}/v1/messages"))
+            .bearer_auth(sb.token())
+            .json(&batch)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 202);
+    }
+    let http_rate = FLOOD as f64 / t.elapsed().as_secs_f64();
+    assert!(sb.terminate().success());
+
+    let _ = writeln!(
+        std::io::stderr(),
+        "\nupstream notification → wait return: {}\nHTTP POST → wait return (baseline): {}\n\
+         sustained, SDK server: {sdk_rate:.0} notifications/s\nsustained, raw writer: \
+         {raw_rate:.0} notifications/s (reader waits {waits})\nHTTP ingest, 500 a request \
+         (baseline): {http_rate:.0} messages/s\n",
+        summary(&mut upstream),
+        summary(&mut baseline),
+    );
+}
