@@ -185,8 +185,8 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
         column: Some(e.column()),
         message,
     };
-    let value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| vec![located_syntax(e)])?;
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| vec![located_syntax(e)])?;
     let mut errors = Vec::new();
     match value.get("upstreams") {
         None => {}

@@ -39,7 +39,9 @@ pub fn execute(home: PathBuf, command: ConfigCommand) -> anyhow::Result<ExitCode
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
             match args.format {
                 Format::Json => writeln!(out, "[]")?,
-                Format::Text => writeln!(out, "{shown}: no such file; every setting has its default")?,
+                Format::Text => {
+                    writeln!(out, "{shown}: no such file; every setting has its default")?
+                }
             }
             return Ok(ExitCode::SUCCESS);
         }

@@ -142,9 +142,10 @@ mod packs {
     fn teams_bridge_pack_on_upstream_notifications() {
         use serde_json::json;
         let doc = json!({"upstreams": {"teams": {"command": "teams-bridge", "channel": "dm/{{meta.chat_id}}"}}});
-        let up = super::upstream::config::parse(&doc.to_string(), doc["upstreams"].as_object().unwrap())
-            .unwrap()
-            .remove(0);
+        let up =
+            super::upstream::config::parse(&doc.to_string(), doc["upstreams"].as_object().unwrap())
+                .unwrap()
+                .remove(0);
         let push = |content: &str| {
             super::upstream::mapping::to_message(
                 &up,
@@ -161,7 +162,11 @@ mod packs {
         .unwrap();
         let actions = fire(
             "rules/teams-bridge.json",
-            vec![push("lunch on friday?"), push("URGENT: the api is down"), log],
+            vec![
+                push("lunch on friday?"),
+                push("URGENT: the api is down"),
+                log,
+            ],
         );
         let got: Vec<_> = actions.iter().map(|a| (a.rule.as_str(), a.mode)).collect();
         assert_eq!(
@@ -179,7 +184,13 @@ mod packs {
             "{}",
             actions[0].prompt
         );
-        assert!(actions[2].prompt.contains("`teams__send_message` (chat_id 19:ada)"), "{}", actions[2].prompt);
+        assert!(
+            actions[2]
+                .prompt
+                .contains("`teams__send_message` (chat_id 19:ada)"),
+            "{}",
+            actions[2].prompt
+        );
         assert!(actions[2].tools.iter().any(|t| t == "teams__send_message"));
     }
 }

@@ -66,10 +66,12 @@ fn everything() -> Option<PathBuf> {
         }
         let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
         std::fs::create_dir_all(tmp).map_err(|e| e.to_string())?;
-        let lock = std::fs::File::create(tmp.join("node-everything.lock")).map_err(|e| e.to_string())?;
+        let lock =
+            std::fs::File::create(tmp.join("node-everything.lock")).map_err(|e| e.to_string())?;
         fs4::fs_std::FileExt::lock_exclusive(&lock).map_err(|e| e.to_string())?;
         let prefix = tmp.join("node-everything");
-        let index = prefix.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+        let index =
+            prefix.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
         let stamp = prefix.join("switchboard-stamp");
         if index.exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == EVERYTHING) {
             return Ok(Some(index));
@@ -188,16 +190,23 @@ async fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>)
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?}: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 async fn connected(sb: &Switchboard, name: &str) -> Value {
-    until(Duration::from_secs(60), &format!("{name} connected"), || {
-        let s = state(sb, name);
-        (s["state"] == "connected" && s["tools"].as_u64() > Some(0)).then_some(s)
-    })
+    until(
+        Duration::from_secs(60),
+        &format!("{name} connected"),
+        || {
+            let s = state(sb, name);
+            (s["state"] == "connected" && s["tools"].as_u64() > Some(0)).then_some(s)
+        },
+    )
     .await
 }
 
@@ -226,13 +235,21 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
     let mut sb = start(json!({ "bridge": python_upstream(&python) }), None);
     let up = connected(&sb, "bridge").await;
     assert!(
-        up["server"].as_str().unwrap().contains("switchboard-test-upstream")
+        up["server"]
+            .as_str()
+            .unwrap()
+            .contains("switchboard-test-upstream")
             && up["server"].as_str().unwrap().contains("2025-11-25"),
         "{up}"
     );
     let (client, session) = session(&sb).await;
     let names = tool_names(&client).await;
-    for t in ["wait_for_inbound_message", "bridge__burst", "bridge__echo", "bridge__fail"] {
+    for t in [
+        "wait_for_inbound_message",
+        "bridge__burst",
+        "bridge__echo",
+        "bridge__fail",
+    ] {
         assert!(names.contains(&t.to_string()), "{t} missing from {names:?}");
     }
 
@@ -275,7 +292,10 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
 
     // Calls are forwarded with their results and their errors.
     let echo = call(&client, "bridge__echo", json!({"text": "hi"})).await;
-    assert_eq!((text(&echo), echo.is_error), ("echo: hi".into(), Some(false)));
+    assert_eq!(
+        (text(&echo), echo.is_error),
+        ("echo: hi".into(), Some(false))
+    );
     let fail = call(&client, "bridge__fail", json!({"reason": "no such chat"})).await;
     assert_eq!(fail.is_error, Some(true), "a tool error stays a tool error");
     assert!(text(&fail).contains("no such chat"), "{}", text(&fail));
@@ -291,11 +311,17 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
     assert!(!names.contains(&"bridge__extra".to_string()));
     let before = session.list_changed.load(Ordering::SeqCst);
     call(&client, "bridge__add_tool", json!({})).await;
-    until(Duration::from_secs(10), "tools/list_changed reaches the session", || {
-        (session.list_changed.load(Ordering::SeqCst) > before).then_some(())
-    })
+    until(
+        Duration::from_secs(10),
+        "tools/list_changed reaches the session",
+        || (session.list_changed.load(Ordering::SeqCst) > before).then_some(()),
+    )
     .await;
-    assert!(tool_names(&client).await.contains(&"bridge__extra".to_string()));
+    assert!(
+        tool_names(&client)
+            .await
+            .contains(&"bridge__extra".to_string())
+    );
     let extra = call(&client, "bridge__extra", json!({})).await;
     assert_eq!(text(&extra), "extra");
 
@@ -366,8 +392,14 @@ async fn a_killed_upstream_is_restarted_and_answers_clearly_while_down() {
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains("switchboard_upstream_up{upstream=\"bridge\"} 1\n"), "{metrics}");
-    assert!(metrics.contains("switchboard_upstream_restarts_total{upstream=\"bridge\"}"), "{metrics}");
+    assert!(
+        metrics.contains("switchboard_upstream_up{upstream=\"bridge\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("switchboard_upstream_restarts_total{upstream=\"bridge\"}"),
+        "{metrics}"
+    );
 
     client.cancel().await.ok();
     let child = back["pid"].as_u64().unwrap() as i32;
@@ -389,14 +421,16 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-const PROBE_RULES: &str =
-    r#"{"rules": [{"name": "probe", "channel": "probe", "mode": "notify"}]}"#;
+const PROBE_RULES: &str = r#"{"rules": [{"name": "probe", "channel": "probe", "mode": "notify"}]}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bounded() {
     let Some(python) = python() else { return };
     const FLOOD: u64 = 50_000;
-    let mut sb = start(json!({ "bridge": python_upstream(&python) }), Some(PROBE_RULES));
+    let mut sb = start(
+        json!({ "bridge": python_upstream(&python) }),
+        Some(PROBE_RULES),
+    );
     connected(&sb, "bridge").await;
     let (client, _) = session(&sb).await;
     let client = Arc::new(client);
@@ -407,7 +441,9 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
 
     let flooder = {
         let client = client.clone();
-        tokio::spawn(async move { text(&call(&client, "bridge__flood", json!({"n": FLOOD})).await) })
+        tokio::spawn(
+            async move { text(&call(&client, "bridge__flood", json!({"n": FLOOD})).await) },
+        )
     };
     until(Duration::from_secs(30), "flood under way", || {
         (state(&sb, "bridge")["stored"].as_u64() > Some(1000)).then_some(())
@@ -421,14 +457,23 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
     let mut probes = 0;
     while state(&sb, "bridge")["stored"].as_u64() < Some(FLOOD * 9 / 10) {
         let t = Instant::now();
-        let health = http.get(format!("http://{ingest}/healthz")).send().await.unwrap();
+        let health = http
+            .get(format!("http://{ingest}/healthz"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(health.status(), 200);
         worst_health = worst_health.max(t.elapsed());
 
         let waiter = {
             let client = client.clone();
             tokio::spawn(async move {
-                let r = call(&client, "wait_for_inbound_message", json!({"timeout_s": 20})).await;
+                let r = call(
+                    &client,
+                    "wait_for_inbound_message",
+                    json!({"timeout_s": 20}),
+                )
+                .await;
                 (Instant::now(), r.structured_content.unwrap())
             })
         };
@@ -448,7 +493,11 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
         let status = reply.status();
         assert_eq!(status, 202, "{}", reply.text().await.unwrap_or_default());
         let (woke, got) = waiter.await.unwrap();
-        assert_eq!(got["items"][0]["message"]["content"], format!("probe {probes}"), "{got}");
+        assert_eq!(
+            got["items"][0]["message"]["content"],
+            format!("probe {probes}"),
+            "{got}"
+        );
         worst_wake = worst_wake.max(woke - posted);
         peak = peak.max(rss_kib(pid));
         probes += 1;
@@ -457,9 +506,11 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
         }
     }
     assert_eq!(flooder.await.unwrap(), format!("flooded {FLOOD}"));
-    until(Duration::from_secs(60), "every flood message stored", || {
-        (state(&sb, "bridge")["stored"].as_u64() == Some(FLOOD)).then_some(())
-    })
+    until(
+        Duration::from_secs(60),
+        "every flood message stored",
+        || (state(&sb, "bridge")["stored"].as_u64() == Some(FLOOD)).then_some(()),
+    )
     .await;
     peak = peak.max(rss_kib(pid));
     let s = state(&sb, "bridge");
@@ -518,9 +569,11 @@ async fn server_everything_over_stdio_and_http_end_to_end() {
                 .expect("start server-everything over HTTP"),
         )
     };
-    until(Duration::from_secs(30), "server-everything listening", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    })
+    until(
+        Duration::from_secs(30),
+        "server-everything listening",
+        || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+    )
     .await;
     let mut sb = start(
         json!({
@@ -542,16 +595,35 @@ async fn server_everything_over_stdio_and_http_end_to_end() {
         }
         let echo = call(&client, &format!("{name}__echo"), json!({"message": "hi"})).await;
         assert_eq!(text(&echo), "Echo: hi");
-        let sum = call(&client, &format!("{name}__get-sum"), json!({"a": 2, "b": 3})).await;
+        let sum = call(
+            &client,
+            &format!("{name}__get-sum"),
+            json!({"a": 2, "b": 3}),
+        )
+        .await;
         assert!(text(&sum).contains('5'), "{}", text(&sum));
         // Its logging notifications land in the inbox as messages from the upstream.
-        call(&client, &format!("{name}__toggle-simulated-logging"), json!({})).await;
-        let logged = until(Duration::from_secs(20), &format!("{name} log message stored"), || {
-            journal(&sb, name).into_iter().find(|r| r["channel"] == "message")
-        })
+        call(
+            &client,
+            &format!("{name}__toggle-simulated-logging"),
+            json!({}),
+        )
+        .await;
+        let logged = until(
+            Duration::from_secs(20),
+            &format!("{name} log message stored"),
+            || {
+                journal(&sb, name)
+                    .into_iter()
+                    .find(|r| r["channel"] == "message")
+            },
+        )
         .await;
         assert!(logged["metadata"]["level"].as_str().is_some(), "{logged}");
-        assert!(logged["content"].as_str().unwrap().contains("message"), "{logged}");
+        assert!(
+            logged["content"].as_str().unwrap().contains("message"),
+            "{logged}"
+        );
     }
     client.cancel().await.ok();
     assert!(sb.terminate().success(), "{}", sb.log());
@@ -566,7 +638,12 @@ fn config_check_reports_every_upstream_error_located() {
     );
     let out = sb.cli(&["config", "check"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let shown = sb.home.path().join("switchboard.json").display().to_string();
+    let shown = sb
+        .home
+        .path()
+        .join("switchboard.json")
+        .display()
+        .to_string();
     let text = stdout(&out);
     assert!(
         text.contains(&format!(
@@ -574,16 +651,32 @@ fn config_check_reports_every_upstream_error_located() {
         )),
         "{text}"
     );
-    assert!(text.contains(&format!("{shown}:4:19: upstream `ci`: invalid `url`")), "{text}");
+    assert!(
+        text.contains(&format!("{shown}:4:19: upstream `ci`: invalid `url`")),
+        "{text}"
+    );
     let json_out = sb.cli(&["config", "check", "--format", "json"]);
     let errors: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
-    let codes: Vec<_> = errors.as_array().unwrap().iter().map(|e| e["code"].as_str().unwrap()).collect();
-    assert_eq!(codes, ["invalid_transport", "unknown_key", "invalid_url"], "{errors}");
+    let codes: Vec<_> = errors
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        ["invalid_transport", "unknown_key", "invalid_url"],
+        "{errors}"
+    );
 
     // serve refuses the same file with the same lines, and starts nothing.
     let serve = sb.cli(&["serve", "--no-stdio", "--listen", "127.0.0.1:0"]);
     assert!(!serve.status.success());
-    assert!(stderr(&serve).contains("unknown key `comand`"), "{}", stderr(&serve));
+    assert!(
+        stderr(&serve).contains("unknown key `comand`"),
+        "{}",
+        stderr(&serve)
+    );
 
     sb.write(
         "switchboard.json",
@@ -591,7 +684,11 @@ fn config_check_reports_every_upstream_error_located() {
     );
     let ok = sb.cli(&["config", "check"]);
     assert!(ok.status.success(), "{}", stdout(&ok));
-    assert!(stdout(&ok).contains("ok, 1 upstream: teams"), "{}", stdout(&ok));
+    assert!(
+        stdout(&ok).contains("ok, 1 upstream: teams"),
+        "{}",
+        stdout(&ok)
+    );
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -620,13 +717,26 @@ fn unix_ns() -> u128 {
 async fn collect_latencies(client: &Client, n: usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        let r = call(client, "wait_for_inbound_message", json!({"timeout_s": 20, "max_items": 100})).await;
+        let r = call(
+            client,
+            "wait_for_inbound_message",
+            json!({"timeout_s": 20, "max_items": 100}),
+        )
+        .await;
         let now = unix_ns();
         let v = r.structured_content.unwrap();
         let items = v["items"].as_array().unwrap();
-        assert!(!items.is_empty(), "a wait timed out with {} of {n} samples", out.len());
+        assert!(
+            !items.is_empty(),
+            "a wait timed out with {} of {n} samples",
+            out.len()
+        );
         for item in items {
-            let sent: u128 = item["message"]["metadata"]["sent_ns"].as_str().unwrap().parse().unwrap();
+            let sent: u128 = item["message"]["metadata"]["sent_ns"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
             out.push(Duration::from_nanos((now - sent) as u64));
         }
     }
@@ -699,7 +809,8 @@ async fn bench_upstream_latency_and_throughput() {
     // Sustained notifications/s from a raw writer (the pipe as fast as it goes).
     sb.write(
         "switchboard.json",
-        &json!({"upstreams": {"raw": {"command": python, "args": [raw, FLOOD.to_string()]}}}).to_string(),
+        &json!({"upstreams": {"raw": {"command": python, "args": [raw, FLOOD.to_string()]}}})
+            .to_string(),
     );
     sb.spawn();
     let (t0, first) = until(Duration::from_secs(60), "raw flood started", || {

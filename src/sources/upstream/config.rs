@@ -178,7 +178,10 @@ impl fmt::Display for ConfigError {
 
 /// Validates the `upstreams` object of the file whose text is `text` (for positions).
 /// Returns every upstream, or every error in file order.
-pub fn parse(text: &str, raw: &Map<String, Value>) -> Result<Vec<UpstreamConfig>, Vec<ConfigError>> {
+pub fn parse(
+    text: &str,
+    raw: &Map<String, Value>,
+) -> Result<Vec<UpstreamConfig>, Vec<ConfigError>> {
     let loc = Locator::new(text);
     let mut errors = Vec::new();
     let mut out = Vec::new();
@@ -456,7 +459,9 @@ impl Cx<'_> {
                 self.error(
                     ErrorCode::InvalidHeader,
                     Some("headers"),
-                    format!("header `{name}` has a value that is not valid in HTTP (a line break?)"),
+                    format!(
+                        "header `{name}` has a value that is not valid in HTTP (a line break?)"
+                    ),
                 );
             }
         }
@@ -506,7 +511,10 @@ mod tests {
         parse(text, v["upstreams"].as_object().unwrap())
     }
 
-    fn codes(text: &str) -> Vec<(ErrorCode, Option<String>, Option<usize>, Option<usize>)> {
+    /// `(code, key, line, column)` of each error.
+    type Located = (ErrorCode, Option<String>, Option<usize>, Option<usize>);
+
+    fn codes(text: &str) -> Vec<Located> {
         check(text)
             .unwrap_err()
             .into_iter()
@@ -547,14 +555,39 @@ mod tests {
         let got = codes(text);
         let want = vec![
             (ErrorCode::InvalidTransport, None, Some(2), Some(3)),
-            (ErrorCode::UnknownKey, Some("comand".into()), Some(2), Some(13)),
+            (
+                ErrorCode::UnknownKey,
+                Some("comand".into()),
+                Some(2),
+                Some(13),
+            ),
             (ErrorCode::InvalidUrl, Some("url".into()), Some(3), Some(17)),
             (ErrorCode::WrongType, Some("args".into()), Some(3), Some(36)),
-            (ErrorCode::InvalidTransport, Some("args".into()), Some(3), Some(36)),
+            (
+                ErrorCode::InvalidTransport,
+                Some("args".into()),
+                Some(3),
+                Some(36),
+            ),
             (ErrorCode::InvalidName, None, Some(4), Some(3)),
-            (ErrorCode::InvalidGlob, Some("channels".into()), Some(4), Some(44)),
-            (ErrorCode::InvalidTemplate, Some("channel".into()), Some(4), Some(66)),
-            (ErrorCode::InvalidTransport, Some("url".into()), Some(5), Some(35)),
+            (
+                ErrorCode::InvalidGlob,
+                Some("channels".into()),
+                Some(4),
+                Some(44),
+            ),
+            (
+                ErrorCode::InvalidTemplate,
+                Some("channel".into()),
+                Some(4),
+                Some(66),
+            ),
+            (
+                ErrorCode::InvalidTransport,
+                Some("url".into()),
+                Some(5),
+                Some(35),
+            ),
         ];
         assert_eq!(got, want);
         let typo = &check(text).unwrap_err()[1];

@@ -188,11 +188,17 @@ mod tests {
         assert_eq!(loc.key(&["upstreams"]), Some(Pos { line: 2, column: 3 }));
         assert_eq!(
             loc.key(&["upstreams", "teams", "comand"]),
-            Some(Pos { line: 3, column: 15 })
+            Some(Pos {
+                line: 3,
+                column: 15
+            })
         );
         assert_eq!(
             loc.value(&["upstreams", "teams", "args"]),
-            Some(Pos { line: 4, column: 15 })
+            Some(Pos {
+                line: 4,
+                column: 15
+            })
         );
         assert_eq!(loc.key(&["upstreams", "teams", "b"]), None);
     }

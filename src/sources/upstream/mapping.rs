@@ -67,7 +67,10 @@ pub fn to_message(up: &UpstreamConfig, method: &str, params: Option<&Value>) -> 
                     metadata.insert(key.to_string(), text(v));
                 }
             }
-            ("message".to_string(), p.get("data").map(text).unwrap_or_default())
+            (
+                "message".to_string(),
+                p.get("data").map(text).unwrap_or_default(),
+            )
         }
         "channel/message" | "message" | "notifications/channel/message"
             if p.get("channel").is_some_and(Value::is_string) =>
@@ -143,10 +146,18 @@ mod tests {
             Some(&json!({"content": "hi there", "meta": {"chat_id": "19:abc", "sender": "Ada", "n": 3}})),
         )
         .unwrap();
-        assert_eq!((m.server.as_str(), m.channel.as_str(), m.content.as_str()), ("teams", "dm/19:abc", "hi there"));
+        assert_eq!(
+            (m.server.as_str(), m.channel.as_str(), m.content.as_str()),
+            ("teams", "dm/19:abc", "hi there")
+        );
         assert_eq!(m.metadata["sender"], "Ada");
         assert_eq!(m.metadata["n"], "3");
-        let default = to_message(&upstream(None), "notifications/claude/channel", Some(&json!({"content": "x"}))).unwrap();
+        let default = to_message(
+            &upstream(None),
+            "notifications/claude/channel",
+            Some(&json!({"content": "x"})),
+        )
+        .unwrap();
         assert_eq!(default.channel, "claude/channel");
     }
 
@@ -164,13 +175,26 @@ mod tests {
         assert_eq!(log.metadata["level"], "error");
         assert_eq!(log.metadata["logger"], "db");
 
-        let custom = to_message(&up, "notifications/ci/pipeline", Some(&json!({"id": 4, "meta": {"k": "v"}}))).unwrap();
+        let custom = to_message(
+            &up,
+            "notifications/ci/pipeline",
+            Some(&json!({"id": 4, "meta": {"k": "v"}})),
+        )
+        .unwrap();
         assert_eq!(custom.channel, "ci/pipeline");
         assert_eq!(custom.content, r#"{"id":4,"meta":{"k":"v"}}"#);
         assert_eq!(custom.metadata["k"], "v");
 
-        let routed = to_message(&up, "channel/message", Some(&json!({"channel": "teams/dm", "text": "yo"}))).unwrap();
-        assert_eq!((routed.channel.as_str(), routed.content.as_str()), ("teams/dm", "yo"));
+        let routed = to_message(
+            &up,
+            "channel/message",
+            Some(&json!({"channel": "teams/dm", "text": "yo"})),
+        )
+        .unwrap();
+        assert_eq!(
+            (routed.channel.as_str(), routed.content.as_str()),
+            ("teams/dm", "yo")
+        );
 
         assert!(to_message(&up, "notifications/progress", Some(&json!({}))).is_none());
         assert!(to_message(&up, "notifications/tools/list_changed", None).is_none());

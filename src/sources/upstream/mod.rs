@@ -177,6 +177,14 @@ impl Entry {
     }
 }
 
+/// One `/metrics` family of upstream state: name, type, help, and the value of one upstream.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&UpstreamState) -> f64,
+);
+
 /// The exported tool table: host-facing name → (entry index, the upstream's own name).
 #[derive(Default)]
 struct Exported {
@@ -205,7 +213,12 @@ impl Upstreams {
 
     /// Whether `name` is a re-exported upstream tool.
     pub fn has_tool(&self, name: &str) -> bool {
-        self.inner.exported.read().unwrap().routes.contains_key(name)
+        self.inner
+            .exported
+            .read()
+            .unwrap()
+            .routes
+            .contains_key(name)
     }
 
     /// Forwards a call of the re-exported tool `request.name`. `None` when no upstream tool
@@ -269,7 +282,7 @@ impl Upstreams {
         if states.is_empty() {
             return out;
         }
-        let families: [(&str, &str, &str, fn(&UpstreamState) -> f64); 6] = [
+        let families: [Family; 6] = [
             (
                 "switchboard_upstream_up",
                 "gauge",
@@ -443,12 +456,7 @@ async fn store(app: &App, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> 
 }
 
 /// Connects, serves, and reconnects with backoff until shutdown.
-async fn supervise(
-    app: Arc<App>,
-    ups: Upstreams,
-    entry: Arc<Entry>,
-    tx: mpsc::Sender<NewMessage>,
-) {
+async fn supervise(app: Arc<App>, ups: Upstreams, entry: Arc<Entry>, tx: mpsc::Sender<NewMessage>) {
     let name = entry.config.name.clone();
     let mut attempt: u32 = 0;
     loop {
@@ -629,7 +637,11 @@ fn quit_text(reason: &rmcp::service::QuitReason) -> String {
 }
 
 /// Lists the upstream's tools and re-exports them.
-async fn refresh_tools(ups: &Upstreams, entry: &Entry, peer: &Peer<RoleClient>) -> Result<(), String> {
+async fn refresh_tools(
+    ups: &Upstreams,
+    entry: &Entry,
+    peer: &Peer<RoleClient>,
+) -> Result<(), String> {
     let supports_tools = peer
         .peer_info()
         .is_some_and(|i| i.capabilities.tools.is_some());
@@ -699,7 +711,13 @@ mod tests {
             }
         }
         let late: Vec<_> = (0..200).map(|_| backoff(30)).collect();
-        assert!(late.iter().any(|d| *d > Duration::from_secs(15)), "uses the whole range");
-        assert!(late.iter().any(|d| *d < Duration::from_secs(15)), "jittered");
+        assert!(
+            late.iter().any(|d| *d > Duration::from_secs(15)),
+            "uses the whole range"
+        );
+        assert!(
+            late.iter().any(|d| *d < Duration::from_secs(15)),
+            "jittered"
+        );
     }
 }

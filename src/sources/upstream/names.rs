@@ -53,9 +53,15 @@ mod tests {
 
     #[test]
     fn short_names_are_prefixed_and_sanitised() {
-        assert_eq!(export("teams", "send_message", |_| false), "teams__send_message");
+        assert_eq!(
+            export("teams", "send_message", |_| false),
+            "teams__send_message"
+        );
         assert_eq!(export("ci", "jobs.list/v2", |_| false), "ci__jobs_list_v2");
-        assert_eq!(export("everything", "toggle-simulated-logging", |_| false), "everything__toggle-simulated-logging");
+        assert_eq!(
+            export("everything", "toggle-simulated-logging", |_| false),
+            "everything__toggle-simulated-logging"
+        );
     }
 
     #[test]
@@ -63,11 +69,17 @@ mod tests {
         let long = "get_the_full_conversation_history_of_a_chat_thread_with_replies";
         let a = export("teams", long, |_| false);
         assert_eq!(a.len(), BUDGET, "{a}");
-        assert!(a.starts_with("teams__get_the_full_conversation_hist"), "{a}");
+        assert!(
+            a.starts_with("teams__get_the_full_conversation_hist"),
+            "{a}"
+        );
         assert_eq!(a, export("teams", long, |_| false), "stable");
         let b = export("teams", &format!("{long}_2"), |_| false);
         assert_ne!(a, b, "names sharing a beginning stay apart");
-        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-'));
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+        );
         // With a host prefix such as Claude Code's, the whole name fits 64 characters.
         assert!(format!("mcp__switchboard__{a}").len() <= 64);
     }
@@ -77,6 +89,9 @@ mod tests {
         let first = export("ci", "a.b", |_| false);
         let second = export("ci", "a/b", |n| n == first);
         assert_eq!(first, "ci__a_b");
-        assert!(second.starts_with("ci__a_b_") && second.len() == "ci__a_b".len() + SUFFIX, "{second}");
+        assert!(
+            second.starts_with("ci__a_b_") && second.len() == "ci__a_b".len() + SUFFIX,
+            "{second}"
+        );
     }
 }

@@ -67,7 +67,10 @@ impl<T> Ordered<T> {
         }
         let new = mapping::to_message(&self.up, method, value.get("params"))?;
         self.counters.received.fetch_add(1, Ordering::Relaxed);
-        if !self.up.allows(&crate::message::normalize_channel(&new.channel)) {
+        if !self
+            .up
+            .allows(&crate::message::normalize_channel(&new.channel))
+        {
             self.counters.filtered.fetch_add(1, Ordering::Relaxed);
             return Some(None);
         }
