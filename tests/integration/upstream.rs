@@ -775,11 +775,22 @@ async fn bench_upstream_latency_and_throughput() {
     let mut upstream = collect_latencies(&client, SAMPLES).await;
     assert!(timed.await.unwrap());
 
-    // Baseline, same run: HTTP ingest POST → stored → wait returns.
+    // Baseline, same run: HTTP ingest POST → stored → wait returns, the wait already pending
+    // as it is for the upstream samples.
     let http = reqwest::Client::new();
     let ingest = sb.ingest.clone().unwrap();
+    let client = Arc::new(client);
     let mut baseline = Vec::with_capacity(SAMPLES);
     for i in 0..SAMPLES {
+        let waiter = {
+            let client = client.clone();
+            tokio::spawn(async move { collect_latencies(&client, 1).await })
+        };
+        until(Duration::from_secs(10), "wait in flight", || {
+            let r = control(sb.home.path(), json!({"cmd": "stats"}));
+            (r["result"]["wait_calls_in_flight"].as_u64() >= Some(1)).then_some(())
+        })
+        .await;
         let body = json!({"server": "http", "channel": "lat", "content": format!("b {i}"),
                           "metadata": {"sent_ns": unix_ns().to_string()}});
         let reply = http
@@ -790,8 +801,7 @@ async fn bench_upstream_latency_and_throughput() {
             .await
             .unwrap();
         assert_eq!(reply.status(), 202);
-        baseline.extend(collect_latencies(&client, 1).await);
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        baseline.extend(waiter.await.unwrap());
     }
 
     // Sustained notifications/s from the SDK server (its own send rate bounds it).
@@ -803,7 +813,7 @@ async fn bench_upstream_latency_and_throughput() {
     })
     .await;
     let sdk_rate = FLOOD as f64 / t.elapsed().as_secs_f64();
-    client.cancel().await.ok();
+    drop(client);
     assert!(sb.terminate().success());
 
     // Sustained notifications/s from a raw writer (the pipe as fast as it goes).
