@@ -62,6 +62,8 @@ pub struct Stats {
     pub delivery: LifecycleStats,
     /// `wait_for_inbound_message` calls waiting now.
     pub wait_calls_in_flight: u64,
+    /// Upstream MCP servers: state, counters.
+    pub upstreams: Vec<crate::sources::upstream::UpstreamState>,
     /// Open confirm requests.
     pub pending_confirms: Vec<PendingConfirm>,
 }
@@ -88,6 +90,8 @@ pub struct App {
     pub shutdown: CancellationToken,
     /// Every background task, so shutdown can wait for them.
     pub tasks: TaskTracker,
+    /// Upstream MCP servers: their state, tools and calls (empty until `serve` starts them).
+    pub upstreams: crate::sources::upstream::Upstreams,
 }
 
 impl App {
@@ -175,6 +179,7 @@ impl App {
             last_reload: Mutex::new(None),
             shutdown,
             tasks: TaskTracker::new(),
+            upstreams: Default::default(),
         })
     }
 
@@ -347,6 +352,7 @@ impl App {
                 .metrics
                 .wait_calls_in_flight
                 .load(std::sync::atomic::Ordering::Relaxed),
+            upstreams: self.upstreams.states(),
             pending_confirms: self.lifecycle.pending_summary(),
         }
     }

@@ -162,17 +162,84 @@ impl Home {
     pub fn load_config(&self) -> anyhow::Result<Config> {
         let path = self.config_file();
         match fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| {
-                // serde_json ends its message with the position, which leads ours already.
-                let text = e.to_string();
-                let cause = text
-                    .rsplit_once(" at line ")
-                    .map_or(text.as_str(), |(c, _)| c);
-                anyhow::anyhow!("{}:{}:{}: {cause}", path.display(), e.line(), e.column())
+            Ok(text) => check(&text).map_err(|errors| {
+                let shown = path.display().to_string();
+                let lines: Vec<_> = errors.iter().map(|e| e.render(&shown)).collect();
+                anyhow::anyhow!("{}", lines.join("\n"))
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         }
+    }
+}
+
+/// Parses and validates the text of `switchboard.json`: JSON syntax, every section's shape,
+/// and each upstream. Returns the config, or every error found, in file order.
+pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config::ConfigError>> {
+    use crate::sources::upstream::config::{self as upstream, ConfigError, ErrorCode};
+    let located = |e: serde_json::Error, message: String| ConfigError {
+        code: ErrorCode::ParseError,
+        upstream: None,
+        key: None,
+        line: Some(e.line()),
+        column: Some(e.column()),
+        message,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| vec![located_syntax(e)])?;
+    let mut errors = Vec::new();
+    match value.get("upstreams") {
+        None => {}
+        Some(serde_json::Value::Object(raw)) => {
+            if let Err(e) = upstream::parse(text, raw) {
+                errors.extend(e);
+            }
+        }
+        Some(other) => errors.push(ConfigError {
+            code: ErrorCode::WrongType,
+            upstream: None,
+            key: Some("upstreams".into()),
+            line: None,
+            column: None,
+            message: format!(
+                "`upstreams` must be an object of upstreams by name, got {}",
+                crate::json_kind(other)
+            ),
+        }),
+    }
+    let config = match serde_json::from_str::<Config>(text) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            if !errors.iter().any(|x| x.key.as_deref() == Some("upstreams")) {
+                let message = e.to_string();
+                // serde appends " at line L column C"; the location goes first instead.
+                let message = message
+                    .rsplit_once(" at line ")
+                    .map_or(message.clone(), |(m, _)| m.to_string());
+                errors.insert(0, located(e, message));
+            }
+            None
+        }
+    };
+    errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
+    match config {
+        Some(c) if errors.is_empty() => Ok(c),
+        _ => Err(errors),
+    }
+}
+
+fn located_syntax(e: serde_json::Error) -> crate::sources::upstream::config::ConfigError {
+    let message = e.to_string();
+    let message = message
+        .rsplit_once(" at line ")
+        .map_or(message.clone(), |(m, _)| m.to_string());
+    crate::sources::upstream::config::ConfigError {
+        code: crate::sources::upstream::config::ErrorCode::ParseError,
+        upstream: None,
+        key: None,
+        line: Some(e.line()),
+        column: Some(e.column()),
+        message: format!("parse error: {message}"),
     }
 }
 
@@ -249,6 +316,10 @@ pub struct Config {
     pub mcp: McpSettings,
     /// Action queues.
     pub actions: ActionSettings,
+    /// Upstream MCP servers by name, as written; [`check`] validates them and
+    /// [`crate::sources::upstream::config::parse`] turns them into `UpstreamConfig`s.
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub upstreams: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Inbox settings.

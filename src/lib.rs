@@ -13,7 +13,7 @@
 //!
 //! - [`message`]: `Message` (the journal record) and `NewMessage` (what sources produce).
 //! - [`config`]: the home directory (paths, lock) and `switchboard.json`.
-//! - [`sources`]: HTTP ingest (generic, Alertmanager, GitHub).
+//! - [`sources`]: HTTP ingest (generic, Alertmanager, GitHub) and upstream MCP servers.
 //! - [`inbox`]: ring + group-commit journal, consumer cursors and `state.json`.
 //! - [`rules`]: `triggers.json` parsed, validated, compiled.
 //! - [`engine`]: pure evaluation of a message against the rules at a given time.

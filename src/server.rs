@@ -76,7 +76,10 @@ pub async fn run(
         None => None,
     };
     let token = CancellationToken::new();
+    let upstreams = crate::sources::upstream::config::parse("", &config.upstreams)
+        .map_err(|e| anyhow::anyhow!("{}", e[0]))?;
     let app = App::start(home.clone(), config, token.clone()).await?;
+    crate::sources::upstream::start(&app, upstreams);
 
     let control = crate::control::bind(&home.control_socket())
         .with_context(|| format!("cannot bind {}", home.control_socket().display()))?;

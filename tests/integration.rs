@@ -14,4 +14,5 @@ mod integration {
     mod rules;
     mod sessions;
     mod ts_sdk;
+    mod upstream;
 }

@@ -1,5 +1,6 @@
 //! The command line: one [`Command`] per subcommand, each executed by its own module.
 
+mod config;
 mod control_cmds;
 mod rules;
 mod send;
@@ -48,6 +49,12 @@ pub enum Command {
         #[command(subcommand)]
         command: rules::RulesCommand,
     },
+    /// Check switchboard.json.
+    Config {
+        /// The config subcommand.
+        #[command(subcommand)]
+        command: config::ConfigCommand,
+    },
     /// Add switchboard to an MCP host's configuration.
     Install(control_cmds::InstallArgs),
 }
@@ -66,6 +73,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Stats(args) => control_cmds::stats(home, args).await,
         Command::Watch(args) => control_cmds::watch(home, args).await,
         Command::Rules { command } => rules::execute(home, command).await,
+        Command::Config { command } => config::execute(home, command),
         Command::Install(args) => control_cmds::install(args).await,
     }
 }

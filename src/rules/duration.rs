@@ -143,6 +143,10 @@ mod tests {
              words (\"5 minutes\", \"2 hours\", \"1 day\")",
             "our words, not humantime's"
         );
-        assert!(parse("fortnight").unwrap_err().starts_with("not a duration; expected Go syntax"));
+        assert!(
+            parse("fortnight")
+                .unwrap_err()
+                .starts_with("not a duration; expected Go syntax")
+        );
     }
 }

@@ -448,7 +448,7 @@ async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        app.metrics.render(&counters, &gauges),
+        app.metrics.render(&counters, &gauges) + &app.upstreams.metrics(),
     )
         .into_response()
 }

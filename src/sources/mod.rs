@@ -4,10 +4,13 @@
 //!   limits, statuses.
 //! - [`alertmanager`]: an Alertmanager webhook (version 4) → one message per alert. Pure.
 //! - [`github`]: a GitHub webhook delivery → one message. Pure.
+//! - [`upstream`]: upstream MCP servers (switchboard as their client): notifications in wire
+//!   order, supervision, re-exported tools.
 
 pub mod alertmanager;
 pub mod github;
 pub mod http;
+pub mod upstream;
 
 /// Why a well-formed JSON payload could not be turned into messages (HTTP 422).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,5 +136,61 @@ mod packs {
         let examples = fire("examples/triggers.json", failed);
         assert_eq!(examples.len(), 1);
         assert_eq!(examples[0].rule, "ci-failure");
+    }
+
+    #[test]
+    fn teams_bridge_pack_on_upstream_notifications() {
+        use serde_json::json;
+        let doc = json!({"upstreams": {"teams": {"command": "teams-bridge", "channel": "dm/{{meta.chat_id}}"}}});
+        let up =
+            super::upstream::config::parse(&doc.to_string(), doc["upstreams"].as_object().unwrap())
+                .unwrap()
+                .remove(0);
+        let push = |content: &str| {
+            super::upstream::mapping::to_message(
+                &up,
+                "notifications/claude/channel",
+                Some(&json!({"content": content, "meta": {"chat_id": "19:ada", "sender": "Ada Lovelace", "message_id": "m1"}})),
+            )
+            .unwrap()
+        };
+        let log = super::upstream::mapping::to_message(
+            &up,
+            "notifications/message",
+            Some(&json!({"level": "error", "logger": "graph", "data": "token expired; re-authenticate"})),
+        )
+        .unwrap();
+        let actions = fire(
+            "rules/teams-bridge.json",
+            vec![
+                push("lunch on friday?"),
+                push("URGENT: the api is down"),
+                log,
+            ],
+        );
+        let got: Vec<_> = actions.iter().map(|a| (a.rule.as_str(), a.mode)).collect();
+        assert_eq!(
+            got,
+            [
+                ("teams-bridge-dm", Mode::Auto),
+                ("teams-bridge-dm", Mode::Auto),
+                ("teams-bridge-urgent", Mode::Confirm),
+                ("teams-bridge-health", Mode::Notify),
+            ],
+            "{actions:#?}"
+        );
+        assert!(
+            actions[0].prompt.starts_with("Triage this Teams direct message from Ada Lovelace (chat 19:ada):\n\nlunch on friday?"),
+            "{}",
+            actions[0].prompt
+        );
+        assert!(
+            actions[2]
+                .prompt
+                .contains("`teams__send_message` (chat_id 19:ada)"),
+            "{}",
+            actions[2].prompt
+        );
+        assert!(actions[2].tools.iter().any(|t| t == "teams__send_message"));
     }
 }

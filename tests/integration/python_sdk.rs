@@ -21,7 +21,7 @@ const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
 const PIP_LIMIT: Duration = Duration::from_secs(600);
 
 /// The venv's python, `None` to skip (no `python3` outside CI), or why the setup failed.
-fn python() -> Result<Option<PathBuf>, String> {
+pub(super) fn python() -> Result<Option<PathBuf>, String> {
     static VENV: OnceLock<Result<Option<PathBuf>, String>> = OnceLock::new();
     VENV.get_or_init(setup_venv).clone()
 }

@@ -22,6 +22,7 @@ pub mod http;
 mod push;
 pub mod stdio;
 pub mod tools;
+mod upstream_tools;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -262,6 +263,7 @@ impl McpServer {
 pub fn server_config() -> ServerConfig {
     let mut caps = ServerCapabilities::default();
     caps.tools = Some(ToolsCapability::default());
+    caps.tools.as_mut().expect("set above").list_changed = Some(true);
     caps.logging = Some(Default::default());
     let mut resources = ResourcesCapability::default();
     resources.subscribe = Some(true);
@@ -332,6 +334,7 @@ impl ServerHandler for McpServer {
             (s.client.clone().unwrap_or_default(), s.feed.take())
         };
         let feed = feed.unwrap_or_else(|| push::Feed::subscribe(&self.app));
+        upstream_tools::follow(self.app.clone(), context.peer.clone(), token.clone());
         push::spawn(
             self.app.clone(),
             self.session.clone(),
@@ -347,7 +350,10 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::list()))
+        Ok(ListToolsResult::with_all_items(upstream_tools::list(
+            &self.app,
+            tools::list(),
+        )))
     }
 
     async fn call_tool(
@@ -356,6 +362,9 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.link_http(&context.extensions);
+        if let Some(forwarded) = upstream_tools::call(&self.app.upstreams, &request).await {
+            return forwarded;
+        }
         tools::call(self, request, context).await.map(Into::into)
     }
 
