@@ -20,7 +20,6 @@ use rmcp::model::{
     ProtocolVersion,
 };
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
@@ -139,9 +138,7 @@ async fn session(sb: &Switchboard) -> (Client, Session) {
     let s = Session::default();
     let client = s
         .clone()
-        .serve(StreamableHttpClientTransport::from_uri(
-            sb.mcp_url.clone().expect("mcp url"),
-        ))
+        .serve(http_transport(sb))
         .await
         .expect("session connects");
     (client, s)
