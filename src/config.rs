@@ -249,21 +249,27 @@ pub struct Config {
 pub struct InboxSettings {
     /// Newest messages kept in memory.
     pub ring_size: usize,
+    /// The most bytes the ring holds (see `Message::mem_bytes`); the oldest leave first.
+    pub ring_bytes: usize,
     /// `always`, `interval` or `never`.
     pub fsync: FsyncPolicy,
     /// Rotate `channels.jsonl` to `.1` past this many bytes.
     pub rotate_bytes: u64,
     /// How many recent source ids are remembered for duplicate detection.
     pub dedup_ids: usize,
+    /// Per-message size limits, checked before a message gets a seq.
+    pub limits: crate::message::MessageLimits,
 }
 
 impl Default for InboxSettings {
     fn default() -> Self {
         InboxSettings {
             ring_size: 200,
+            ring_bytes: 32 * 1024 * 1024,
             fsync: FsyncPolicy::Always,
             rotate_bytes: 10 * 1024 * 1024,
             dedup_ids: 4096,
+            limits: crate::message::MessageLimits::default(),
         }
     }
 }

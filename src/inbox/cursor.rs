@@ -338,7 +338,10 @@ mod tests {
             }
         });
         assert_eq!(text.matches("cannot save state").count(), 1, "{text}");
-        assert!(store.inner.lock().unwrap().dirty, "the failed save is retried");
+        assert!(
+            store.inner.lock().unwrap().dirty,
+            "the failed save is retried"
+        );
 
         std::fs::remove_dir(&path).unwrap();
         let text = logs(|| {
