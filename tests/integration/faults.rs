@@ -211,6 +211,42 @@ fn a_crash_during_a_journal_outage_loses_nothing_acknowledged_and_reuses_no_seq(
     );
 }
 
+/// CPU seconds (user + system) the process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn messages_that_outgrow_the_ring_during_an_outage_do_not_spin_a_core() {
+    let sb = Switchboard::start();
+    let jsonl = sb.home.path().join("channels.jsonl");
+    if !immutable(&jsonl, true) {
+        return skip("`chattr +i` is refused here");
+    }
+    let _guard = Immutable(&jsonl);
+    // More than the ring's 200, none of them on disk.
+    let batch: Vec<Value> = (0..300).map(|i| message(&format!("m{i}"), None)).collect();
+    let (status, body) = post(&sb, &json!(batch));
+    assert_eq!(status, 503, "{body}");
+    let home = sb.home.path().to_path_buf();
+    // The dispatcher evaluates all 300 (the built-in rule nudges each once)...
+    eventually(Duration::from_secs(10), "all 300 evaluated", || {
+        let stats = control(&home, json!({"cmd": "stats"}));
+        (stats["result"]["evaluated"] == 300).then_some(())
+    });
+    // ...and then idles: a second of wall time costs next to no CPU.
+    let before = cpu_seconds(sb.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_seconds(sb.pid()) - before;
+    assert!(
+        used < 0.3,
+        "{used:.2} s of CPU in 1 s while idle during the outage"
+    );
+}
+
 /// A 1 MiB tmpfs mounted on a directory, unmounted (lazily) on drop.
 struct SmallDisk(std::path::PathBuf);
 
