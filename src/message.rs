@@ -463,4 +463,18 @@ mod tests {
             ("metadataBytes", 11, false)
         );
     }
+
+    #[test]
+    fn limits_read_from_switchboard_json_keep_defaults_and_refuse_unknown_keys() {
+        let limits: MessageLimits = serde_json::from_str(r#"{"idBytes": 64}"#).unwrap();
+        assert_eq!(
+            limits,
+            MessageLimits {
+                id_bytes: 64,
+                ..MessageLimits::default()
+            }
+        );
+        let err = serde_json::from_str::<MessageLimits>(r#"{"idbytes": 64}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `idbytes`"), "{err}");
+    }
 }

@@ -1,14 +1,23 @@
-//! The inbox journal: `channels.jsonl` (+ one backup, `channels.jsonl.1`).
+//! The inbox journal: `channels.jsonl` (+ one backup, `channels.jsonl.1`) and the seq
+//! reservation `channels.seq`.
 //!
 //! Owns the files. With `fsync = always`, writes go through one writer thread
 //! that does *group commit*: it takes every batch queued since its last write,
 //! writes them in one go, fsyncs once, and only then acknowledges them all.
-//! With `interval` or `never` there is no fsync to share, so the appending task
-//! writes its batch itself under the writer's lock (no thread hand-off), and the
-//! thread only syncs on the interval and retries after failures. A
-//! failed write is truncated away, logged once, reported in the stats and
-//! retried with backoff; the caller is told the batch is not durable, and the
-//! bytes are kept (bounded) until a retry lands them.
+//! With `interval` the appending task writes its batch itself under the writer's
+//! lock (no thread hand-off) and the thread syncs within a second of the first
+//! unsynced write, outside that lock. With `never` the appending task only queues
+//! its bytes; the thread writes them within [`FLUSH_INTERVAL`] and syncs only at
+//! rotation and shutdown.
+//! A failed write is truncated away, logged once, reported and retried with
+//! backoff; the caller is told the batch is not durable, and the bytes are kept
+//! (up to [`MAX_BACKLOG`]) until a retry lands them.
+//!
+//! `channels.seq` holds the highest seq that may have been shown without being
+//! synced in the journal ([`Marks`] says what is visible). `interval` and `never`
+//! reserve [`RESERVE_BLOCK`] seqs ahead, from the thread; `always` reserves only
+//! when a write fails. Boot starts above it, so no seq is handed out twice, and a
+//! clean stop with everything synced shrinks it back, so only a crash leaves a gap.
 //!
 //! Reading is always backwards from the end, in blocks, so boot replay costs
 //! the same whatever the file size: a truncated or corrupt line is skipped and
@@ -35,7 +44,7 @@ pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
 /// With `interval` (and `never`, at rotation only), the longest a write stays unsynced.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// With `never`, the longest a queued record waits for its write.
-const FLUSH_INTERVAL: Duration = Duration::from_millis(1);
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(1);
 /// Seqs reserved in `channels.seq` at a time.
 pub const RESERVE_BLOCK: Seq = 8192;
 
@@ -434,10 +443,14 @@ impl Writer {
             .store(self.backlog.len(), Ordering::Relaxed);
     }
 
-    /// `interval`: writes `bytes` now, from the appending task, after any backlog.
-    pub fn append_now(&mut self, bytes: &[u8], last: Seq) -> Result<(), String> {
+    /// `interval`: writes `bytes` now, from the appending task, after any backlog. Also says
+    /// whether the caller must wake the thread: for its sync timer, or to retry after a failure.
+    pub fn append_now(&mut self, bytes: &[u8], last: Seq) -> (Result<(), String>, bool) {
         self.enqueue(bytes, last);
-        self.commit()
+        let result = self.commit();
+        let wake = (result.is_err() || self.dirty_since.is_some())
+            && !std::mem::replace(&mut self.armed, true);
+        (result, wake)
     }
 
     /// `never`: queues `bytes` for the thread, which writes within [`FLUSH_INTERVAL`]. True

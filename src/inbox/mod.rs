@@ -433,10 +433,10 @@ impl Inbox {
                             Pending::Ack(rx)
                         }
                         FsyncPolicy::Interval | FsyncPolicy::Never if inline => {
-                            let result =
+                            let (result, wake) =
                                 journal.writer.lock().unwrap().append_now(&bytes, last_new);
-                            if result.is_err() {
-                                // The thread retries the kept backlog with backoff.
+                            if wake {
+                                // Arms the sync timer, or retries the kept backlog with backoff.
                                 let _ = tx.send(Job::Wake);
                             }
                             Pending::Done(result)

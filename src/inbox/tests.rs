@@ -408,11 +408,18 @@ async fn interval_syncs_a_lone_write_within_about_a_second() {
     let inbox = Inbox::open(&home, &policy(FsyncPolicy::Interval))
         .await
         .unwrap();
+    let marks = &inbox.inner.marks;
+    // Let the writer thread finish its boot work (the seq reservation) and go idle first.
+    let start = std::time::Instant::now();
+    while marks.reserved.load(Ordering::Acquire) < journal::RESERVE_BLOCK {
+        assert!(start.elapsed() < std::time::Duration::from_secs(3));
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let a = inbox
         .append(NewMessage::new("t", "c", "alone"))
         .await
         .unwrap();
-    let marks = &inbox.inner.marks;
     assert!(marks.written.load(Ordering::Acquire) >= a.seq);
     let start = std::time::Instant::now();
     let mut changed = inbox.committed();
