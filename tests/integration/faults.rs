@@ -345,3 +345,22 @@ fn a_full_disk_is_503_and_nothing_acknowledged_is_lost_after_a_crash() {
     sb.kill9();
     drop(disk);
 }
+
+#[test]
+fn under_fsync_never_a_crash_hands_out_no_seq_twice() {
+    let mut sb = Switchboard::new();
+    sb.write("switchboard.json", r#"{"inbox": {"fsync": "never"}}"#);
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    let mut shown = 0;
+    for i in 0..20 {
+        let batch: Vec<(&str, String)> = (0..50).map(|j| ("faults", format!("{i}-{j}"))).collect();
+        let batch: Vec<(&str, &str)> = batch.iter().map(|(c, t)| (*c, t.as_str())).collect();
+        shown = shown.max(*send_messages(&home, &batch).iter().max().unwrap());
+    }
+    assert_eq!(shown, 1000);
+    sb.kill9();
+    sb.spawn();
+    let seq = send_messages(&home, &[("faults", "after the crash")])[0];
+    assert!(seq > shown, "seq {seq} was acknowledged before the crash");
+}
