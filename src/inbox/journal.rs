@@ -538,7 +538,15 @@ impl Writer {
                     take(job, &mut w);
                 }
             }
-            let result = w.commit();
+            let result = if policy == FsyncPolicy::Never {
+                // Appenders queue under this lock: write without holding it.
+                drop(w);
+                let result = Writer::flush_unlocked(&shared);
+                w = shared.lock().unwrap();
+                result
+            } else {
+                w.commit()
+            };
             let sync = w
                 .dirty_since
                 .filter(|t| t.elapsed() >= SYNC_INTERVAL)
@@ -586,6 +594,53 @@ impl Writer {
                 }
             }
             Err(cause) => tracing::error!("journal not flushed at shutdown: {cause}"),
+        }
+    }
+
+    /// `never`: writes the backlog with the lock released during the `write(2)`, so appenders
+    /// queueing meanwhile never wait for the disk. Falls back to [`Writer::commit`] when the
+    /// file must be (re)opened or the journal is failing.
+    fn flush_unlocked(shared: &Mutex<Writer>) -> Result<(), String> {
+        let (bytes, last, file, size) = {
+            let mut w = shared.lock().unwrap();
+            if w.backlog.is_empty() {
+                return Ok(());
+            }
+            match w.file.clone() {
+                Some(file) if !w.marks.is_failing.load(Ordering::Acquire) => {
+                    let bytes = std::mem::take(&mut w.backlog);
+                    w.marks.backlog_bytes.store(0, Ordering::Relaxed);
+                    (bytes, w.backlog_last, file, w.size)
+                }
+                _ => return w.commit(),
+            }
+        };
+        let outcome = (&*file).write_all(&bytes);
+        let mut w = shared.lock().unwrap();
+        match outcome {
+            Ok(()) => {
+                w.size += bytes.len() as u64;
+                w.unsynced = true;
+                w.marks.written.fetch_max(last, Ordering::AcqRel);
+                w.marks.bytes.store(w.size, Ordering::Relaxed);
+                if w.size >= w.rotate_bytes
+                    && let Err(e) = w.rotate()
+                {
+                    return Err(w.failed(e));
+                }
+                w.marks.publish(last);
+                Ok(())
+            }
+            Err(e) => {
+                // Cut what part did land, and put the bytes back in front of what came since.
+                let _ = file.set_len(size);
+                let mut back = bytes;
+                back.extend_from_slice(&w.backlog);
+                w.backlog = back;
+                let len = w.backlog.len();
+                w.marks.backlog_bytes.store(len, Ordering::Relaxed);
+                Err(w.failed(e))
+            }
         }
     }
 

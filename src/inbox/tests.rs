@@ -556,3 +556,42 @@ async fn a_filtered_read_behind_the_ring_finds_the_oldest_matches_in_one_scan() 
     );
     inbox.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn never_writes_what_it_queued_in_seq_order_without_a_later_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::open(dir.path()).unwrap();
+    let inbox = Inbox::open(&home, &policy(FsyncPolicy::Never))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let inbox = inbox.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..250 {
+                inbox
+                    .append(NewMessage::new("t", "c", format!("{t}-{i}")))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let marks = &inbox.inner.marks;
+    let start = std::time::Instant::now();
+    while marks.written.load(Ordering::Acquire) < 2000 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(2),
+            "queued messages not written"
+        );
+        tokio::task::yield_now().await;
+    }
+    // Written while the inbox is still open, not only at close.
+    assert_eq!(
+        journal_seqs(&home.journal()),
+        (1..=2000).collect::<Vec<_>>()
+    );
+    inbox.close().await;
+}
