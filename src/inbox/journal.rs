@@ -469,6 +469,9 @@ impl Writer {
         let mut backoff = Duration::from_millis(100);
         let mut reserve_failing = false;
         let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
+        // `never`: the last round wrote something, so more is likely coming; stay on the
+        // flush timer one more round rather than have the next appender wake the thread.
+        let mut streaming = false;
         loop {
             // Reserve ahead (`interval`, `never`) or on demand, outside the writer's lock.
             let assigned = marks.assigned.load(Ordering::Acquire);
@@ -500,7 +503,7 @@ impl Writer {
                 let mut w = shared.lock().unwrap();
                 let wait = if !w.backlog.is_empty() && marks.is_failing.load(Ordering::Acquire) {
                     Some(backoff)
-                } else if !w.backlog.is_empty() {
+                } else if !w.backlog.is_empty() || streaming {
                     Some(FLUSH_INTERVAL)
                 } else if reserve_failing {
                     Some(backoff)
@@ -538,6 +541,7 @@ impl Writer {
                     take(job, &mut w);
                 }
             }
+            let written_before = marks.written.load(Ordering::Acquire);
             let result = if policy == FsyncPolicy::Never {
                 // Appenders queue under this lock: write without holding it.
                 drop(w);
@@ -547,6 +551,8 @@ impl Writer {
             } else {
                 w.commit()
             };
+            streaming = policy == FsyncPolicy::Never
+                && marks.written.load(Ordering::Acquire) > written_before;
             let sync = w
                 .dirty_since
                 .filter(|t| t.elapsed() >= SYNC_INTERVAL)
