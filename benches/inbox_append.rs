@@ -3,7 +3,12 @@
 //! `cargo bench --bench inbox_append`
 //!
 //! - `ring_only`: the in-memory inbox (no journal).
-//! - `journal_fsync_never`: ring + journal, no fsync.
+//! - `journal_fsync_never`: ring + journal, no fsync: acknowledged once queued for the
+//!   writer thread, which writes within about a millisecond.
+//! - `journal_fsync_interval`: ring + journal, written by the appender before it is
+//!   acknowledged (one `write(2)` per append; synced by a timer): what `never` did before.
+//! - `write_syscall_220B` (baseline): one `write(2)` of a 220-byte record to a file, the floor
+//!   of any append that writes before it acknowledges.
 //! - `fsync_always/N`: N concurrent writers, each appending one message, with
 //!   fsync=always; the time is per message, so group commit shows as falling cost.
 //! - `replay_two_full_files`: boot replay of 200 records from a full 10 MiB
@@ -51,6 +56,27 @@ fn append(c: &mut Criterion) {
         b.to_async(&rt).iter(|| never.append(message()))
     });
     rt.block_on(never.close());
+
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::open(dir.path()).unwrap();
+    let interval = rt
+        .block_on(Inbox::open(&home, &settings(FsyncPolicy::Interval)))
+        .unwrap();
+    group.bench_function("journal_fsync_interval", |b| {
+        b.to_async(&rt).iter(|| interval.append(message()))
+    });
+    rt.block_on(interval.close());
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.path().join("raw.jsonl"))
+        .unwrap();
+    let record = vec![b'x'; 220];
+    group.bench_function("write_syscall_220B", |b| {
+        b.iter(|| std::io::Write::write_all(&mut file, &record).unwrap())
+    });
 
     for writers in [1usize, 8, 64] {
         let dir = tempfile::tempdir().unwrap();

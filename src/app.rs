@@ -364,7 +364,9 @@ impl App {
         self.tasks.spawn(async move {
             let mut committed = app.inbox.committed();
             let mut evaluated = mark;
+            let mut backoff = UNREADABLE_BACKOFF_MIN;
             loop {
+                let visible = *committed.borrow_and_update();
                 let batch = app.inbox.read_after(evaluated, DISPATCH_BATCH).await;
                 if let Some(last) = batch.last() {
                     let now = Utc::now();
@@ -382,9 +384,23 @@ impl App {
                     evaluated = last.seq;
                     app.lifecycle.offer(actions, Some(evaluated), now).await;
                     app.state.set_evaluated(evaluated);
+                    backoff = UNREADABLE_BACKOFF_MIN;
                     continue;
                 }
-                if evaluated < *committed.borrow_and_update() {
+                if evaluated < visible {
+                    // Committed messages that cannot be read now (the journal behind the ring
+                    // fails to read): wait for it with backoff, never spin.
+                    if backoff == UNREADABLE_BACKOFF_MIN {
+                        tracing::warn!(
+                            evaluated,
+                            "messages after the evaluation mark cannot be read; retrying with backoff"
+                        );
+                    }
+                    tokio::select! {
+                        _ = app.shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(UNREADABLE_BACKOFF_MAX);
                     continue;
                 }
                 tokio::select! {
@@ -412,3 +428,7 @@ impl App {
 
 /// How many messages the dispatcher evaluates per journal write.
 const DISPATCH_BATCH: usize = 256;
+
+/// The dispatcher's first and longest wait for messages it cannot read yet.
+const UNREADABLE_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+const UNREADABLE_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(5);

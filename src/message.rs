@@ -179,6 +179,143 @@ impl NewMessage {
     }
 }
 
+/// Per-message size limits, checked before a message gets a seq (`inbox.limits` in
+/// `switchboard.json`). They bound what one message can cost in memory: the ring holds the
+/// newest messages, the id window their ids.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct MessageLimits {
+    /// Largest `content`, in bytes.
+    pub content_bytes: usize,
+    /// Largest source `id`, in bytes.
+    pub id_bytes: usize,
+    /// Largest `server` name, in bytes.
+    pub server_bytes: usize,
+    /// Largest `channel` name, in bytes (before normalisation).
+    pub channel_bytes: usize,
+    /// Most `metadata` entries.
+    pub metadata_keys: usize,
+    /// Largest `metadata` map, keys and values together, in bytes.
+    pub metadata_bytes: usize,
+}
+
+impl Default for MessageLimits {
+    fn default() -> Self {
+        MessageLimits {
+            content_bytes: 256 * 1024,
+            id_bytes: 256,
+            server_bytes: 128,
+            channel_bytes: 256,
+            metadata_keys: 64,
+            metadata_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// A message over one of the [`MessageLimits`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{field}` is {size} {unit}, over the limit of {limit} (`inbox.limits.{key}`)")]
+pub struct LimitError {
+    /// The message field: `content`, `id`, `server`, `channel` or `metadata`.
+    pub field: &'static str,
+    /// The setting that holds the limit.
+    pub key: &'static str,
+    /// `bytes` or `keys`.
+    pub unit: &'static str,
+    /// What the message has.
+    pub size: usize,
+    /// The limit.
+    pub limit: usize,
+}
+
+impl LimitError {
+    /// True for a count (metadata keys) rather than a size in bytes.
+    pub fn is_count(&self) -> bool {
+        self.unit == "keys"
+    }
+}
+
+impl MessageLimits {
+    /// The first limit `new` is over, if any.
+    pub fn check(&self, new: &NewMessage) -> Result<(), LimitError> {
+        let over = |field, key, unit, size, limit| {
+            (size > limit).then_some(LimitError {
+                field,
+                key,
+                unit,
+                size,
+                limit,
+            })
+        };
+        let metadata_bytes = new.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let id = new.id.as_deref().map_or(0, str::len);
+        let first = over(
+            "content",
+            "contentBytes",
+            "bytes",
+            new.content.len(),
+            self.content_bytes,
+        )
+        .or_else(|| over("id", "idBytes", "bytes", id, self.id_bytes))
+        .or_else(|| {
+            over(
+                "server",
+                "serverBytes",
+                "bytes",
+                new.server.len(),
+                self.server_bytes,
+            )
+        })
+        .or_else(|| {
+            over(
+                "channel",
+                "channelBytes",
+                "bytes",
+                new.channel.len(),
+                self.channel_bytes,
+            )
+        })
+        .or_else(|| {
+            over(
+                "metadata",
+                "metadataKeys",
+                "keys",
+                new.metadata.len(),
+                self.metadata_keys,
+            )
+        })
+        .or_else(|| {
+            over(
+                "metadata",
+                "metadataBytes",
+                "bytes",
+                metadata_bytes,
+                self.metadata_bytes,
+            )
+        });
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Message {
+    /// About what the message costs in memory: its text plus a fixed overhead per allocation,
+    /// for the ring's byte bound.
+    pub fn mem_bytes(&self) -> usize {
+        const STRUCT: usize = std::mem::size_of::<Message>() + 32;
+        const ENTRY: usize = 64;
+        STRUCT
+            + self.id.as_deref().map_or(0, str::len)
+            + self.server.len()
+            + self.channel.len()
+            + self.content.len()
+            + self
+                .metadata
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + ENTRY)
+                .sum::<usize>()
+    }
+}
+
 /// Normalises a channel name: surrounding white space and slashes are dropped,
 /// empty segments collapse (`ci//main/` → `ci/main`), and an empty name becomes
 /// [`DEFAULT_CHANNEL`].
@@ -276,5 +413,68 @@ mod tests {
             !line.contains("metadata") && !line.contains("\"id\""),
             "{line}"
         );
+    }
+
+    #[test]
+    fn limits_name_the_first_field_over_and_its_setting() {
+        let limits = MessageLimits {
+            metadata_keys: 2,
+            metadata_bytes: 10,
+            ..MessageLimits::default()
+        };
+        assert_eq!(
+            limits.check(&NewMessage::new("s", "c", "x".repeat(256 * 1024))),
+            Ok(())
+        );
+        let err = limits
+            .check(&NewMessage::new("s", "c", "x".repeat(256 * 1024 + 1)))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`content` is 262145 bytes, over the limit of 262144 (`inbox.limits.contentBytes`)"
+        );
+        let err = limits
+            .check(&NewMessage::new("s", "c", "x").with_id("i".repeat(257)))
+            .unwrap_err();
+        assert_eq!((err.field, err.size, err.limit), ("id", 257, 256));
+        let err = limits
+            .check(&NewMessage::new("s".repeat(129), "c", "x"))
+            .unwrap_err();
+        assert_eq!(err.field, "server");
+        let err = limits
+            .check(&NewMessage::new("s", "c".repeat(257), "x"))
+            .unwrap_err();
+        assert_eq!(err.field, "channel");
+        let three = NewMessage::new("s", "c", "x")
+            .with_meta("a", "1")
+            .with_meta("b", "2")
+            .with_meta("c", "3");
+        let err = limits.check(&three).unwrap_err();
+        assert!(err.is_count());
+        assert_eq!(
+            err.to_string(),
+            "`metadata` is 3 keys, over the limit of 2 (`inbox.limits.metadataKeys`)"
+        );
+        let err = limits
+            .check(&NewMessage::new("s", "c", "x").with_meta("key", "12345678"))
+            .unwrap_err();
+        assert_eq!(
+            (err.key, err.size, err.is_count()),
+            ("metadataBytes", 11, false)
+        );
+    }
+
+    #[test]
+    fn limits_read_from_switchboard_json_keep_defaults_and_refuse_unknown_keys() {
+        let limits: MessageLimits = serde_json::from_str(r#"{"idBytes": 64}"#).unwrap();
+        assert_eq!(
+            limits,
+            MessageLimits {
+                id_bytes: 64,
+                ..MessageLimits::default()
+            }
+        );
+        let err = serde_json::from_str::<MessageLimits>(r#"{"idbytes": 64}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `idbytes`"), "{err}");
     }
 }

@@ -44,6 +44,8 @@ struct Inner {
     state: State,
     boot_seq: Seq,
     dirty: bool,
+    /// The last save failed; logged once, then again when a save succeeds.
+    failing: bool,
 }
 
 /// A handle on `state.json`.
@@ -71,6 +73,7 @@ impl StateStore {
                 state,
                 boot_seq: 0,
                 dirty: false,
+                failing: false,
             })),
         }
     }
@@ -212,9 +215,23 @@ fn save(inner: &mut Inner) {
         return;
     };
     let bytes = serde_json::to_vec_pretty(&inner.state).expect("state always serializes");
-    if let Err(err) = write_atomic(path, &bytes) {
-        inner.dirty = true;
-        tracing::warn!(path = %path.display(), cause = %err, "cannot save state");
+    match write_atomic(path, &bytes) {
+        Ok(()) if inner.failing => {
+            inner.failing = false;
+            tracing::info!(path = %path.display(), "state saved again");
+        }
+        Ok(()) => {}
+        Err(err) => {
+            inner.dirty = true;
+            // The flusher retries every second: one line per outage, not one per retry.
+            if !std::mem::replace(&mut inner.failing, true) {
+                tracing::warn!(
+                    path = %path.display(),
+                    cause = %err,
+                    "cannot save state; retrying every second, logged again on recovery"
+                );
+            }
+        }
     }
 }
 
@@ -289,5 +306,59 @@ mod tests {
         std::fs::write(&path, "{nope").unwrap();
         let err = StateStore::open(&path).err().unwrap().to_string();
         assert!(err.contains("state.json:1:2: not valid state"), "{err}");
+    }
+
+    /// Log lines written while `f` runs on this thread.
+    fn logs(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = sink.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_failing_save_is_logged_once_per_outage_and_again_on_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let store = StateStore::open(&path).unwrap();
+        // A directory where the file should be: every save fails (also as root).
+        std::fs::create_dir(&path).unwrap();
+        let text = logs(|| {
+            for seq in 1..=5 {
+                store.set_cursor("copilot", seq);
+                store.flush();
+            }
+        });
+        assert_eq!(text.matches("cannot save state").count(), 1, "{text}");
+        assert!(
+            store.inner.lock().unwrap().dirty,
+            "the failed save is retried"
+        );
+
+        std::fs::remove_dir(&path).unwrap();
+        let text = logs(|| {
+            store.flush();
+            store.set_cursor("copilot", 6);
+            store.flush();
+        });
+        assert_eq!(text.matches("state saved again").count(), 1, "{text}");
+        assert!(!text.contains("cannot save state"), "{text}");
+        assert_eq!(StateStore::open(&path).unwrap().cursor("copilot"), Some(6));
     }
 }

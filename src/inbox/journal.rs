@@ -1,14 +1,23 @@
-//! The inbox journal: `channels.jsonl` (+ one backup, `channels.jsonl.1`).
+//! The inbox journal: `channels.jsonl` (+ one backup, `channels.jsonl.1`) and the seq
+//! reservation `channels.seq`.
 //!
 //! Owns the files. With `fsync = always`, writes go through one writer thread
 //! that does *group commit*: it takes every batch queued since its last write,
 //! writes them in one go, fsyncs once, and only then acknowledges them all.
-//! With `interval` or `never` there is no fsync to share, so the appending task
-//! writes its batch itself under the writer's lock (no thread hand-off), and the
-//! thread only syncs on the interval and retries after failures. A
-//! failed write is truncated away, logged once, reported in the stats and
-//! retried with backoff; the caller is told the batch is not durable, and the
-//! bytes are kept (bounded) until a retry lands them.
+//! With `interval` the appending task writes its batch itself under the writer's
+//! lock (no thread hand-off) and the thread syncs within a second of the first
+//! unsynced write, outside that lock. With `never` the appending task only queues
+//! its bytes; the thread writes them within [`FLUSH_INTERVAL`] and syncs only at
+//! rotation and shutdown.
+//! A failed write is truncated away, logged once, reported and retried with
+//! backoff; the caller is told the batch is not durable, and the bytes are kept
+//! (up to [`MAX_BACKLOG`]) until a retry lands them.
+//!
+//! `channels.seq` holds the highest seq that may have been shown without being
+//! synced in the journal ([`Marks`] says what is visible). `interval` and `never`
+//! reserve [`RESERVE_BLOCK`] seqs ahead, from the thread; `always` reserves only
+//! when a write fails. Boot starts above it, so no seq is handed out twice, and a
+//! clean stop with everything synced shrinks it back, so only a crash leaves a gap.
 //!
 //! Reading is always backwards from the end, in blocks, so boot replay costs
 //! the same whatever the file size: a truncated or corrupt line is skipped and
@@ -18,23 +27,26 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use std::sync::mpsc;
-
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::FsyncPolicy;
 use crate::message::{Message, Seq};
 
 /// How many bytes one backwards read takes.
 const BLOCK: usize = 64 * 1024;
-/// The most unwritten bytes kept in memory while the disk fails.
-const MAX_BACKLOG: usize = 64 * 1024 * 1024;
-/// With `interval`, the longest a write stays unsynced.
+/// The most unwritten bytes kept in memory while the disk fails; past it, new messages are
+/// refused (503) rather than old ones dropped.
+pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
+/// With `interval` (and `never`, at rotation only), the longest a write stays unsynced.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// With `never`, the longest a queued record waits for its write.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(1);
+/// Seqs reserved in `channels.seq` at a time.
+pub const RESERVE_BLOCK: Seq = 8192;
 
 /// One record read back from the journal, or the count of lines that were not.
 #[derive(Debug, Default)]
@@ -54,6 +66,8 @@ pub struct Files {
     pub active: PathBuf,
     /// `channels.jsonl.1`.
     pub backup: PathBuf,
+    /// `channels.seq`: the seq reservation (see [`open_reservation`]).
+    pub reserved: PathBuf,
 }
 
 impl Files {
@@ -62,6 +76,7 @@ impl Files {
         let mut backup = active.clone().into_os_string();
         backup.push(".1");
         Files {
+            reserved: active.with_extension("seq"),
             active,
             backup: PathBuf::from(backup),
         }
@@ -101,19 +116,31 @@ impl Files {
         })
     }
 
-    /// Records with seq > `after`, oldest first, at most `limit` of them.
-    pub fn after(&self, after: Seq, limit: usize) -> std::io::Result<Vec<Message>> {
-        let mut records = Vec::new();
+    /// The oldest `limit` records with seq > `after` that `keep` accepts, oldest first, in one
+    /// backwards scan that holds at most `limit` records; and the newest seq in the files.
+    pub fn after(
+        &self,
+        after: Seq,
+        limit: usize,
+        keep: impl Fn(&Message) -> bool,
+    ) -> std::io::Result<(Vec<Message>, Seq)> {
+        let mut records = std::collections::VecDeque::new();
+        let mut newest = 0;
         self.scan_back(|m| {
             if m.seq <= after {
                 return false;
             }
-            records.push(m);
+            newest = newest.max(m.seq);
+            if keep(&m) {
+                // Newest first: past `limit`, the newest kept goes.
+                records.push_back(m);
+                if records.len() > limit {
+                    records.pop_front();
+                }
+            }
             true
         })?;
-        records.reverse();
-        records.truncate(limit);
-        Ok(records)
+        Ok((records.into_iter().rev().collect(), newest))
     }
 }
 
@@ -175,23 +202,144 @@ fn scan_file_back(
     Ok((true, skipped, bytes_read))
 }
 
-/// What the writer reports about the files.
-#[derive(Debug, Default)]
-pub struct JournalStats {
+/// The journal's progress, shared by the writer and the inbox: what is assigned, written,
+/// synced and reserved, and the `committed` watch that readers follow.
+///
+/// A seq becomes visible (published on `committed`) only when it can never be handed out
+/// again: it is synced in the journal, or at most the seq reserved in `channels.seq`.
+#[derive(Debug)]
+pub struct Marks {
+    /// The highest seq assigned (set by the inbox under its ring lock).
+    pub assigned: AtomicU64,
+    /// The highest seq written to the journal file (records are written in seq order).
+    pub written: AtomicU64,
+    /// The highest seq synced to disk.
+    pub synced: AtomicU64,
+    /// The highest seq reserved in `channels.seq`.
+    pub reserved: AtomicU64,
+    /// An append asked for a reservation ahead; cleared when the writer has made it.
+    pub reserve_asked: AtomicBool,
+    /// Bytes encoded but not yet written.
+    pub backlog_bytes: AtomicUsize,
+    /// The highest visible seq.
+    pub committed: watch::Sender<Seq>,
     /// Failed writes since start.
     pub errors: AtomicU64,
     /// Bytes in the active file.
     pub bytes: AtomicU64,
+    /// True while writes fail.
+    pub is_failing: AtomicBool,
     /// The cause of the current failure, if the journal is failing.
-    pub failing: std::sync::Mutex<Option<String>>,
+    pub failing: Mutex<Option<String>>,
+}
+
+impl Marks {
+    /// Marks for a journal whose newest record is `on_disk`, with `reserved` read from
+    /// `channels.seq`; the first new seq is above both.
+    pub fn new(on_disk: Seq, reserved: Seq) -> Marks {
+        let start = on_disk.max(reserved);
+        Marks {
+            assigned: AtomicU64::new(start),
+            written: AtomicU64::new(on_disk),
+            synced: AtomicU64::new(on_disk),
+            reserved: AtomicU64::new(reserved),
+            reserve_asked: AtomicBool::new(false),
+            backlog_bytes: AtomicUsize::new(0),
+            // Readers start at the last message that exists; the first new one jumps the gap.
+            committed: watch::channel(on_disk).0,
+            errors: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            is_failing: AtomicBool::new(false),
+            failing: Mutex::new(None),
+        }
+    }
+
+    /// Marks with no journal: everything is as durable as it will ever be.
+    pub fn memory() -> Marks {
+        let marks = Marks::new(Seq::MAX, 0);
+        marks.assigned.store(0, Ordering::Relaxed);
+        marks.committed.send_replace(0);
+        marks
+    }
+
+    /// The highest seq that can never be handed out again.
+    pub fn safe(&self) -> Seq {
+        self.synced
+            .load(Ordering::Acquire)
+            .max(self.reserved.load(Ordering::Acquire))
+    }
+
+    /// Makes seqs up to `upto` visible, as far as they are safe.
+    pub fn publish(&self, upto: Seq) {
+        let upto = upto.min(self.safe());
+        self.committed.send_if_modified(|c| {
+            let moved = upto > *c;
+            *c = (*c).max(upto);
+            moved
+        });
+    }
+
+    /// The highest seq on disk as `policy` promises it: synced for `always`, written otherwise.
+    pub fn durable(&self, policy: FsyncPolicy) -> Seq {
+        match policy {
+            FsyncPolicy::Always => self.synced.load(Ordering::Acquire),
+            FsyncPolicy::Interval | FsyncPolicy::Never => self.written.load(Ordering::Acquire),
+        }
+    }
+
+    /// The cause of the current failure.
+    pub fn failure(&self) -> Option<String> {
+        self.failing.lock().unwrap().clone()
+    }
 }
 
 /// A batch of encoded records for the writer.
 pub struct Batch {
-    /// JSON lines, each ending in `\n`.
+    /// JSON lines, each ending in `\n`; may be empty (then the writer only retries its backlog).
     pub bytes: Vec<u8>,
+    /// The highest seq in `bytes`.
+    pub last: Seq,
     /// Told once the batch is written (and synced, per policy), or why not.
     pub ack: oneshot::Sender<Result<(), String>>,
+}
+
+/// `channels.seq`: the highest seq that may have been handed out without being synced in the
+/// journal. Twenty digits and a newline, rewritten in place (so a full disk can still take it)
+/// and synced before any seq above the old value is shown.
+pub fn open_reservation(path: &Path) -> std::io::Result<(File, Seq)> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    let reserved = match text.trim() {
+        "" => {
+            // Take the blocks now, while the disk has room.
+            write_reservation(&file, 0)?;
+            if let Some(Ok(dir)) = path.parent().map(File::open) {
+                let _ = dir.sync_all();
+            }
+            0
+        }
+        digits => digits.parse().unwrap_or_else(|_| {
+            tracing::warn!(
+                path = %path.display(),
+                "not a seq reservation; ignored (seqs continue after the journal's last record)"
+            );
+            0
+        }),
+    };
+    Ok((file, reserved))
+}
+
+fn write_reservation(file: &File, seq: Seq) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(format!("{seq:020}\n").as_bytes(), 0)?;
+    file.sync_data()
 }
 
 /// Opens the active file for appending, cutting a torn last line left by a crash.
@@ -233,22 +381,29 @@ pub fn open_for_append(path: &Path) -> std::io::Result<(File, u64)> {
 pub enum Job {
     /// Write (and sync) a batch, then acknowledge it.
     Commit(Batch),
-    /// A direct write failed: retry the backlog with backoff.
+    /// Look at the backlog, the sync timer and the reservation now.
     Wake,
+    /// Reserve seqs beyond everything assigned, then acknowledge.
+    Reserve(oneshot::Sender<()>),
 }
 
 /// The writer: group commit, rotation, failure and retry. Shared between the
 /// writer thread and (for `interval`/`never`) appending tasks.
 pub struct Writer {
     files: Files,
-    file: Option<File>,
+    file: Option<Arc<File>>,
     policy: FsyncPolicy,
     rotate_bytes: u64,
     size: u64,
-    last_sync: Instant,
-    dirty: bool,
+    /// Written since the last sync.
+    unsynced: bool,
+    /// `interval`: when the oldest unsynced write was made; the thread syncs a second later.
+    dirty_since: Option<Instant>,
     backlog: Vec<u8>,
-    stats: Arc<JournalStats>,
+    backlog_last: Seq,
+    /// The thread waits with a timeout, so an appender need not wake it.
+    armed: bool,
+    marks: Arc<Marks>,
 }
 
 impl Writer {
@@ -258,42 +413,106 @@ impl Writer {
         file: File,
         policy: FsyncPolicy,
         rotate_bytes: u64,
-        stats: Arc<JournalStats>,
+        marks: Arc<Marks>,
     ) -> Writer {
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        stats.bytes.store(size, Ordering::Relaxed);
+        marks.bytes.store(size, Ordering::Relaxed);
         Writer {
             files,
-            file: Some(file),
+            file: Some(Arc::new(file)),
             policy,
             rotate_bytes: rotate_bytes.max(1),
             size,
-            last_sync: Instant::now(),
-            dirty: false,
+            unsynced: false,
+            dirty_since: None,
             backlog: Vec::new(),
-            stats,
+            backlog_last: 0,
+            armed: false,
+            marks,
         }
     }
 
-    /// Writes `bytes` now, from the appending task (policies without a shared fsync).
-    pub fn append_now(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn enqueue(&mut self, bytes: &[u8], last: Seq) {
+        if bytes.is_empty() {
+            return;
+        }
         self.backlog.extend_from_slice(bytes);
-        self.commit()
+        self.backlog_last = last;
+        self.marks
+            .backlog_bytes
+            .store(self.backlog.len(), Ordering::Relaxed);
     }
 
-    /// Runs on its own thread until every sender is gone, then syncs and returns.
-    pub fn run(shared: Arc<std::sync::Mutex<Writer>>, rx: mpsc::Receiver<Job>) {
+    /// `interval`: writes `bytes` now, from the appending task, after any backlog. Also says
+    /// whether the caller must wake the thread: for its sync timer, or to retry after a failure.
+    pub fn append_now(&mut self, bytes: &[u8], last: Seq) -> (Result<(), String>, bool) {
+        self.enqueue(bytes, last);
+        let result = self.commit();
+        let wake = (result.is_err() || self.dirty_since.is_some())
+            && !std::mem::replace(&mut self.armed, true);
+        (result, wake)
+    }
+
+    /// `never`: queues `bytes` for the thread, which writes within [`FLUSH_INTERVAL`]. True
+    /// when the caller must wake the thread.
+    pub fn queue(&mut self, bytes: &[u8], last: Seq) -> bool {
+        self.enqueue(bytes, last);
+        !std::mem::replace(&mut self.armed, true)
+    }
+
+    /// Runs on its own thread until every sender is gone, then writes, syncs and returns.
+    pub fn run(shared: Arc<Mutex<Writer>>, rx: mpsc::Receiver<Job>, reservation: File) {
+        let (marks, policy) = {
+            let w = shared.lock().unwrap();
+            (w.marks.clone(), w.policy)
+        };
         let mut backoff = Duration::from_millis(100);
+        let mut reserve_failing = false;
+        let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
+        // `never`: the last round wrote something, so more is likely coming; stay on the
+        // flush timer one more round rather than have the next appender wake the thread.
+        let mut streaming = false;
         loop {
-            let wait = {
-                let w = shared.lock().unwrap();
-                if !w.backlog.is_empty() {
-                    Some(backoff)
-                } else if w.dirty && w.policy == FsyncPolicy::Interval {
-                    Some(SYNC_INTERVAL)
-                } else {
-                    None
+            // Reserve ahead (`interval`, `never`) or on demand, outside the writer's lock.
+            let assigned = marks.assigned.load(Ordering::Acquire);
+            let reserved = marks.reserved.load(Ordering::Acquire);
+            let ahead = policy != FsyncPolicy::Always && assigned + RESERVE_BLOCK / 2 > reserved;
+            if ahead || (!reserve_acks.is_empty() && assigned > reserved) {
+                let upto = assigned + RESERVE_BLOCK;
+                match write_reservation(&reservation, upto) {
+                    Ok(()) => {
+                        marks.reserved.fetch_max(upto, Ordering::AcqRel);
+                        if std::mem::take(&mut reserve_failing) {
+                            tracing::info!("seq reservation written again");
+                        }
+                    }
+                    Err(e) if !std::mem::replace(&mut reserve_failing, true) => {
+                        tracing::error!(
+                            cause = %e,
+                            "cannot reserve seqs in channels.seq; messages not on disk are held back"
+                        );
+                    }
+                    Err(_) => {}
                 }
+                marks.reserve_asked.store(false, Ordering::Release);
+            }
+            for ack in reserve_acks.drain(..) {
+                let _ = ack.send(());
+            }
+            let wait = {
+                let mut w = shared.lock().unwrap();
+                let wait = if !w.backlog.is_empty() && marks.is_failing.load(Ordering::Acquire) {
+                    Some(backoff)
+                } else if !w.backlog.is_empty() || streaming {
+                    Some(FLUSH_INTERVAL)
+                } else if reserve_failing {
+                    Some(backoff)
+                } else {
+                    w.dirty_since
+                        .map(|t| SYNC_INTERVAL.saturating_sub(t.elapsed()))
+                };
+                w.armed = wait.is_some();
+                wait
             };
             let first = match wait {
                 Some(wait) => match rx.recv_timeout(wait) {
@@ -308,11 +527,13 @@ impl Writer {
             };
             let mut w = shared.lock().unwrap();
             let mut acks = Vec::new();
-            let mut take = |job: Job, w: &mut Writer| {
-                if let Job::Commit(b) = job {
-                    w.backlog.extend_from_slice(&b.bytes);
+            let mut take = |job: Job, w: &mut Writer| match job {
+                Job::Commit(b) => {
+                    w.enqueue(&b.bytes, b.last);
                     acks.push(b.ack);
                 }
+                Job::Wake => {}
+                Job::Reserve(ack) => reserve_acks.push(ack),
             };
             if let Some(job) = first {
                 take(job, &mut w);
@@ -320,7 +541,23 @@ impl Writer {
                     take(job, &mut w);
                 }
             }
-            let result = w.commit();
+            let written_before = marks.written.load(Ordering::Acquire);
+            let result = if policy == FsyncPolicy::Never {
+                // Appenders queue under this lock: write without holding it.
+                drop(w);
+                let result = Writer::flush_unlocked(&shared);
+                w = shared.lock().unwrap();
+                result
+            } else {
+                w.commit()
+            };
+            streaming = policy == FsyncPolicy::Never
+                && marks.written.load(Ordering::Acquire) > written_before;
+            let sync = w
+                .dirty_since
+                .filter(|t| t.elapsed() >= SYNC_INTERVAL)
+                .and_then(|_| w.file.clone())
+                .map(|file| (file, marks.written.load(Ordering::Acquire)));
             drop(w);
             backoff = match result {
                 Ok(()) => Duration::from_millis(100),
@@ -329,34 +566,106 @@ impl Writer {
             for ack in acks {
                 let _ = ack.send(result.clone());
             }
+            if let Some((file, upto)) = sync {
+                // The timer's sync runs outside the lock: appenders keep writing meanwhile.
+                let synced = file.sync_data();
+                let mut w = shared.lock().unwrap();
+                match synced {
+                    Ok(()) => {
+                        marks.synced.fetch_max(upto, Ordering::AcqRel);
+                        let more = marks.written.load(Ordering::Acquire) > upto;
+                        w.unsynced = more;
+                        w.dirty_since = more.then(Instant::now);
+                        marks.publish(upto);
+                    }
+                    Err(e) => {
+                        w.failed(e);
+                    }
+                }
+            }
         }
         let mut w = shared.lock().unwrap();
-        if let Err(cause) = w
+        match w
             .commit()
             .and_then(|()| w.sync().map_err(|e| e.to_string()))
         {
-            tracing::error!("journal not flushed at shutdown: {cause}");
+            Ok(()) => {
+                // Everything handed out is synced: no seq needs reserving past it, so a clean
+                // restart continues without a gap.
+                let synced = marks.synced.load(Ordering::Acquire);
+                if synced >= marks.assigned.load(Ordering::Acquire)
+                    && write_reservation(&reservation, synced).is_ok()
+                {
+                    marks.reserved.store(synced, Ordering::Release);
+                }
+            }
+            Err(cause) => tracing::error!("journal not flushed at shutdown: {cause}"),
         }
     }
 
-    /// Writes the backlog, syncs per policy, rotates when due.
-    fn commit(&mut self) -> Result<(), String> {
-        if self.backlog.is_empty() {
-            if self.dirty
-                && self.policy == FsyncPolicy::Interval
-                && self.last_sync.elapsed() >= SYNC_INTERVAL
-            {
-                self.sync().map_err(|e| self.failed(e))?;
+    /// `never`: writes the backlog with the lock released during the `write(2)`, so appenders
+    /// queueing meanwhile never wait for the disk. Falls back to [`Writer::commit`] when the
+    /// file must be (re)opened or the journal is failing.
+    fn flush_unlocked(shared: &Mutex<Writer>) -> Result<(), String> {
+        let (bytes, last, file, size) = {
+            let mut w = shared.lock().unwrap();
+            if w.backlog.is_empty() {
+                return Ok(());
             }
-            return Ok(());
-        }
-        let outcome = self.write_backlog();
+            match w.file.clone() {
+                Some(file) if !w.marks.is_failing.load(Ordering::Acquire) => {
+                    let bytes = std::mem::take(&mut w.backlog);
+                    w.marks.backlog_bytes.store(0, Ordering::Relaxed);
+                    (bytes, w.backlog_last, file, w.size)
+                }
+                _ => return w.commit(),
+            }
+        };
+        let outcome = (&*file).write_all(&bytes);
+        let mut w = shared.lock().unwrap();
         match outcome {
             Ok(()) => {
-                let mut failing = self.stats.failing.lock().unwrap();
-                if let Some(cause) = failing.take() {
-                    tracing::info!(previous = %cause, "journal writes recovered");
+                w.size += bytes.len() as u64;
+                w.unsynced = true;
+                w.marks.written.fetch_max(last, Ordering::AcqRel);
+                w.marks.bytes.store(w.size, Ordering::Relaxed);
+                if w.size >= w.rotate_bytes
+                    && let Err(e) = w.rotate()
+                {
+                    return Err(w.failed(e));
                 }
+                w.marks.publish(last);
+                Ok(())
+            }
+            Err(e) => {
+                // Cut what part did land, and put the bytes back in front of what came since.
+                let _ = file.set_len(size);
+                let mut back = bytes;
+                back.extend_from_slice(&w.backlog);
+                w.backlog = back;
+                let len = w.backlog.len();
+                w.marks.backlog_bytes.store(len, Ordering::Relaxed);
+                Err(w.failed(e))
+            }
+        }
+    }
+
+    /// Writes the backlog (syncing for `always`), rotates when due.
+    fn commit(&mut self) -> Result<(), String> {
+        if self.backlog.is_empty() {
+            return Ok(());
+        }
+        match self.write_backlog() {
+            Ok(()) => {
+                if self.marks.is_failing.swap(false, Ordering::AcqRel) {
+                    let cause = self.marks.failing.lock().unwrap().take();
+                    tracing::info!(
+                        previous = cause.unwrap_or_default(),
+                        "journal writes recovered"
+                    );
+                }
+                self.marks
+                    .publish(self.marks.written.load(Ordering::Acquire));
                 Ok(())
             }
             Err(e) => Err(self.failed(e)),
@@ -367,9 +676,9 @@ impl Writer {
         if self.file.is_none() {
             let (file, _) = open_for_append(&self.files.active)?;
             self.size = file.metadata()?.len();
-            self.file = Some(file);
+            self.file = Some(Arc::new(file));
         }
-        let file = self.file.as_mut().expect("opened above");
+        let mut file: &File = self.file.as_deref().expect("opened above");
         if let Err(e) = file.write_all(&self.backlog) {
             // Cut what part of the batch did land, so a retry cannot duplicate it.
             let _ = file.set_len(self.size);
@@ -377,13 +686,19 @@ impl Writer {
         }
         self.size += self.backlog.len() as u64;
         self.backlog.clear();
-        self.dirty = true;
+        self.marks.backlog_bytes.store(0, Ordering::Relaxed);
+        self.marks
+            .written
+            .fetch_max(self.backlog_last, Ordering::AcqRel);
+        self.unsynced = true;
         match self.policy {
             FsyncPolicy::Always => self.sync()?,
-            FsyncPolicy::Interval if self.last_sync.elapsed() >= SYNC_INTERVAL => self.sync()?,
-            _ => {}
+            FsyncPolicy::Interval => {
+                self.dirty_since.get_or_insert_with(Instant::now);
+            }
+            FsyncPolicy::Never => {}
         }
-        self.stats.bytes.store(self.size, Ordering::Relaxed);
+        self.marks.bytes.store(self.size, Ordering::Relaxed);
         if self.size >= self.rotate_bytes {
             self.rotate()?;
         }
@@ -392,12 +707,15 @@ impl Writer {
 
     fn sync(&mut self) -> std::io::Result<()> {
         if let Some(file) = &self.file
-            && self.dirty
+            && self.unsynced
         {
             file.sync_data()?;
         }
-        self.dirty = false;
-        self.last_sync = Instant::now();
+        self.unsynced = false;
+        self.dirty_since = None;
+        self.marks
+            .synced
+            .fetch_max(self.marks.written.load(Ordering::Acquire), Ordering::AcqRel);
         Ok(())
     }
 
@@ -405,43 +723,34 @@ impl Writer {
         if let Some(file) = &self.file {
             file.sync_all()?;
         }
+        self.unsynced = false;
+        self.sync()?;
         self.file = None;
         std::fs::rename(&self.files.active, &self.files.backup)?;
         let (file, _) = open_for_append(&self.files.active)?;
         if let Some(Ok(dir)) = self.files.active.parent().map(File::open) {
             let _ = dir.sync_all();
         }
-        self.file = Some(file);
+        self.file = Some(Arc::new(file));
         self.size = 0;
-        self.stats.bytes.store(0, Ordering::Relaxed);
+        self.marks.bytes.store(0, Ordering::Relaxed);
         tracing::info!(backup = %self.files.backup.display(), "journal rotated");
         Ok(())
     }
 
-    /// Records a failure: logged once per outage, counted, reported.
+    /// Records a failure: logged once per outage, counted, reported. The backlog is kept
+    /// whole (the inbox refuses new messages while it is over [`MAX_BACKLOG`]).
     fn failed(&mut self, e: std::io::Error) -> String {
-        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.marks.errors.fetch_add(1, Ordering::Relaxed);
         let cause = e.to_string();
-        let mut failing = self.stats.failing.lock().unwrap();
-        if failing.is_none() {
+        let mut failing = self.marks.failing.lock().unwrap();
+        if !self.marks.is_failing.swap(true, Ordering::AcqRel) {
             tracing::error!(
                 journal = %self.files.active.display(),
                 "journal write failed: {cause}; retrying with backoff, messages kept in memory"
             );
         }
         *failing = Some(cause.clone());
-        if self.backlog.len() > MAX_BACKLOG {
-            let cut = self.backlog.len() - MAX_BACKLOG;
-            let cut = self.backlog[cut..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(self.backlog.len(), |i| cut + i + 1);
-            self.backlog.drain(..cut);
-            tracing::warn!(
-                bytes = cut,
-                "journal backlog over its bound; oldest unwritten records dropped"
-            );
-        }
         // The file handle may be bad (e.g. it was replaced); reopen on retry.
         self.file = None;
         cause
@@ -550,7 +859,15 @@ mod tests {
         let files = Files::new(dir.path().join("channels.jsonl"));
         write(&files.backup, &(1..=50).map(record).collect::<String>());
         write(&files.active, &(51..=100).map(record).collect::<String>());
-        let got: Vec<_> = files.after(40, 20).unwrap().iter().map(|m| m.seq).collect();
+        let (records, newest) = files.after(40, 20, |_| true).unwrap();
+        let got: Vec<_> = records.iter().map(|m| m.seq).collect();
         assert_eq!(got, (41..=60).collect::<Vec<_>>());
+        assert_eq!(newest, 100);
+        let (records, _) = files.after(40, 3, |m| m.seq % 10 == 0).unwrap();
+        let got: Vec<_> = records.iter().map(|m| m.seq).collect();
+        assert_eq!(got, vec![50, 60, 70]);
+        let (records, newest) = files.after(0, 20, |_| false).unwrap();
+        assert!(records.is_empty());
+        assert_eq!(newest, 100);
     }
 }

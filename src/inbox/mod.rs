@@ -1,19 +1,25 @@
 //! The inbox: every message that arrives, numbered and kept.
 //!
 //! An [`Inbox`] is a cheap, cloneable handle. It owns
-//! - the **ring**: the newest N messages in memory, for readers;
+//! - the **ring**: the newest messages in memory, for readers, bounded by count
+//!   (`inbox.ringSize`) and bytes (`inbox.ringBytes`). A message leaves it only once it is in
+//!   the journal, so a reader never finds a hole;
 //! - the **seq counter**, advanced under the same lock as the ring append, so
 //!   seqs are strictly increasing in ring and journal order alike;
 //! - the **id window**: recent source ids, so a retried delivery is
-//!   acknowledged without a second record;
-//! - the **journal** ([`journal`]), written by one group-commit task.
+//!   acknowledged without a second record (and only once the original is durable);
+//! - the **limits** on one message ([`MessageLimits`]), checked before a seq is given;
+//! - the **journal** ([`journal`]), written by one group-commit task, and the seq
+//!   reservation in `channels.seq`.
 //!
-//! `append`/`append_batch` return once the batch is durable under the fsync
-//! policy. `committed()` is a watch of the highest committed seq: readers and
-//! waiters are woken the moment a commit lands, and never see a message before
-//! it is committed. If the disk fails, messages still reach the ring and
-//! readers (delivery keeps working), the writer is told `NotDurable`, and the
-//! journal retries in the background.
+//! `append`/`append_batch` return once the batch is durable under the fsync policy.
+//! `committed()` is a watch of the highest visible seq: readers and waiters are woken the
+//! moment a commit lands. A seq is never shown (answered, read, delivered) unless it can never
+//! be handed out again: it is synced in the journal or covered by the reservation in
+//! `channels.seq`, which boot starts above. If the disk fails, messages still reach the ring and
+//! readers as long as their seqs are reserved, the writer is told `NotDurable`, and the journal
+//! retries in the background; when not even the reservation can be written, the writer is told
+//! `Unavailable` and nothing about the messages is shown until the journal takes them.
 
 pub mod cursor;
 pub mod journal;
@@ -27,10 +33,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::{Home, InboxSettings};
-use crate::message::{Message, NewMessage, Seq};
+use crate::message::{LimitError, Message, MessageLimits, NewMessage, Seq};
 
 pub use cursor::StateStore;
-use journal::{Batch, Files, Job, JournalStats, Writer};
+use journal::{Batch, Files, Job, MAX_BACKLOG, Marks, Writer};
 
 /// Bytes reserved per message for its journal record (a 120-byte message encodes to ~220).
 const RECORD_BYTES_HINT: usize = 320;
@@ -42,9 +48,10 @@ pub enum FsyncPolicy {
     /// After every group commit, before acknowledging it.
     #[default]
     Always,
-    /// At most once a second; acknowledged after the write.
+    /// Within about a second of a write (a timer); acknowledged after the write.
     Interval,
-    /// Never; acknowledged after the write.
+    /// Never; acknowledged once queued for the writer thread, which writes within a
+    /// millisecond or so.
     Never,
 }
 
@@ -72,6 +79,16 @@ pub enum InboxError {
         #[source]
         source: std::io::Error,
     },
+    /// A message is over a limit; nothing of the batch was stored.
+    #[error("{}{error}", if *batch { format!("message {index}: ") } else { String::new() })]
+    TooLarge {
+        /// The message's position in the batch.
+        index: usize,
+        /// More than one message was sent.
+        batch: bool,
+        /// The limit.
+        error: LimitError,
+    },
     /// The messages are in memory and readable, but the journal write failed;
     /// it is retried in the background.
     #[error("kept in memory, not on disk: journal write failed: {cause}")]
@@ -79,6 +96,14 @@ pub enum InboxError {
         /// The seqs assigned.
         appended: Vec<Appended>,
         /// The I/O error.
+        cause: String,
+    },
+    /// The journal can take nothing now (it fails and not even a seq reservation can be
+    /// written, or its backlog is full); no seq is shown. A message may still be stored once
+    /// the journal recovers.
+    #[error("not stored: the journal cannot take messages now: {cause}")]
+    Unavailable {
+        /// Why.
         cause: String,
     },
 }
@@ -90,6 +115,8 @@ pub struct InboxStats {
     pub ring_depth: usize,
     /// Ring capacity.
     pub ring_capacity: usize,
+    /// What the ring's messages cost in memory, about.
+    pub ring_bytes: usize,
     /// Highest committed seq.
     pub last_seq: Seq,
     /// Duplicate source ids acknowledged without a record.
@@ -102,11 +129,15 @@ pub struct InboxStats {
     pub journal_errors: u64,
     /// Bytes in the active journal file.
     pub journal_bytes: u64,
+    /// Encoded records not yet written.
+    pub journal_backlog_bytes: usize,
 }
 
 /// Everything under the append lock.
 struct Ring {
     messages: VecDeque<Arc<Message>>,
+    /// What `messages` cost, by [`Message::mem_bytes`].
+    bytes: usize,
     last_seq: Seq,
     ids: IdWindow,
 }
@@ -138,17 +169,18 @@ impl IdWindow {
     }
 }
 
-/// The journal writer's handles: its queue, its thread, and (for `interval`/`never`) the
-/// writer itself for direct writes.
-type WriterParts = (
-    std::sync::mpsc::Sender<Job>,
-    std::thread::JoinHandle<()>,
-    Option<Arc<Mutex<Writer>>>,
-);
+/// The journal's writer: its queue, its thread, and the writer itself, which appending tasks
+/// use directly for `interval` (write) and `never` (queue).
+struct Journal {
+    files: Files,
+    tx: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    done: Mutex<Option<std::thread::JoinHandle<()>>>,
+    writer: Arc<Mutex<Writer>>,
+}
 
 /// How an append learns that its batch is in the journal.
 enum Pending {
-    /// Written already (direct write), with this outcome.
+    /// Decided already (direct write or queue), with this outcome.
     Done(Result<(), String>),
     /// Queued for group commit; the writer answers here.
     Ack(oneshot::Receiver<Result<(), String>>),
@@ -157,13 +189,11 @@ enum Pending {
 struct Inner {
     ring: Mutex<Ring>,
     capacity: usize,
-    committed_tx: watch::Sender<Seq>,
-    writer: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
-    /// For `interval`/`never`: the writer, written to by the appending task itself.
-    direct: Option<Arc<Mutex<Writer>>>,
-    writer_done: Mutex<Option<std::thread::JoinHandle<()>>>,
-    files: Option<Files>,
-    journal: Arc<JournalStats>,
+    ring_bytes: usize,
+    limits: MessageLimits,
+    policy: FsyncPolicy,
+    marks: Arc<Marks>,
+    journal: Option<Journal>,
     duplicates: AtomicU64,
     replay_skipped: u64,
 }
@@ -177,50 +207,69 @@ pub struct Inbox {
 impl Inbox {
     /// An inbox with no journal (tests, benches, `rules test`).
     pub fn memory(settings: &InboxSettings) -> Inbox {
-        Inbox::build(settings, Vec::new(), None, None, Arc::default(), 0)
+        Inbox::build(settings, Vec::new(), None, Arc::new(Marks::memory()), 0)
     }
 
     /// Opens the journal in `home`, replays its tail into the ring and starts the writer.
+    /// New seqs start above both the journal's last record and the reservation in
+    /// `channels.seq`, so a seq shown before a crash is never handed out again.
     pub async fn open(home: &Home, settings: &InboxSettings) -> Result<Inbox, InboxError> {
         let files = Files::new(home.journal());
-        let err = |source| InboxError::Journal {
-            path: files.active.display().to_string(),
-            source,
+        let err = |path: &std::path::Path| {
+            let path = path.display().to_string();
+            move |source| InboxError::Journal { path, source }
         };
-        let (file, cut) = journal::open_for_append(&files.active).map_err(err)?;
-        let tail = files.tail(settings.ring_size.max(1)).map_err(err)?;
+        let (file, cut) = journal::open_for_append(&files.active).map_err(err(&files.active))?;
+        let tail = files
+            .tail(settings.ring_size.max(1))
+            .map_err(err(&files.active))?;
+        let (reservation, reserved) =
+            journal::open_reservation(&files.reserved).map_err(err(&files.reserved))?;
         let skipped = tail.skipped + u64::from(cut > 0);
         if skipped > 0 {
             tracing::warn!(skipped, "journal replay skipped truncated or corrupt lines");
         }
+        let on_disk = tail.records.last().map_or(0, |m| m.seq);
+        if reserved > on_disk {
+            tracing::warn!(
+                last_on_disk = on_disk,
+                reserved,
+                "seqs up to {reserved} may have been shown before the last stop without reaching \
+                 the journal; new seqs start at {}",
+                reserved + 1
+            );
+        }
         tracing::info!(
             replayed = tail.records.len(),
             bytes_read = tail.bytes_read,
-            last_seq = tail.records.last().map_or(0, |m| m.seq),
+            last_seq = on_disk.max(reserved),
             "inbox replayed"
         );
-        let stats = Arc::new(JournalStats::default());
-        let writer = Writer::new(
+        let marks = Arc::new(Marks::new(on_disk, reserved));
+        let writer = Arc::new(Mutex::new(Writer::new(
             files.clone(),
             file,
             settings.fsync,
             settings.rotate_bytes,
-            stats.clone(),
-        );
-        let shared = Arc::new(Mutex::new(writer));
+            marks.clone(),
+        )));
         let (tx, rx) = std::sync::mpsc::channel();
-        let thread_writer = shared.clone();
-        let handle = std::thread::Builder::new()
+        let thread_writer = writer.clone();
+        let done = std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || Writer::run(thread_writer, rx))
-            .map_err(err)?;
-        let direct = (settings.fsync != FsyncPolicy::Always).then_some(shared);
+            .spawn(move || Writer::run(thread_writer, rx, reservation))
+            .map_err(err(&files.active))?;
+        let journal = Journal {
+            files,
+            tx: Mutex::new(Some(tx)),
+            done: Mutex::new(Some(done)),
+            writer,
+        };
         Ok(Inbox::build(
             settings,
             tail.records,
-            Some(files),
-            Some((tx, handle, direct)),
-            stats,
+            Some(journal),
+            marks,
             skipped,
         ))
     }
@@ -228,9 +277,8 @@ impl Inbox {
     fn build(
         settings: &InboxSettings,
         replayed: Vec<Message>,
-        files: Option<Files>,
-        writer: Option<WriterParts>,
-        journal: Arc<JournalStats>,
+        journal: Option<Journal>,
+        marks: Arc<Marks>,
         replay_skipped: u64,
     ) -> Inbox {
         let capacity = settings.ring_size.max(1);
@@ -238,30 +286,30 @@ impl Inbox {
             capacity: settings.dedup_ids,
             ..IdWindow::default()
         };
-        let last_seq = replayed.last().map_or(0, |m| m.seq);
         let mut messages = VecDeque::with_capacity(capacity + 1);
+        let mut bytes = 0;
         for m in replayed {
             if let Some(id) = &m.id {
                 ids.insert(id.clone(), m.seq);
             }
+            bytes += m.mem_bytes();
             messages.push_back(Arc::new(m));
         }
-        let (committed_tx, _) = watch::channel(last_seq);
-        let (writer, done, direct) =
-            writer.map_or((None, None, None), |(tx, h, d)| (Some(tx), Some(h), d));
+        let mut ring = Ring {
+            messages,
+            bytes,
+            last_seq: marks.assigned.load(Ordering::Acquire),
+            ids,
+        };
+        evict(&mut ring, capacity, settings.ring_bytes, Seq::MAX);
         Inbox {
             inner: Arc::new(Inner {
-                ring: Mutex::new(Ring {
-                    messages,
-                    last_seq,
-                    ids,
-                }),
+                ring: Mutex::new(ring),
                 capacity,
-                committed_tx,
-                writer: Mutex::new(writer),
-                direct,
-                writer_done: Mutex::new(done),
-                files,
+                ring_bytes: settings.ring_bytes,
+                limits: settings.limits.clone(),
+                policy: settings.fsync,
+                marks,
                 journal,
                 duplicates: AtomicU64::new(0),
                 replay_skipped,
@@ -274,23 +322,55 @@ impl Inbox {
         Ok(self.append_batch(vec![new]).await?[0])
     }
 
-    /// Appends messages in order; returns when all are committed.
+    /// Appends messages in order, all or nothing; returns when all are committed.
+    ///
+    /// A duplicate whose original is not durable yet is not acknowledged as stored: the
+    /// journal is retried for it, and the answer is `NotDurable` while the retry fails.
     pub async fn append_batch(&self, batch: Vec<NewMessage>) -> Result<Vec<Appended>, InboxError> {
+        let many = batch.len() > 1;
+        for (index, new) in batch.iter().enumerate() {
+            self.inner
+                .limits
+                .check(new)
+                .map_err(|error| InboxError::TooLarge {
+                    index,
+                    batch: many,
+                    error,
+                })?;
+        }
+        let inner = &*self.inner;
+        let marks = &*inner.marks;
+        let policy = inner.policy;
         let now = Utc::now();
         let mut out = Vec::with_capacity(batch.len());
         // Room for a typical record per message, so encoding does not grow the buffer.
-        let mut bytes = Vec::with_capacity(if self.inner.files.is_some() {
+        let mut bytes = Vec::with_capacity(if inner.journal.is_some() {
             RECORD_BYTES_HINT * batch.len()
         } else {
             0
         });
-        let (pending, last) = {
-            let mut ring = self.inner.ring.lock().unwrap();
+        // The highest seq this answer depends on: its own, or a duplicate's original.
+        let mut need = 0;
+        let mut last_new = 0;
+        let pending = {
+            let mut ring = inner.ring.lock().unwrap();
+            let backlog = marks.backlog_bytes.load(Ordering::Relaxed);
+            if inner.journal.is_some() && backlog >= MAX_BACKLOG {
+                return Err(InboxError::Unavailable {
+                    cause: format!(
+                        "{backlog} bytes wait for the journal already; retry once it recovers"
+                    ),
+                });
+            }
+            let durable = marks.durable(policy);
             for new in batch {
                 if let Some(id) = new.id.as_deref().filter(|id| !id.is_empty())
                     && let Some(seq) = ring.ids.get(id)
                 {
-                    self.inner.duplicates.fetch_add(1, Ordering::Relaxed);
+                    inner.duplicates.fetch_add(1, Ordering::Relaxed);
+                    if seq > durable {
+                        need = need.max(seq);
+                    }
                     out.push(Appended {
                         seq,
                         duplicate: true,
@@ -303,71 +383,127 @@ impl Inbox {
                 if let Some(id) = &msg.id {
                     ring.ids.insert(id.clone(), seq);
                 }
-                if self.inner.files.is_some() {
+                if inner.journal.is_some() {
                     serde_json::to_writer(&mut bytes, &msg).expect("a message always serializes");
                     bytes.push(b'\n');
                 }
+                ring.bytes += msg.mem_bytes();
                 ring.messages.push_back(Arc::new(msg));
-                if ring.messages.len() > self.inner.capacity {
-                    ring.messages.pop_front();
-                }
                 out.push(Appended {
                     seq,
                     duplicate: false,
                 });
+                last_new = seq;
+                need = seq;
             }
-            // Writing or sending under the ring lock keeps journal order = seq order.
-            let pending = if bytes.is_empty() {
-                Pending::Done(Ok(()))
-            } else {
-                let writer = self.inner.writer.lock().unwrap();
-                let tx = writer.as_ref().ok_or(InboxError::Closed)?;
-                match &self.inner.direct {
-                    Some(direct) => {
-                        let result = direct.lock().unwrap().append_now(&bytes);
-                        if result.is_err() {
-                            // The thread retries the kept backlog with backoff.
-                            let _ = tx.send(Job::Wake);
-                        }
-                        Pending::Done(result)
+            evict(
+                &mut ring,
+                inner.capacity,
+                inner.ring_bytes,
+                marks.written.load(Ordering::Acquire),
+            );
+            marks.assigned.store(ring.last_seq, Ordering::Release);
+            // Writing or queueing under the ring lock keeps journal order = seq order.
+            match &inner.journal {
+                None => Pending::Done(Ok(())),
+                Some(_) if need == 0 => Pending::Done(Ok(())),
+                Some(journal) => {
+                    let tx = journal.tx.lock().unwrap();
+                    let tx = tx.as_ref().ok_or(InboxError::Closed)?;
+                    if policy != FsyncPolicy::Always
+                        && ring.last_seq + journal::RESERVE_BLOCK / 2
+                            > marks.reserved.load(Ordering::Acquire)
+                        && !marks.reserve_asked.swap(true, Ordering::AcqRel)
+                    {
+                        let _ = tx.send(Job::Wake);
                     }
-                    None => {
-                        let (ack, rx) = oneshot::channel();
-                        tx.send(Job::Commit(Batch { bytes, ack }))
+                    // While the journal fails, `never` writes inline like `interval`: the
+                    // answer must say whether this very retry landed.
+                    let inline =
+                        policy == FsyncPolicy::Interval || marks.is_failing.load(Ordering::Acquire);
+                    match policy {
+                        FsyncPolicy::Always => {
+                            let (ack, rx) = oneshot::channel();
+                            tx.send(Job::Commit(Batch {
+                                bytes,
+                                last: last_new,
+                                ack,
+                            }))
                             .map_err(|_| InboxError::Closed)?;
-                        Pending::Ack(rx)
+                            Pending::Ack(rx)
+                        }
+                        FsyncPolicy::Interval | FsyncPolicy::Never if inline => {
+                            let (result, wake) =
+                                journal.writer.lock().unwrap().append_now(&bytes, last_new);
+                            if wake {
+                                // Arms the sync timer, or retries the kept backlog with backoff.
+                                let _ = tx.send(Job::Wake);
+                            }
+                            Pending::Done(result)
+                        }
+                        FsyncPolicy::Interval | FsyncPolicy::Never => {
+                            if journal.writer.lock().unwrap().queue(&bytes, last_new) {
+                                let _ = tx.send(Job::Wake);
+                            }
+                            Pending::Done(Ok(()))
+                        }
                     }
                 }
-            };
-            (pending, ring.last_seq)
+            }
         };
         let result = match pending {
             Pending::Ack(rx) => rx.await.map_err(|_| InboxError::Closed)?,
             Pending::Done(result) => result,
         };
-        // Commits land in seq order (one writer), so the max is the committed seq.
-        self.inner.committed_tx.send_if_modified(|c| {
-            let moved = last > *c;
-            *c = (*c).max(last);
-            moved
-        });
-        match result {
-            Ok(()) => Ok(out),
-            Err(cause) => Err(InboxError::NotDurable {
+        let Some(journal) = &inner.journal else {
+            marks.publish(last_new);
+            return Ok(out);
+        };
+        // Show nothing that could be handed out again after a crash: past the reservation
+        // (used up, or an outage under `always`), have the writer reserve more first.
+        let shown = out.iter().map(|a| a.seq).max().unwrap_or(0);
+        if shown > marks.safe() && (policy != FsyncPolicy::Always || result.is_err()) {
+            let (ack, rx) = oneshot::channel();
+            let sent = journal
+                .tx
+                .lock()
+                .unwrap()
+                .as_ref()
+                .is_some_and(|tx| tx.send(Job::Reserve(ack)).is_ok());
+            if sent {
+                let _ = rx.await;
+            }
+        }
+        marks.publish(last_new);
+        let failing = marks.is_failing.load(Ordering::Acquire);
+        let durable = need == 0
+            || marks.durable(policy) >= need
+            || (policy == FsyncPolicy::Never && !failing && result.is_ok());
+        if durable {
+            return Ok(out);
+        }
+        let cause = result
+            .err()
+            .or_else(|| marks.failure())
+            .unwrap_or_else(|| "not written yet".into());
+        if shown <= self.last_seq() {
+            Err(InboxError::NotDurable {
                 appended: out,
                 cause,
-            }),
+            })
+        } else {
+            Err(InboxError::Unavailable { cause })
         }
     }
 
     /// A watch of the highest committed seq; changes the moment a commit lands.
     pub fn committed(&self) -> watch::Receiver<Seq> {
-        self.inner.committed_tx.subscribe()
+        self.inner.marks.committed.subscribe()
     }
 
     /// The highest committed seq (0 when empty).
     pub fn last_seq(&self) -> Seq {
-        *self.inner.committed_tx.borrow()
+        *self.inner.marks.committed.borrow()
     }
 
     /// The message `seq`, if the ring still holds it and it is committed.
@@ -376,8 +512,9 @@ impl Inbox {
             return None;
         }
         let ring = self.inner.ring.lock().unwrap();
-        let first = ring.messages.front()?.seq;
-        ring.messages.get(seq.checked_sub(first)? as usize).cloned()
+        // Seqs have gaps after a crash (see `channels.seq`): search, do not index.
+        let i = ring.messages.binary_search_by_key(&seq, |m| m.seq).ok()?;
+        ring.messages.get(i).cloned()
     }
 
     /// Up to `limit` most recent committed messages, optionally on channels
@@ -401,33 +538,66 @@ impl Inbox {
     /// Up to `limit` committed messages with seq > `after`, oldest first: from
     /// the ring, or from the journal when the ring no longer holds them.
     pub async fn read_after(&self, after: Seq, limit: usize) -> Vec<Arc<Message>> {
+        self.read_after_matching(after, limit, None).await
+    }
+
+    /// Like [`Inbox::read_after`], but only messages on channels matching `channel` (see
+    /// [`channel_filter`]). The journal is scanned once, however few messages match.
+    pub async fn read_after_matching(
+        &self,
+        after: Seq,
+        limit: usize,
+        channel: Option<&str>,
+    ) -> Vec<Arc<Message>> {
         let committed = self.last_seq();
         if after >= committed || limit == 0 {
             return Vec::new();
         }
+        let matches = |m: &Message| channel.is_none_or(|c| channel_filter(c, &m.channel));
+        let from_ring = |after: Seq, limit: usize| -> Vec<Arc<Message>> {
+            let ring = self.inner.ring.lock().unwrap();
+            ring.messages
+                .iter()
+                .filter(|m| m.seq > after && m.seq <= committed && matches(m))
+                .take(limit)
+                .cloned()
+                .collect()
+        };
+        let Some(journal) = &self.inner.journal else {
+            return from_ring(after, limit);
+        };
         {
             let ring = self.inner.ring.lock().unwrap();
             let first = ring.messages.front().map_or(Seq::MAX, |m| m.seq);
-            if first <= after + 1 || self.inner.files.is_none() {
-                return ring
-                    .messages
-                    .iter()
-                    .filter(|m| m.seq > after && m.seq <= committed)
-                    .take(limit)
-                    .cloned()
-                    .collect();
+            if first <= after + 1 {
+                drop(ring);
+                return from_ring(after, limit);
             }
         }
-        let Some(files) = self.inner.files.clone() else {
-            return Vec::new();
-        };
-        let read = tokio::task::spawn_blocking(move || files.after(after, limit)).await;
+        let files = journal.files.clone();
+        let filter = channel.map(str::to_owned);
+        let read = tokio::task::spawn_blocking(move || {
+            files.after(after, limit, |m| {
+                filter
+                    .as_deref()
+                    .is_none_or(|c| channel_filter(c, &m.channel))
+            })
+        })
+        .await;
         match read {
-            Ok(Ok(records)) => records
-                .into_iter()
-                .filter(|m| m.seq <= committed)
-                .map(Arc::new)
-                .collect(),
+            Ok(Ok((records, newest))) => {
+                let mut out: Vec<_> = records
+                    .into_iter()
+                    .filter(|m| m.seq <= committed)
+                    .map(Arc::new)
+                    .collect();
+                // What the journal does not hold yet is in the ring.
+                if out.len() < limit {
+                    let more = from_ring(newest.max(after), limit - out.len());
+                    out.extend(more);
+                }
+                out
+            }
             Ok(Err(err)) => {
                 tracing::warn!(cause = %err, after, "cannot read the journal behind the ring");
                 Vec::new()
@@ -438,11 +608,12 @@ impl Inbox {
 
     /// Current counters.
     pub fn stats(&self) -> InboxStats {
-        let ring_depth = self.inner.ring.lock().unwrap().messages.len();
-        let journal_status = match (
-            &self.inner.files,
-            &*self.inner.journal.failing.lock().unwrap(),
-        ) {
+        let (ring_depth, ring_bytes) = {
+            let ring = self.inner.ring.lock().unwrap();
+            (ring.messages.len(), ring.bytes)
+        };
+        let marks = &self.inner.marks;
+        let journal_status = match (&self.inner.journal, marks.failure()) {
             (None, _) => "memory".to_string(),
             (Some(_), None) => "ok".to_string(),
             (Some(_), Some(cause)) => format!("failing: {cause}"),
@@ -450,21 +621,40 @@ impl Inbox {
         InboxStats {
             ring_depth,
             ring_capacity: self.inner.capacity,
+            ring_bytes,
             last_seq: self.last_seq(),
             duplicates: self.inner.duplicates.load(Ordering::Relaxed),
             replay_skipped: self.inner.replay_skipped,
             journal_status,
-            journal_errors: self.inner.journal.errors.load(Ordering::Relaxed),
-            journal_bytes: self.inner.journal.bytes.load(Ordering::Relaxed),
+            journal_errors: marks.errors.load(Ordering::Relaxed),
+            journal_bytes: marks.bytes.load(Ordering::Relaxed),
+            journal_backlog_bytes: marks.backlog_bytes.load(Ordering::Relaxed),
         }
     }
 
     /// Flushes and stops the writer; later appends fail with [`InboxError::Closed`].
     pub async fn close(&self) {
-        self.inner.writer.lock().unwrap().take();
-        let done = self.inner.writer_done.lock().unwrap().take();
+        let Some(journal) = &self.inner.journal else {
+            return;
+        };
+        journal.tx.lock().unwrap().take();
+        let done = journal.done.lock().unwrap().take();
         if let Some(done) = done {
             let _ = tokio::task::spawn_blocking(move || done.join()).await;
+        }
+    }
+}
+
+/// Drops the oldest messages while the ring is over its count or its bytes, but only those
+/// the journal holds (`written`): a reader must find every message in one or the other.
+fn evict(ring: &mut Ring, capacity: usize, max_bytes: usize, written: Seq) {
+    while ring.messages.len() > capacity || (ring.bytes > max_bytes && ring.messages.len() > 1) {
+        match ring.messages.front() {
+            Some(m) if m.seq <= written => {
+                ring.bytes -= m.mem_bytes();
+                ring.messages.pop_front();
+            }
+            _ => break,
         }
     }
 }

@@ -214,11 +214,47 @@ impl Ingest {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not_durable",
                     "the messages are kept in memory but not yet on disk; retry later (a retry \
-                     with the same ids is acknowledged as a duplicate)"
+                     with the same ids is acknowledged as a duplicate once they are on disk)"
                         .into(),
                 )
                 .retry_after(NOT_DURABLE_RETRY_S)
                 .accepted(appended))
+            }
+            Err(InboxError::TooLarge {
+                index,
+                batch,
+                error,
+            }) => {
+                let (status, code) = if error.is_count() {
+                    (StatusCode::UNPROCESSABLE_ENTITY, "too_many_metadata_keys")
+                } else {
+                    (StatusCode::PAYLOAD_TOO_LARGE, "message_too_large")
+                };
+                let at = if batch {
+                    format!("[{index}]: ")
+                } else {
+                    String::new()
+                };
+                Err(ApiError::new(
+                    status,
+                    code,
+                    format!("{at}{error}; nothing was stored"),
+                ))
+            }
+            Err(InboxError::Unavailable { cause }) => {
+                tracing::warn!(
+                    source = source.as_str(),
+                    %cause,
+                    "ingest answered 503: the journal cannot take messages"
+                );
+                Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_stored",
+                    "the journal cannot take messages now; retry later (a retry with the same \
+                     ids is acknowledged once they are on disk)"
+                        .into(),
+                )
+                .retry_after(NOT_DURABLE_RETRY_S))
             }
             Err(InboxError::Closed) => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -383,22 +383,14 @@ pub async fn call(
         "inbox_pull" => {
             let a: PullArgs = args(&request)?;
             let (_, consumer) = server.consumer(a.consumer.as_deref());
-            let mut after = a
+            let after = a
                 .since_seq
                 .unwrap_or_else(|| app.state.cursor_or_boot(&consumer));
             let limit = a.limit.clamp(1, 1000);
-            let mut out = Vec::new();
-            while out.len() < limit {
-                let page = app.inbox.read_after(after, 256).await;
-                let Some(last) = page.last() else { break };
-                after = last.seq;
-                out.extend(page.into_iter().filter(|m| {
-                    a.channel
-                        .as_deref()
-                        .is_none_or(|c| crate::inbox::channel_filter(c, &m.channel))
-                }));
-            }
-            out.truncate(limit);
+            let out = app
+                .inbox
+                .read_after_matching(after, limit, a.channel.as_deref())
+                .await;
             if a.mark_read
                 && let Some(last) = out.last()
             {

@@ -777,6 +777,77 @@ async fn a_journal_write_failure_is_503_with_the_seqs_never_202() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_retry_of_a_503_is_503_again_until_the_original_is_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::open(dir.path()).unwrap();
+    std::os::unix::fs::symlink("/dev/full", home.journal()).unwrap();
+    let app = App::start(home.clone(), config(|_| {}), CancellationToken::new())
+        .await
+        .unwrap();
+    let router = router(app.clone());
+    let body = r#"{"server":"s","channel":"c","content":"disk full","id":"alert-1"}"#;
+    let r = send(&router, authed("POST", "/v1/messages", body)).await;
+    r.assert_error(503, "not_durable");
+    assert_eq!(r.seqs(), [(1, false)]);
+    let r = send(&router, authed("POST", "/v1/messages", body)).await;
+    r.assert_error(503, "not_durable");
+    assert_eq!(r.seqs(), [(1, true)], "the retry is not a 202 duplicate");
+    let plain = r#"{"server":"s","channel":"c","content":"no id"}"#;
+    send(&router, authed("POST", "/v1/messages", plain))
+        .await
+        .assert_error(503, "not_durable");
+
+    std::fs::remove_file(home.journal()).unwrap();
+    let r = send(&router, authed("POST", "/v1/messages", body)).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    assert_eq!(r.seqs(), [(1, true)]);
+    let on_disk = std::fs::read_to_string(home.journal()).unwrap();
+    assert!(
+        on_disk.lines().next().unwrap().contains("alert-1"),
+        "{on_disk}"
+    );
+    app.shutdown.cancel();
+    app.inbox.close().await;
+}
+
+#[tokio::test]
+async fn a_message_over_a_limit_is_413_or_422_naming_the_field_and_setting() {
+    let router = router(app(|_| {}));
+    let big = "x".repeat(256 * 1024 + 1);
+    let body = json!({"server": "s", "channel": "c", "content": big}).to_string();
+    let r = send(&router, authed("POST", "/v1/messages", body)).await;
+    r.assert_error(413, "message_too_large");
+    assert_eq!(
+        r.json["message"],
+        "`content` is 262145 bytes, over the limit of 262144 (`inbox.limits.contentBytes`); \
+         nothing was stored"
+    );
+    let body = json!([
+        {"server": "s", "channel": "c", "content": "fine"},
+        {"server": "s", "channel": "c", "content": "x", "id": "i".repeat(2000)},
+    ])
+    .to_string();
+    let r = send(&router, authed("POST", "/v1/messages", body)).await;
+    r.assert_error(413, "message_too_large");
+    assert!(
+        r.json["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("[1]: `id` is 2000 bytes"),
+        "{}",
+        r.text
+    );
+    let metadata: serde_json::Map<String, Value> =
+        (0..65).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let body = json!({"server": "s", "channel": "c", "content": "x", "metadata": metadata});
+    let r = send(&router, authed("POST", "/v1/messages", body.to_string())).await;
+    r.assert_error(422, "too_many_metadata_keys");
+    let ok = json!({"server": "s", "channel": "c", "content": "after"}).to_string();
+    let r = send(&router, authed("POST", "/v1/messages", ok)).await;
+    assert_eq!(r.seqs(), [(1, false)], "refused messages spend no seq");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_closed_inbox_is_503_shutting_down() {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::open(dir.path()).unwrap();
