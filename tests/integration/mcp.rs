@@ -594,7 +594,11 @@ async fn rules_reload_reports_an_invalid_file() {
         .iter()
         .map(|e| e["code"].as_str().unwrap())
         .collect();
-    assert_eq!(codes, ["prompt_required", "auto_requires_tools"]);
+    assert_eq!(
+        codes,
+        ["auto_requires_tools", "prompt_required"],
+        "chatcli's order"
+    );
     assert_eq!(r["errors"][0]["line"], 1);
     let (rules, _) = call(&client, "rules_list", json!({})).await;
     assert_eq!(rules["rules"][0]["name"], "a");
