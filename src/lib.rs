@@ -23,6 +23,7 @@
 //! - [`watch`]: reloads `triggers.json` when it is saved.
 //! - [`control`]: the control socket between the CLI and the running server.
 //! - [`server`]: `serve` wiring and shutdown.
+//! - [`listener`]: HTTP connections: the cap, header/body/idle timeouts.
 //! - [`cli`]: the command line.
 
 pub mod actions;
@@ -33,6 +34,7 @@ pub mod control;
 pub mod delivery;
 pub mod engine;
 pub mod inbox;
+pub mod listener;
 pub mod message;
 pub mod metrics;
 pub mod rules;
