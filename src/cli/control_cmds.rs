@@ -246,7 +246,12 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
             text
         }
     };
-    while let Some(event) = client.next_line::<WatchEvent>().await? {
+    while let Some(value) = client.next_line::<serde_json::Value>().await? {
+        if value.get("ok") == Some(&serde_json::Value::Bool(false)) {
+            let refused: Response = serde_json::from_value(value)?;
+            anyhow::bail!(refused.error.unwrap_or_else(|| "watch refused".into()));
+        }
+        let event: WatchEvent = serde_json::from_value(value)?;
         let line = match &event {
             _ if args.json => serde_json::to_string(&event)?,
             WatchEvent::Message(m) => paint("2", message_line(m)),
