@@ -5,6 +5,7 @@ mod integration {
     pub mod util;
 
     mod cli;
+    mod hostile;
     mod inbox;
     mod ingest;
     mod lifecycle;
