@@ -25,6 +25,7 @@
 //! - [`server`]: `serve` wiring and shutdown.
 //! - [`listener`]: HTTP connections: the cap, header/body/idle timeouts.
 //! - [`cli`]: the command line.
+//! - [`fuzzing`]: the entry points of the `fuzz/` targets, and the corpus replay test.
 
 pub mod actions;
 pub mod app;
@@ -33,6 +34,7 @@ pub mod config;
 pub mod control;
 pub mod delivery;
 pub mod engine;
+pub mod fuzzing;
 pub mod inbox;
 pub mod listener;
 pub mod message;

@@ -595,7 +595,7 @@ impl From<Incoming> for NewMessage {
 }
 
 /// One message object, or an array of them, in order.
-fn generic_messages(value: Value) -> Result<Vec<NewMessage>, PayloadError> {
+pub(crate) fn generic_messages(value: Value) -> Result<Vec<NewMessage>, PayloadError> {
     fn one(value: Value) -> Result<NewMessage, String> {
         if !value.is_object() {
             return Err(format!(
