@@ -150,9 +150,7 @@ pub async fn serve(app: Arc<App>, listener: UnixListener) {
 }
 
 /// Reads the request line: within [`REQUEST_TIMEOUT`], at most [`MAX_REQUEST_BYTES`].
-async fn read_request(
-    read: tokio::net::unix::OwnedReadHalf,
-) -> Result<Request, String> {
+async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Request, String> {
     let mut line = Vec::new();
     let mut limited = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
     match tokio::time::timeout(REQUEST_TIMEOUT, limited.read_until(b'\n', &mut line)).await {

@@ -94,7 +94,9 @@ fn changes(event: &Event, file_name: &OsString) -> bool {
 
 /// The hash of the file's bytes, or `None` when it cannot be read.
 fn fingerprint(path: &Path) -> Seen {
-    std::fs::read(path).ok().map(|bytes| Sha256::digest(&bytes).into())
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| Sha256::digest(&bytes).into())
 }
 
 #[cfg(test)]
@@ -121,7 +123,10 @@ mod tests {
             ),
             (EventKind::Access(AccessKind::Open(AccessMode::Any)), false),
             (EventKind::Access(AccessKind::Read), false),
-            (EventKind::Access(AccessKind::Close(AccessMode::Read)), false),
+            (
+                EventKind::Access(AccessKind::Close(AccessMode::Read)),
+                false,
+            ),
             (
                 EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
                 false,

@@ -125,7 +125,8 @@ pub fn escape(text: &str) -> Cow<'_, str> {
 }
 
 fn needs_escape(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `switchboard list`.
@@ -334,7 +335,10 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');
     crate::config::write_atomic(&path, text.as_bytes())?;
-    writeln!(std::io::stdout().lock(), "added `switchboard` to {path_text}")?;
+    writeln!(
+        std::io::stdout().lock(),
+        "added `switchboard` to {path_text}"
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -44,7 +44,9 @@ fn read_reply(stream: &mut TcpStream) -> Reply {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line: {head:?}"));
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
     let body = if chunked {
         dechunk(body)
     } else {
@@ -166,7 +168,12 @@ fn one_save_is_one_reload_and_reading_the_file_reloads_nothing() {
     assert!(check.status.success(), "{}", stderr(&check));
     std::fs::write(sb.home.path().join("triggers.json"), RULES_B).unwrap();
     std::thread::sleep(QUIET);
-    assert_eq!(reloads(&sb, "ok"), 1.0, "one save, one reload:\n{}", sb.log());
+    assert_eq!(
+        reloads(&sb, "ok"),
+        1.0,
+        "one save, one reload:\n{}",
+        sb.log()
+    );
     let logged = sb.log().matches("rules loaded from").count();
     assert_eq!(logged, 2, "boot + one reload in the log:\n{}", sb.log());
 
@@ -231,7 +238,11 @@ fn list_and_watch_escape_control_characters_and_a_closed_pipe_exits_0() {
     let text = stdout(&out);
     let json_out = sb.cli(&["list", "--json"]);
     let listed = stdout(&json_out).lines().count();
-    assert_eq!(text.lines().count(), listed, "one message, one line: {text:?}");
+    assert_eq!(
+        text.lines().count(),
+        listed,
+        "one message, one line: {text:?}"
+    );
     let line = text.lines().find(|l| l.contains("evil")).unwrap();
     assert!(line.ends_with("rm -rf\\r\\u{202e}"), "{line:?}");
     assert!(
@@ -263,7 +274,12 @@ fn list_and_watch_escape_control_characters_and_a_closed_pipe_exits_0() {
         drop(child.stdout.take());
         let status = wait_exit(&mut child, Duration::from_secs(20));
         let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
         assert_eq!(status.code(), Some(0), "{args:?}: {err}");
         assert_eq!(err, "", "{args:?}");
     }
@@ -505,14 +521,20 @@ fn until_closed(stream: &mut TcpStream, limit: Duration) -> (String, Duration) {
             ),
         }
     }
-    (String::from_utf8_lossy(&got).into_owned(), started.elapsed())
+    (
+        String::from_utf8_lossy(&got).into_owned(),
+        started.elapsed(),
+    )
 }
 
 #[test]
 fn slow_headers_and_slow_bodies_are_cut_off() {
     let mut sb = Switchboard::start();
     let addr = sb.ingest.clone().unwrap();
-    let mut acked = accepted(&post(&sb, br#"{"server":"s","channel":"c","content":"before"}"#));
+    let mut acked = accepted(&post(
+        &sb,
+        br#"{"server":"s","channel":"c","content":"before"}"#,
+    ));
 
     // A header that never ends.
     let mut slow_head = TcpStream::connect(&addr).unwrap();
@@ -534,7 +556,10 @@ fn slow_headers_and_slow_bodies_are_cut_off() {
 
     let (answer, took) = until_closed(&mut slow_head, Duration::from_secs(20));
     assert!(took < Duration::from_secs(15), "header cut after {took:?}");
-    assert!(!answer.contains(" 2"), "no success for half a header: {answer:?}");
+    assert!(
+        !answer.contains(" 2"),
+        "no success for half a header: {answer:?}"
+    );
     let (answer, took) = until_closed(&mut idle, Duration::from_secs(20));
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
     assert!(took < Duration::from_secs(15), "idle cut after {took:?}");
@@ -543,10 +568,16 @@ fn slow_headers_and_slow_bodies_are_cut_off() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
     assert!(answer.contains(r#""error":"body_timeout""#), "{answer:?}");
 
-    acked.extend(accepted(&post(&sb, br#"{"server":"s","channel":"c","content":"after"}"#)));
+    acked.extend(accepted(&post(
+        &sb,
+        br#"{"server":"s","channel":"c","content":"after"}"#,
+    )));
     sb.terminate();
     let on_disk = journal_seqs(sb.home.path());
-    assert!(acked.iter().all(|s| on_disk.contains(s)), "{acked:?} vs {on_disk:?}");
+    assert!(
+        acked.iter().all(|s| on_disk.contains(s)),
+        "{acked:?} vs {on_disk:?}"
+    );
 }
 
 #[test]
@@ -576,11 +607,7 @@ fn a_thousand_idle_sockets_with_1024_fds_do_not_stop_ingest_or_the_cli() {
         .unwrap()
         .count();
     assert!(open < 400, "the server holds {open} descriptors");
-    assert!(
-        !sb.log().contains("Too many open files"),
-        "{}",
-        sb.log()
-    );
+    assert!(!sb.log().contains("Too many open files"), "{}", sb.log());
     drop(idle);
     sb.terminate();
     let on_disk = journal_seqs(sb.home.path());
@@ -605,7 +632,11 @@ fn every_busy_connection_gets_a_clear_503() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut got = [0u8; 25];
         s.read_exact(&mut got).expect("100 continue");
-        assert!(got.starts_with(b"HTTP/1.1 100"), "{:?}", String::from_utf8_lossy(&got));
+        assert!(
+            got.starts_with(b"HTTP/1.1 100"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
         busy.push(s);
     }
     request(&sb, "GET", "/healthz", b"").assert_error(503, "too_many_connections");
@@ -628,7 +659,11 @@ fn the_control_socket_drops_silent_clients_and_says_when_it_is_full() {
         .collect();
     let out = sb.cli(&["stats"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("the control socket is busy"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the control socket is busy"),
+        "{}",
+        stderr(&out)
+    );
 
     // Each silent client is told and dropped after the request timeout.
     let started = Instant::now();
@@ -676,13 +711,23 @@ async fn a_long_poll_outlives_the_header_timeout_and_an_idle_client_reconnects()
     };
     // Longer than the 10 s header/idle timeout: a response in progress is never cut.
     let started = Instant::now();
-    let result = client.call_tool(wait(13)).await.expect("the long poll answers");
-    assert!(started.elapsed() >= Duration::from_secs(12), "{:?}", started.elapsed());
+    let result = client
+        .call_tool(wait(13))
+        .await
+        .expect("the long poll answers");
+    assert!(
+        started.elapsed() >= Duration::from_secs(12),
+        "{:?}",
+        started.elapsed()
+    );
     assert_ne!(result.is_error, Some(true));
     // Idle past the keep-alive timeout: the next call still goes through.
     tokio::time::sleep(Duration::from_secs(11)).await;
     let seq = send_messages(sb.home.path(), &[("c", "wake")])[0];
-    let result = client.call_tool(wait(5)).await.expect("answered after idling");
+    let result = client
+        .call_tool(wait(5))
+        .await
+        .expect("answered after idling");
     let v = result.structured_content.unwrap();
     assert_eq!(v["items"][0]["message"]["seq"], seq, "{v}");
     client.cancel().await.unwrap();
