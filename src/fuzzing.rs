@@ -11,8 +11,11 @@ use chrono::TimeZone;
 use crate::message::{Message, NewMessage};
 use crate::rules::template::{MAX_RENDERED_BYTES, Template};
 
+/// A fuzz entry point: arbitrary bytes in, a panic on a bug.
+pub type Target = fn(&[u8]);
+
 /// Every target: its name (the `fuzz/corpus/` directory) and its entry point.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("rules_file", rules_file),
     ("template", template),
     ("journal_record", journal_record),
