@@ -24,7 +24,7 @@ use crate::engine::Engine;
 use crate::engine::Prepared;
 use crate::inbox::{Inbox, InboxStats, StateStore};
 use crate::message::Seq;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReloadResult};
 use crate::rules::{LoadError, RuleError, RuleSet};
 
 /// The result of the last rules (re)load, for `rules_reload`, `inbox_stats` and logs.
@@ -86,6 +86,8 @@ pub struct App {
     pub engine: Mutex<Engine>,
     /// The last reload result.
     pub last_reload: Mutex<Option<ReloadReport>>,
+    /// When the live rules were loaded (boot or a later reload); for the reload messages.
+    pub rules_loaded_at: Mutex<Option<DateTime<Utc>>>,
     /// Cancelled when the process shuts down.
     pub shutdown: CancellationToken,
     /// Every background task, so shutdown can wait for them.
@@ -177,6 +179,7 @@ impl App {
             metrics: Metrics::default(),
             engine: Mutex::new(engine),
             last_reload: Mutex::new(None),
+            rules_loaded_at: Mutex::new(None),
             shutdown,
             tasks: TaskTracker::new(),
             upstreams: Default::default(),
@@ -245,49 +248,47 @@ impl App {
         };
         let path = home.triggers();
         let shown = path.display().to_string();
-        let live = self.rules().len();
-        let since = self
-            .last_reload
-            .lock()
-            .unwrap()
-            .as_ref()
-            .filter(|r| r.ok)
-            .map(|r| r.at.format("%H:%M:%S").to_string())
-            .unwrap_or_else(|| "boot".into());
-        let report = match RuleSet::load(&path) {
+        let live = self.live_rules_phrase();
+        let (result, report) = match RuleSet::load(&path) {
             Ok(Some(rules)) => {
                 let n = rules.len();
                 self.swap(rules);
-                self.report(
+                let report = self.report(
                     true,
                     "file",
                     format!("{n} rules loaded from {shown}"),
                     vec![],
-                )
+                );
+                (ReloadResult::Ok, report)
             }
-            Ok(None) => self.report(
-                false,
-                "kept",
-                format!("{shown} is gone; the {live} rules loaded at {since} stay live"),
-                vec![],
-            ),
+            Ok(None) => {
+                let report = self.report(
+                    false,
+                    "kept",
+                    format!("{shown} is gone; {live} stay live"),
+                    vec![],
+                );
+                (ReloadResult::Missing, report)
+            }
             Err(err) => {
-                let errors = match &err {
-                    LoadError::Invalid { errors, .. } => errors.clone(),
-                    LoadError::Io { .. } => vec![],
+                let (result, errors) = match &err {
+                    LoadError::Invalid { errors, .. } => (ReloadResult::Invalid, errors.clone()),
+                    LoadError::Io { .. } => (ReloadResult::Unreadable, vec![]),
                 };
                 let n = errors.len().max(1);
-                self.report(
+                let report = self.report(
                     false,
                     "kept",
                     format!(
-                        "rules not reloaded: {n} error{}; the {live} rules loaded at {since} stay live: {err}",
+                        "rules not reloaded: {n} error{}; {live} stay live: {err}",
                         if n == 1 { "" } else { "s" }
                     ),
                     errors,
-                )
+                );
+                (result, report)
             }
         };
+        self.metrics.rule_reload(result);
         if report.ok {
             tracing::info!(rules = report.rules, "{}", report.message);
         } else {
@@ -301,6 +302,18 @@ impl App {
     fn swap(&self, rules: RuleSet) {
         let prepared = Prepared::new(Arc::new(rules));
         self.engine.lock().unwrap().swap(prepared);
+        *self.rules_loaded_at.lock().unwrap() = Some(Utc::now());
+    }
+
+    /// "the 5 rules loaded at 10:42:07" (UTC): the live rules and when they were really
+    /// loaded, for a reload that keeps them.
+    fn live_rules_phrase(&self) -> String {
+        let n = self.rules().len();
+        let rules = if n == 1 { "rule" } else { "rules" };
+        match *self.rules_loaded_at.lock().unwrap() {
+            Some(at) => format!("the {n} {rules} loaded at {} UTC", at.format("%H:%M:%S")),
+            None => format!("the {n} {rules} loaded at start"),
+        }
     }
 
     fn report(

@@ -3,18 +3,39 @@
 //! A Unix socket in the home (`control.sock`, 0600). Each connection sends one
 //! JSON request line and reads JSON response lines: one for ordinary commands,
 //! a stream of events for `watch` (until the client hangs up).
+//!
+//! Limits, so that a stuck or hostile client cannot lock the operator out: at most
+//! [`MAX_CONNECTIONS`] connections at once (one more is told the socket is busy and
+//! closed); the request line must arrive within [`REQUEST_TIMEOUT`] and be at most
+//! [`MAX_REQUEST_BYTES`]; every response line must be taken by the client within
+//! [`WRITE_TIMEOUT`]. A `watch` stream, once its request is read, runs as long as the
+//! client reads it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
 
 use crate::actions::Event;
 use crate::app::App;
+
+/// The most control connections served at once (`watch` streams included).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long a client may take to send its request line after connecting.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest request line (a `send` carries its messages).
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long one response line may wait for the client to read it.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A request from the CLI.
 #[derive(Debug, Serialize, Deserialize)]
@@ -96,6 +117,7 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 
 /// Accepts connections until the app shuts down.
 pub async fn serve(app: Arc<App>, listener: UnixListener) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let stream = tokio::select! {
             _ = app.shutdown.cancelled() => break,
@@ -103,27 +125,59 @@ pub async fn serve(app: Arc<App>, listener: UnixListener) {
                 Ok((stream, _)) => stream,
                 Err(err) => {
                     tracing::warn!(cause = %err, "control socket accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // The answer fits any socket buffer: it never waits for the client.
+            let busy = Response::err(format!(
+                "the control socket is busy: {MAX_CONNECTIONS} connections are open; retry, or \
+                 stop the `switchboard watch` commands you do not need"
+            ));
+            let mut line = serde_json::to_vec(&busy).unwrap_or_default();
+            line.push(b'\n');
+            let _ = stream.try_write(&line);
+            continue;
         };
         let app = app.clone();
         app.tasks.clone().spawn(async move {
             if let Err(err) = handle(app, stream).await {
                 tracing::debug!(cause = %err, "control connection ended");
             }
+            drop(slot);
         });
     }
 }
 
+/// Reads the request line: within [`REQUEST_TIMEOUT`], at most [`MAX_REQUEST_BYTES`].
+async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Request, String> {
+    let mut line = Vec::new();
+    let mut limited = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
+    match tokio::time::timeout(REQUEST_TIMEOUT, limited.read_until(b'\n', &mut line)).await {
+        Err(_) => {
+            return Err(format!(
+                "no request line within {}s",
+                REQUEST_TIMEOUT.as_secs()
+            ));
+        }
+        Ok(Err(e)) => return Err(format!("cannot read the request: {e}")),
+        Ok(Ok(_)) => {}
+    }
+    if line.len() > MAX_REQUEST_BYTES {
+        return Err(format!(
+            "the request is longer than {MAX_REQUEST_BYTES} bytes"
+        ));
+    }
+    serde_json::from_slice(&line).map_err(|e| format!("bad request: {e}"))
+}
+
 async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
-    let mut line = String::new();
-    BufReader::new(read).read_line(&mut line).await?;
-    let request: Request = match serde_json::from_str(&line) {
+    let request = match read_request(read).await {
         Ok(r) => r,
-        Err(e) => return send(&mut write, &Response::err(format!("bad request: {e}"))).await,
+        Err(e) => return send(&mut write, &Response::err(e)).await,
     };
     let response = match request {
         Request::Stats => Response::ok(app.stats()),
@@ -166,10 +220,13 @@ async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
         }
         Request::Watch => return watch(app, write).await,
         Request::Send { messages } => {
-            let n = messages.len() as u64;
             match app.inbox.append_batch(messages).await {
                 Ok(appended) => {
-                    app.metrics.ingested("cli", n);
+                    // A repeat of a recent id is acknowledged but not stored: not counted.
+                    let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
+                    if stored > 0 {
+                        app.metrics.ingested("cli", stored);
+                    }
                     Response::ok(appended)
                 }
                 Err(e) => Response::err(format!("not stored: {e}")),
@@ -249,13 +306,20 @@ async fn watch(app: Arc<App>, mut write: tokio::net::unix::OwnedWriteHalf) -> st
     }
 }
 
+/// Writes one JSON line; fails when the peer has not taken it within [`WRITE_TIMEOUT`].
 async fn send(
     write: &mut (impl AsyncWriteExt + Unpin),
     value: &impl Serialize,
 ) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    write.write_all(&line).await
+    match tokio::time::timeout(WRITE_TIMEOUT, write.write_all(&line)).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the peer did not read for {}s", WRITE_TIMEOUT.as_secs()),
+        )),
+    }
 }
 
 /// Client side: connects to the server of `home`.
@@ -279,12 +343,21 @@ impl Client {
         }
     }
 
-    /// Sends a request and reads the first response line.
+    /// Sends a request and reads the first response line. A server that answered before it
+    /// read the request (the socket is busy) is heard even though the send failed.
     pub async fn call(&mut self, request: &Request) -> anyhow::Result<Response> {
-        send(self.stream.get_mut(), request).await?;
-        self.next_line()
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("the server closed the control connection"))
+        let sent = send(self.stream.get_mut(), request).await;
+        match self.next_line().await {
+            Ok(Some(response)) => return Ok(response),
+            Err(err) if sent.is_ok() => return Err(err),
+            _ => {}
+        }
+        // Not `?`: a broken pipe here is the server's, not the terminal's (`main` exits 0
+        // quietly on a closed stdout).
+        if let Err(err) = sent {
+            anyhow::bail!("cannot send the request to the server: {err}");
+        }
+        anyhow::bail!("the server closed the control connection")
     }
 
     /// Reads the next line as `T`; `None` at end of stream.
@@ -298,6 +371,8 @@ impl Client {
 
     /// Sends a request without reading (for `watch`).
     pub async fn send(&mut self, request: &Request) -> anyhow::Result<()> {
-        Ok(send(self.stream.get_mut(), request).await?)
+        send(self.stream.get_mut(), request)
+            .await
+            .map_err(|err| anyhow::anyhow!("cannot send the request to the server: {err}"))
     }
 }

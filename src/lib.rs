@@ -24,7 +24,9 @@
 //! - [`watch`]: reloads `triggers.json` when it is saved.
 //! - [`control`]: the control socket between the CLI and the running server.
 //! - [`server`]: `serve` wiring and shutdown.
+//! - [`listener`]: HTTP connections: the cap, header/body/idle timeouts.
 //! - [`cli`]: the command line.
+//! - [`fuzzing`]: the entry points of the `fuzz/` targets, and the corpus replay test.
 
 pub mod actions;
 pub mod app;
@@ -34,7 +36,9 @@ pub mod config;
 pub mod control;
 pub mod delivery;
 pub mod engine;
+pub mod fuzzing;
 pub mod inbox;
+pub mod listener;
 pub mod message;
 pub mod metrics;
 pub mod rules;

@@ -20,9 +20,20 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {
         Ok(code) => code,
+        // The reader went away (`switchboard list | head -1`): that is how a pipe ends, not an
+        // error (ripgrep does the same).
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(2)
         }
     }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -1,7 +1,7 @@
 //! Process counters, rendered as Prometheus text for `GET /metrics`.
 //!
 //! Every part counts through the methods here (ingest by source, actions by
-//! rule and mode, suppressions by reason, drops); gauges (queue depths, ring
+//! rule and mode, suppressions by reason, drops, rules reloads by result); gauges (queue depths, ring
 //! depth) are read from the running parts at render time.
 
 use std::collections::BTreeMap;
@@ -23,6 +23,40 @@ pub struct Metrics {
     dropped: Mutex<BTreeMap<Mode, u64>>,
     transitions: Mutex<BTreeMap<&'static str, u64>>,
     rejected: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    reloads: Mutex<BTreeMap<ReloadResult, u64>>,
+}
+
+/// How a rules reload (SIGHUP, `rules reload`, the file watcher; not the boot load) ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ReloadResult {
+    /// The new rules are live.
+    Ok,
+    /// The file is invalid: the live rules stay.
+    Invalid,
+    /// The file is gone: the live rules stay.
+    Missing,
+    /// The file cannot be read: the live rules stay.
+    Unreadable,
+}
+
+impl ReloadResult {
+    /// Every result, in the order `/metrics` lists them.
+    pub const ALL: [ReloadResult; 4] = [
+        ReloadResult::Ok,
+        ReloadResult::Invalid,
+        ReloadResult::Missing,
+        ReloadResult::Unreadable,
+    ];
+
+    /// The `result` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadResult::Ok => "ok",
+            ReloadResult::Invalid => "invalid",
+            ReloadResult::Missing => "missing",
+            ReloadResult::Unreadable => "unreadable",
+        }
+    }
 }
 
 /// A value read from a running part at render time: `(name, help, value)`.
@@ -86,6 +120,21 @@ impl Metrics {
             .unwrap()
             .entry((code, status))
             .or_default() += 1;
+    }
+
+    /// A rules reload ended with `result`.
+    pub fn rule_reload(&self, result: ReloadResult) {
+        *self.reloads.lock().unwrap().entry(result).or_default() += 1;
+    }
+
+    /// Reloads that ended with `result` so far.
+    pub fn rule_reloads(&self, result: ReloadResult) -> u64 {
+        self.reloads
+            .lock()
+            .unwrap()
+            .get(&result)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Total actions dropped.
@@ -184,6 +233,20 @@ impl Metrics {
                 "switchboard_http_rejections_total{{code=\"{code}\",status=\"{status}\"}} {n}"
             );
         }
+        family(
+            &mut out,
+            "switchboard_rule_reloads_total",
+            "counter",
+            "Rules reloads since start (SIGHUP, `rules reload`, file watcher), by result.",
+        );
+        for result in ReloadResult::ALL {
+            let _ = writeln!(
+                out,
+                "switchboard_rule_reloads_total{{result=\"{}\"}} {}",
+                result.as_str(),
+                self.rule_reloads(result)
+            );
+        }
         for (readings, kind) in [(counters, "counter"), (gauges, "gauge")] {
             for (name, help, value) in readings {
                 family(&mut out, name, kind, help);
@@ -221,6 +284,9 @@ mod tests {
         m.dropped(Mode::Auto);
         m.http_rejected("rate_limited", 429);
         m.http_rejected("rate_limited", 429);
+        m.rule_reload(ReloadResult::Ok);
+        m.rule_reload(ReloadResult::Invalid);
+        m.rule_reload(ReloadResult::Invalid);
         let text = m.render(
             &[(
                 "switchboard_journal_write_errors_total",
@@ -242,6 +308,12 @@ mod tests {
         assert!(text.contains(
             "# TYPE switchboard_journal_write_errors_total counter\nswitchboard_journal_write_errors_total 2\n"
         ));
+        assert!(text.contains("switchboard_rule_reloads_total{result=\"ok\"} 1\n"));
+        assert!(text.contains("switchboard_rule_reloads_total{result=\"invalid\"} 2\n"));
+        assert!(
+            text.contains("switchboard_rule_reloads_total{result=\"missing\"} 0\n"),
+            "every result is listed, also at zero"
+        );
         assert_eq!(m.dropped_total(), 1);
     }
 }

@@ -162,6 +162,8 @@ async fn bind(addr: &str, what: &'static str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {addr} ({what})"))
 }
 
+/// Serves `router` on `listener` with the connection cap and the read timeouts of
+/// [`crate::listener`].
 fn serve_http(
     app: &Arc<App>,
     listener: TcpListener,
@@ -169,15 +171,13 @@ fn serve_http(
     what: &'static str,
 ) -> anyhow::Result<SocketAddr> {
     let bound = listener.local_addr()?;
-    let token = app.shutdown.clone();
-    app.tasks.spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await;
-        if let Err(err) = served {
-            tracing::error!(cause = %err, what, "http server failed");
-        }
-    });
+    app.tasks.spawn(crate::listener::serve(
+        listener,
+        router,
+        app.shutdown.clone(),
+        app.tasks.clone(),
+        what,
+    ));
     tracing::info!(%bound, what, "listening");
     Ok(bound)
 }

@@ -1,18 +1,25 @@
-//! The rules watcher: reloads `triggers.json` when it changes on disk.
+//! The rules watcher: reloads `triggers.json` when its content changes on disk.
 //!
 //! Editors save by writing a temporary file and renaming it over the old one, which
 //! replaces the inode a file watch would follow, so the watcher watches the home
-//! *directory* and reacts to any event naming `triggers.json` (create, write, rename,
-//! remove). Events are debounced (an editor's save is several events) and the watcher only
-//! signals: the reload itself is [`App::reload_rules`], the same one SIGHUP and
-//! `rules reload` use, so a deleted or invalid file keeps the live rules.
+//! *directory*. Only events that can change the file count: create, write, rename and
+//! remove of `triggers.json` itself. Opening or reading it does not (the reload itself
+//! reads the file, so reacting to access events reloaded forever), and neither does a
+//! change of its metadata. Events are debounced (an editor's save is several events), and
+//! the watcher then compares a hash of the file with the one it last saw, so one save is
+//! one reload and a `touch` is none. The watcher only signals: the reload itself is
+//! [`App::reload_rules`], the same one SIGHUP and `rules reload` use, so a deleted or
+//! invalid file keeps the live rules.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::RecursiveMode;
+use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
+use notify::{Event, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
+use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::app::App;
@@ -20,20 +27,30 @@ use crate::app::App;
 /// How long events are gathered before one reload.
 const DEBOUNCE: Duration = Duration::from_millis(150);
 
+/// What the watcher last saw of the file: the hash of its bytes, `None` when it could not be
+/// read (missing or unreadable).
+type Seen = Option<[u8; 32]>;
+
 /// Watches the home of `app` until shutdown; a no-op for an app without a home.
 pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
     let Some(home) = &app.home else { return Ok(()) };
     let dir = home.dir().to_path_buf();
-    let file_name = home.triggers().file_name().map(|n| n.to_os_string());
+    let path = home.triggers();
+    let Some(file_name) = path.file_name().map(|n| n.to_os_string()) else {
+        return Ok(());
+    };
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let mut seen = fingerprint(&path);
+    let watched = path.clone();
+    // The callback runs on the debouncer's own thread, so hashing the file blocks no async worker.
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
         let Ok(events) = result else { return };
-        let touches = events.iter().any(|e| {
-            e.paths
-                .iter()
-                .any(|p| p.file_name().map(|n| n.to_os_string()) == file_name)
-        });
-        if touches {
+        if !events.iter().any(|e| changes(e, &file_name)) {
+            return;
+        }
+        let now = fingerprint(&watched);
+        if now != seen {
+            seen = now;
             let _ = tx.send(());
         }
     })?;
@@ -55,4 +72,90 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
     });
     tracing::info!(dir = %dir.display(), "watching for triggers.json changes");
     Ok(())
+}
+
+/// Whether `event` can have changed the file named `file_name`: a create, a write (or the close
+/// after one), a rename or a remove naming it. Opens, reads and metadata changes cannot.
+fn changes(event: &Event, file_name: &OsString) -> bool {
+    let kind = match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => true,
+        // An overflowed queue (rescan) or an event the backend could not classify.
+        EventKind::Any | EventKind::Other => true,
+    };
+    kind && (event.need_rescan()
+        || event
+            .paths
+            .iter()
+            .any(|p| p.file_name() == Some(file_name.as_os_str())))
+}
+
+/// The hash of the file's bytes, or `None` when it cannot be read.
+fn fingerprint(path: &Path) -> Seen {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| Sha256::digest(&bytes).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, DataChange, MetadataKind, RemoveKind, RenameMode};
+    use std::path::PathBuf;
+
+    fn event(kind: EventKind, path: &str) -> Event {
+        Event::new(kind).add_path(PathBuf::from(path))
+    }
+
+    #[test]
+    fn only_changes_to_the_rules_file_count() {
+        let name = OsString::from("triggers.json");
+        let table = [
+            (EventKind::Create(CreateKind::File), true),
+            (EventKind::Modify(ModifyKind::Data(DataChange::Any)), true),
+            (EventKind::Modify(ModifyKind::Name(RenameMode::To)), true),
+            (EventKind::Remove(RemoveKind::File), true),
+            (
+                EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                true,
+            ),
+            (EventKind::Access(AccessKind::Open(AccessMode::Any)), false),
+            (EventKind::Access(AccessKind::Read), false),
+            (
+                EventKind::Access(AccessKind::Close(AccessMode::Read)),
+                false,
+            ),
+            (
+                EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+                false,
+            ),
+        ];
+        for (kind, want) in table {
+            assert_eq!(
+                changes(&event(kind, "/h/triggers.json"), &name),
+                want,
+                "{kind:?}"
+            );
+            assert!(
+                !changes(&event(kind, "/h/state.json"), &name),
+                "{kind:?} on another file"
+            );
+        }
+    }
+
+    #[test]
+    fn fingerprint_follows_the_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("triggers.json");
+        assert_eq!(fingerprint(&path), None);
+        std::fs::write(&path, "{}").unwrap();
+        let first = fingerprint(&path);
+        assert!(first.is_some());
+        std::fs::write(&path, "{}").unwrap();
+        assert_eq!(fingerprint(&path), first, "same bytes, same fingerprint");
+        std::fs::write(&path, r#"{"rules":[]}"#).unwrap();
+        assert_ne!(fingerprint(&path), first);
+    }
 }

@@ -6,6 +6,7 @@ mod integration {
 
     mod cli;
     mod faults;
+    mod hostile;
     mod inbox;
     mod ingest;
     mod lifecycle;

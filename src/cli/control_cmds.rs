@@ -1,7 +1,14 @@
 //! The operator commands that talk to the running server over the control
 //! socket (`list`, `confirm`, `pause`, `resume`, `stats`, `watch`,
 //! `rules reload`, `rules list`), and `install`.
+//!
+//! Human output is for a terminal, and message text comes from outside: control
+//! characters, ANSI escapes and bidi overrides in channels, content and prompts are printed
+//! escaped ([`escape`]: `\n`, `\x1b`, `\u{202e}`), so a message cannot forge a line or
+//! repaint the screen. `--json` output stays JSON. Every write goes through `writeln!` so a
+//! closed pipe (`switchboard list | head -1`) is an error `main` turns into a quiet exit 0.
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -99,21 +106,44 @@ async fn call(home: &Path, request: Request) -> anyhow::Result<Response> {
 
 fn finish(
     response: Response,
-    print_ok: impl FnOnce(&serde_json::Value),
+    print_ok: impl FnOnce(&serde_json::Value) -> std::io::Result<()>,
 ) -> anyhow::Result<ExitCode> {
     if response.ok {
-        print_ok(&response.result);
+        print_ok(&response.result)?;
         Ok(ExitCode::SUCCESS)
     } else {
         anyhow::bail!(response.error.unwrap_or_else(|| "request failed".into()))
     }
 }
 
-fn print_json(value: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_default()
-    );
+fn print_json(value: &serde_json::Value) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    writeln!(std::io::stdout().lock(), "{text}")
+}
+
+/// `text` with every control character (C0, DEL, C1) and every bidi override escaped, so it
+/// prints as one inert line: a newline becomes `\n`, ESC `\x1b`, U+202E `\u{202e}`.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `switchboard list`.
@@ -129,13 +159,15 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
     finish(response, |result| {
         let messages: Vec<crate::message::Message> =
             serde_json::from_value(result.clone()).unwrap_or_default();
+        let mut out = std::io::stdout().lock();
         for m in messages {
             if args.json {
-                println!("{}", serde_json::to_string(&m).unwrap_or_default());
+                writeln!(out, "{}", serde_json::to_string(&m).unwrap_or_default())?;
             } else {
-                println!("{}", message_line(&m));
+                writeln!(out, "{}", message_line(&m))?;
             }
         }
+        out.flush()
     })
 }
 
@@ -144,9 +176,9 @@ fn message_line(m: &crate::message::Message) -> String {
         "#{} {} {}/{}: {}",
         m.seq,
         m.timestamp_rfc3339(),
-        m.server,
-        m.channel,
-        m.content.replace('\n', " ")
+        escape(&m.server),
+        escape(&m.channel),
+        escape(&m.content)
     )
 }
 
@@ -170,10 +202,14 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
     .await?;
     finish(response, |result| {
         if approve {
-            println!("approved {}; queued for the agent:", args.id);
-            print_json(result);
+            writeln!(
+                std::io::stdout().lock(),
+                "approved {}; queued for the agent:",
+                args.id
+            )?;
+            print_json(result)
         } else {
-            println!("denied {}", args.id);
+            writeln!(std::io::stdout().lock(), "denied {}", args.id)
         }
     })
 }
@@ -182,12 +218,13 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
 pub async fn pause(home: PathBuf, paused: bool) -> anyhow::Result<ExitCode> {
     let response = call(&home, Request::Pause { paused }).await?;
     finish(response, |_| {
-        println!(
+        writeln!(
+            std::io::stdout().lock(),
             "{}",
             if paused {
-                "paused: rules are not evaluated"
+                "paused: messages are stored but not evaluated, now or later"
             } else {
-                "resumed"
+                "resumed: messages from now on are evaluated"
             }
         )
     })
@@ -305,7 +342,8 @@ pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
         eprintln!("{}", message.unwrap_or_default());
     }
     finish(response, |r| {
-        println!(
+        writeln!(
+            std::io::stdout().lock(),
             "{}",
             r.get("message")
                 .and_then(|m| m.as_str())
@@ -331,7 +369,12 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
             text
         }
     };
-    while let Some(event) = client.next_line::<WatchEvent>().await? {
+    while let Some(value) = client.next_line::<serde_json::Value>().await? {
+        if value.get("ok") == Some(&serde_json::Value::Bool(false)) {
+            let refused: Response = serde_json::from_value(value)?;
+            anyhow::bail!(refused.error.unwrap_or_else(|| "watch refused".into()));
+        }
+        let event: WatchEvent = serde_json::from_value(value)?;
         let line = match &event {
             _ if args.json => serde_json::to_string(&event)?,
             WatchEvent::Message(m) => paint("2", message_line(m)),
@@ -342,21 +385,21 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
                     ItemKind::Auto => ("35", "auto"),
                     ItemKind::Approved => ("32", "approved"),
                 };
-                let first = item.prompt.lines().next().unwrap_or_default();
+                let first = escape(item.prompt.lines().next().unwrap_or_default());
+                let rule = escape(&item.rule);
                 if args.toast {
-                    toast(label, &item.rule, first);
+                    toast(label, &rule, &first);
                 }
                 paint(
                     code,
-                    format!("  {label} #{} [{}] {first}", item.action_id, item.rule),
+                    format!("  {label} #{} [{rule}] {first}", item.action_id),
                 )
             }
             WatchEvent::Action(e) => paint("2", format!("  {}", transition_line(e))),
         };
         let mut out = std::io::stdout().lock();
-        if writeln!(out, "{line}").is_err() {
-            break;
-        }
+        writeln!(out, "{line}")?;
+        out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -443,6 +486,44 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');
     crate::config::write_atomic(&path, text.as_bytes())?;
-    println!("added `switchboard` to {path_text}");
+    writeln!(
+        std::io::stdout().lock(),
+        "added `switchboard` to {path_text}"
+    )?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_makes_control_characters_visible() {
+        let table = [
+            ("plain text, üñí €", "plain text, üñí €"),
+            ("two\nlines", "two\\nlines"),
+            ("\x1b[2J\x1b[31mred", "\\x1b[2J\\x1b[31mred"),
+            ("tab\there\r", "tab\\there\\r"),
+            ("nul\0 del\x7f", "nul\\x00 del\\x7f"),
+            ("c1 \u{9b}31m", "c1 \\u{9b}31m"),
+            ("bidi \u{202e}txt.exe", "bidi \\u{202e}txt.exe"),
+        ];
+        for (raw, want) in table {
+            assert_eq!(escape(raw), want, "{raw:?}");
+        }
+        assert!(matches!(escape("clean"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_message_line_is_one_line() {
+        let msg = crate::message::Message::from_new(
+            crate::message::NewMessage::new("x\x1b]0;title\x07", "a\nb", "line\n#2 forged"),
+            7,
+            chrono::Utc::now(),
+        );
+        let line = message_line(&msg);
+        assert!(!line.chars().any(|c| c.is_control()), "{line:?}");
+        assert!(line.contains("a\\nb"), "{line:?}");
+        assert!(line.ends_with("line\\n#2 forged"), "{line:?}");
+    }
 }

@@ -76,7 +76,7 @@ pub async fn execute(home: PathBuf, command: RulesCommand) -> anyhow::Result<Exi
         RulesCommand::Test(args) => test(args),
         RulesCommand::Schema => {
             let schema = serde_json::to_string_pretty(&crate::rules::schema())?;
-            println!("{schema}");
+            writeln!(std::io::stdout().lock(), "{schema}")?;
             Ok(ExitCode::SUCCESS)
         }
         RulesCommand::Reload => super::control_cmds::reload(home).await,

@@ -1,5 +1,6 @@
 //! `switchboard send`: append a message to the running server's inbox.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -49,9 +50,10 @@ pub async fn execute(home: PathBuf, args: SendArgs) -> anyhow::Result<ExitCode> 
         anyhow::bail!(response.error.unwrap_or_else(|| "send failed".into()));
     }
     let appended = &response.result[0];
+    let mut out = std::io::stdout().lock();
     match appended["duplicate"].as_bool() {
-        Some(true) => println!("duplicate of seq {}", appended["seq"]),
-        _ => println!("seq {}", appended["seq"]),
+        Some(true) => writeln!(out, "duplicate of seq {}", appended["seq"])?,
+        _ => writeln!(out, "seq {}", appended["seq"])?,
     }
     Ok(ExitCode::SUCCESS)
 }

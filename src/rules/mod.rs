@@ -175,10 +175,10 @@ pub fn schema() -> serde_json::Value {
 /// The investigate prompt for a message (empty notify prompt, `channel_run`):
 /// `Investigate this SERVER/CHANNEL event:`, a blank line, the content.
 pub fn default_prompt(msg: &Message) -> String {
-    format!(
+    template::cap(format!(
         "Investigate this {}/{} event:\n\n{}",
         msg.server, msg.channel, msg.content
-    )
+    ))
 }
 
 /// What `rules_list` and `switchboard rules list` show of each rule: the rule as written,

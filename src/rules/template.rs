@@ -6,8 +6,83 @@
 //! says `{{channel}}` stays as written). Unknown placeholders such as `{{foo}}` are kept verbatim;
 //! `{{meta.KEY}}` of a key the message lacks renders as nothing. Spaces inside the braces are
 //! allowed (`{{ content }}`). An unclosed `{{` or an empty `{{meta.}}` is an error.
+//!
+//! A rendered text is at most [`MAX_RENDERED_BYTES`] (64 KiB): a template that repeats
+//! `{{content}}` a thousand times must not turn a 10 KB message into 10 MB per action. Past the
+//! cap the text is cut at a character boundary and ends with [`TRUNCATED_MARKER`]; the message
+//! itself travels whole in its own field of every delivered item.
 
 use crate::message::Message;
+
+/// The most bytes a rendered prompt (or dedup key) has, marker included.
+pub const MAX_RENDERED_BYTES: usize = 64 * 1024;
+
+/// Ends a rendered text cut at [`MAX_RENDERED_BYTES`].
+pub const TRUNCATED_MARKER: &str =
+    "\n[switchboard: prompt truncated at 64 KiB; the whole message is in its own field]";
+
+/// Builds a rendered text, keeping at most [`MAX_RENDERED_BYTES`] bytes.
+struct Capped {
+    out: String,
+    full: bool,
+}
+
+impl Capped {
+    fn with_capacity(n: usize) -> Capped {
+        Capped {
+            out: String::with_capacity(n.min(MAX_RENDERED_BYTES)),
+            full: false,
+        }
+    }
+
+    /// Appends `text`, or as much of it as fits before the marker; false once full.
+    fn push(&mut self, text: &str) -> bool {
+        if self.full {
+            return false;
+        }
+        if self.out.len() + text.len() <= MAX_RENDERED_BYTES {
+            self.out.push_str(text);
+            return true;
+        }
+        let room = MAX_RENDERED_BYTES
+            .saturating_sub(TRUNCATED_MARKER.len())
+            .saturating_sub(self.out.len());
+        if self.out.len() > MAX_RENDERED_BYTES - TRUNCATED_MARKER.len() {
+            let mut end = MAX_RENDERED_BYTES - TRUNCATED_MARKER.len();
+            while !self.out.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.out.truncate(end);
+        }
+        self.out.push_str(floor(text, room));
+        self.out.push_str(TRUNCATED_MARKER);
+        self.full = true;
+        false
+    }
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+fn floor(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// `text` cut to [`MAX_RENDERED_BYTES`] with [`TRUNCATED_MARKER`] when longer (the default
+/// investigate prompt, which is not a template, goes through this too).
+pub fn cap(text: String) -> String {
+    if text.len() <= MAX_RENDERED_BYTES {
+        return text;
+    }
+    let mut capped = Capped::with_capacity(MAX_RENDERED_BYTES);
+    capped.push(&text);
+    capped.out
+}
 
 /// A variable a template can name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,25 +159,24 @@ impl Template {
         Ok(Template { parts })
     }
 
-    /// Renders the template for `msg`.
+    /// Renders the template for `msg`, at most [`MAX_RENDERED_BYTES`] long.
     pub fn render(&self, msg: &Message) -> String {
-        let mut out = String::with_capacity(64 + msg.content.len());
+        let mut out = Capped::with_capacity(64 + msg.content.len());
         for part in &self.parts {
-            match part {
-                Part::Text(t) => out.push_str(t),
-                Part::Var(Var::Content) => out.push_str(&msg.content),
-                Part::Var(Var::Channel) => out.push_str(&msg.channel),
-                Part::Var(Var::Server) => out.push_str(&msg.server),
-                Part::Var(Var::Seq) => out.push_str(&msg.seq.to_string()),
-                Part::Var(Var::Timestamp) => out.push_str(&msg.timestamp_rfc3339()),
-                Part::Var(Var::Meta(k)) => {
-                    if let Some(v) = msg.metadata.get(k) {
-                        out.push_str(v)
-                    }
-                }
+            let more = match part {
+                Part::Text(t) => out.push(t),
+                Part::Var(Var::Content) => out.push(&msg.content),
+                Part::Var(Var::Channel) => out.push(&msg.channel),
+                Part::Var(Var::Server) => out.push(&msg.server),
+                Part::Var(Var::Seq) => out.push(&msg.seq.to_string()),
+                Part::Var(Var::Timestamp) => out.push(&msg.timestamp_rfc3339()),
+                Part::Var(Var::Meta(k)) => out.push(msg.metadata.get(k).map_or("", |v| v)),
+            };
+            if !more {
+                break;
             }
         }
-        out
+        out.out
     }
 }
 
@@ -150,6 +224,36 @@ mod tests {
             let t = Template::parse(tpl).unwrap();
             assert_eq!(t.render(&msg()), *want, "template {tpl:?}");
         }
+    }
+
+    #[test]
+    fn a_rendered_prompt_is_capped_on_a_char_boundary_with_a_marker() {
+        // 10 KB of 3-byte characters, repeated 1000 times: 30 MB uncapped.
+        let mut m = msg();
+        m.content = "€".repeat(10_000 / 3);
+        let t = Template::parse(&"{{content}}".repeat(1000)).unwrap();
+        let out = t.render(&m);
+        assert!(out.len() <= MAX_RENDERED_BYTES, "{} bytes", out.len());
+        assert!(out.len() > MAX_RENDERED_BYTES - TRUNCATED_MARKER.len() - 4);
+        assert!(out.ends_with(TRUNCATED_MARKER));
+        let kept = out.strip_suffix(TRUNCATED_MARKER).unwrap();
+        assert!(kept.chars().all(|c| c == '€'), "cut inside a character");
+
+        // Just at the cap: whole, no marker.
+        m.content = "x".repeat(MAX_RENDERED_BYTES);
+        let whole = Template::parse("{{content}}").unwrap().render(&m);
+        assert_eq!(whole, m.content);
+        // One byte more: cut.
+        let over = Template::parse("{{content}}.").unwrap().render(&m);
+        assert_eq!(over.len(), MAX_RENDERED_BYTES);
+        assert!(over.ends_with(TRUNCATED_MARKER));
+        // Text after the cut is not rendered.
+        let t = Template::parse("{{content}}{{content}} tail {{seq}}").unwrap();
+        assert!(!t.render(&m).contains("tail"));
+        assert_eq!(cap(m.content.clone()), m.content);
+        let capped = cap(format!("{}é", m.content));
+        assert_eq!(capped.len(), MAX_RENDERED_BYTES);
+        assert!(capped.ends_with(TRUNCATED_MARKER));
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //! The checks run in this order, so a request gets the first that applies: route (404),
 //! bearer token (401), method (405), rate limit (429), body size (413), content type (415),
 //! JSON syntax (400), shape (422), then the inbox (202, or 503 when it cannot promise
-//! durability). `/v1/github` checks its secret (403) first and its signature (401) once the
+//! durability). A body that has not arrived [`crate::listener::BODY_READ_TIMEOUT`] after its
+//! header gets 408 `body_timeout`. `/v1/github` checks its secret (403) first and its signature (401) once the
 //! body is read (413), then the rest. Only authenticated requests spend the quota.
 
 use std::collections::BTreeMap;
@@ -286,6 +287,16 @@ impl Ingest {
         body.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 self.too_large()
+            } else if crate::listener::BodyDeadline::is_cause_of(&rejection) {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!(
+                        "{}; send the whole body at once",
+                        crate::listener::BodyDeadline
+                    ),
+                )
+                .header(header::CONNECTION, "close")
             } else {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
@@ -577,7 +588,7 @@ impl From<Incoming> for NewMessage {
 }
 
 /// One message object, or an array of them, in order.
-fn generic_messages(value: Value) -> Result<Vec<NewMessage>, PayloadError> {
+pub(crate) fn generic_messages(value: Value) -> Result<Vec<NewMessage>, PayloadError> {
     fn one(value: Value) -> Result<NewMessage, String> {
         if !value.is_object() {
             return Err(format!(

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Soak: mixed load on the release binary for DURATION seconds while RSS and open file
+# descriptors are sampled every SAMPLE seconds. Prints the samples and a Markdown summary.
+#
+#   benches/soak.sh                 # DURATION=600 RATE=300 SESSIONS=4 RELOAD=10 SAMPLE=10
+#
+# The load, all at once:
+# - ingest: POST /v1/messages at RATE messages/s over keep-alive connections (one in ten on
+#   `soak/alert`, which a notify rule turns into a nudge, one in fifty with a repeated id);
+# - SESSIONS MCP sessions over streamable HTTP, each calling `wait_for_inbound_message`
+#   (timeout 20 s) in a loop, so nudges are delivered and long-polls come and go;
+# - a rules reload every RELOAD seconds, alternating `switchboard rules reload` and a save of
+#   triggers.json (which the watcher reloads);
+# - every 30 s, a slow client that opens a connection, sends half a header and goes quiet.
+# Needs python3 (standard library only) and curl. BIN=path skips the build. Builds the release binary first (honours
+# CARGO_TARGET_DIR). Exits 1 if the server dies or the ingest loop sees a non-202.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-600}
+RATE=${RATE:-300}
+SESSIONS=${SESSIONS:-4}
+RELOAD=${RELOAD:-10}
+SAMPLE=${SAMPLE:-10}
+
+if [[ -z ${BIN:-} ]]; then
+    cargo build --release --quiet --bin switchboard
+    target=${CARGO_TARGET_DIR:-target}
+    BIN="$(pwd)/$target/release/switchboard"
+fi
+bin=$BIN
+
+work=$(mktemp -d)
+home="$work/home"
+mkdir -p "$home"
+server_pid=
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+rules() { # $1 = a word that makes each save different
+    printf '{"rules": [{"name": "soak-nudge", "channel": "soak/alert", "description": "%s"}]}\n' "$1"
+}
+printf '{"http": {"rateLimit": "0"}}\n' >"$home/switchboard.json"
+rules start >"$home/triggers.json"
+RUST_LOG=warn "$bin" --home "$home" serve --no-stdio --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+    </dev/null >/dev/null 2>>"$work/server.log" &
+server_pid=$!
+for _ in $(seq 200); do
+    [[ -s $home/endpoint.json ]] && break
+    sleep 0.05
+done
+[[ -s $home/endpoint.json ]] || { echo "error: switchboard did not start" >&2; cat "$work/server.log" >&2; exit 1; }
+ingest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ingest"])' "$home/endpoint.json")
+mcp=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mcp"])' "$home/endpoint.json")
+token=$(cat "$home/token")
+
+# Ingest at RATE/s; prints "sent N refused M" when done.
+cat >"$work/ingest.py" <<'EOF'
+import http.client, json, sys, time
+addr, token, rate, duration = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+host, port = addr.rsplit(":", 1)
+conn = http.client.HTTPConnection(host, int(port), timeout=30)
+headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+start, n, refused = time.monotonic(), 0, 0
+while time.monotonic() - start < duration:
+    due = start + n / rate
+    now = time.monotonic()
+    if due > now:
+        time.sleep(due - now)
+    channel = "soak/alert" if n % 10 == 0 else "soak/info"
+    msg = {"server": "soak", "channel": channel, "content": f"soak message {n}: " + "x" * 80}
+    if n % 50 == 0:
+        msg["id"] = f"repeat-{n // 500}"
+    resp = None
+    for attempt in range(3):
+        try:
+            conn.request("POST", "/v1/messages", json.dumps(msg), headers)
+            resp = conn.getresponse()
+            resp.read()
+            break
+        except (ConnectionError, http.client.HTTPException):
+            conn.close()  # closed by the server's idle timeout: reconnect
+    if resp is None or resp.status != 202:
+        refused += 1
+    n += 1
+print(f"sent {n} refused {refused}")
+EOF
+
+# One MCP session over streamable HTTP, waiting in a loop; prints "waits N items M".
+cat >"$work/session.py" <<'EOF'
+import http.client, json, sys, time, urllib.parse
+url, token, duration, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+u = urllib.parse.urlsplit(url)
+base = {"Authorization": "Bearer " + token, "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream"}
+session = None
+def rpc(body):
+    global session
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    headers = dict(base)
+    if session:
+        headers["Mcp-Session-Id"] = session
+    conn.request("POST", u.path, json.dumps(body), headers)
+    resp = conn.getresponse()
+    session = resp.getheader("Mcp-Session-Id") or session
+    result = None
+    if "id" in body and "json" in (resp.getheader("Content-Type") or ""):
+        result = json.loads(resp.read() or b"null")
+    elif "id" in body:
+        for raw in resp:
+            line = raw.decode().strip()
+            if line.startswith("data:") and line[5:].strip():
+                msg = json.loads(line[5:])
+                if msg.get("id") == body["id"]:
+                    result = msg
+                    break
+    conn.close()
+    return result
+rpc({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": name, "version": "1"}}})
+rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
+start, waits, items, i = time.monotonic(), 0, 0, 1
+while time.monotonic() - start < duration:
+    i += 1
+    r = rpc({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+        "name": "wait_for_inbound_message", "arguments": {"timeout_s": 20, "max_items": 50}}})
+    waits += 1
+    content = (r or {}).get("result", {}).get("structuredContent") or {}
+    items += len(content.get("items", []))
+print(f"waits {waits} items {items}")
+EOF
+
+rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$server_pid/status"; }
+fds() { ls "/proc/$server_pid/fd" | wc -l; }
+
+python3 "$work/ingest.py" "$ingest" "$token" "$RATE" "$DURATION" >"$work/ingest.out" &
+pids+=($!)
+for s in $(seq "$SESSIONS"); do
+    python3 "$work/session.py" "$mcp" "$token" "$DURATION" "soak-$s" >"$work/session-$s.out" &
+    pids+=($!)
+done
+
+echo "machine: $(nproc) cores, $(uname -sr); ${DURATION}s at ${RATE} msg/s, $SESSIONS sessions, reload every ${RELOAD}s" >&2
+echo "| t (s) | RSS (MiB) | fds | last seq |"
+echo "| ---: | ---: | ---: | ---: |"
+samples="$work/samples"
+: >"$samples"
+start=$(date +%s)
+next_reload=$RELOAD
+next_slow=30
+reloads=0
+while :; do
+    t=$(( $(date +%s) - start ))
+    kill -0 "$server_pid" 2>/dev/null || { echo "error: switchboard died at ${t}s" >&2; tail -20 "$work/server.log" >&2; exit 1; }
+    if (( t >= next_reload )); then
+        if (( reloads % 2 == 0 )); then
+            "$bin" --home "$home" rules reload >/dev/null
+        else
+            rules "save-$reloads" >"$home/triggers.json.tmp" && mv "$home/triggers.json.tmp" "$home/triggers.json"
+        fi
+        reloads=$(( reloads + 1 ))
+        next_reload=$(( next_reload + RELOAD ))
+    fi
+    if (( t >= next_slow )); then
+        python3 - "$ingest" <<'EOF' &
+import socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")
+s.settimeout(60)
+try:
+    s.recv(1)
+except OSError:
+    pass
+EOF
+        next_slow=$(( next_slow + 30 ))
+    fi
+    if (( t % SAMPLE == 0 )) && ! grep -q "^$t " "$samples"; then
+        seq=$(curl -s -H "Authorization: Bearer $token" "http://$ingest/metrics" | awk '$1 == "switchboard_last_seq" { print $2 }')
+        rss=$(rss_kib)
+        f=$(fds)
+        echo "$t $rss $f $seq" >>"$samples"
+        printf '| %s | %.1f | %s | %s |\n' "$t" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$f" "$seq"
+    fi
+    (( t >= DURATION )) && break
+    sleep 0.5
+done
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+pids=()
+reload_line=$(curl -s -H "Authorization: Bearer $token" "http://$ingest/metrics" | grep '^switchboard_rule_reloads_total' | tr '\n' ' ')
+
+echo
+cat "$work/ingest.out"
+cat "$work"/session-*.out
+echo "reloads done: $reloads; $reload_line"
+awk 'NR == 1 { r0 = $2; f0 = $3 } { if ($2 > rmax) rmax = $2; if ($3 > fmax) fmax = $3; r = $2; f = $3 }
+     END { printf "RSS %.1f -> %.1f MiB (max %.1f); fds %d -> %d (max %d)\n", r0 / 1024, r / 1024, rmax / 1024, f0, f, fmax }' "$samples"
+if grep -q "refused [1-9]" "$work/ingest.out"; then
+    echo "error: ingest saw refusals" >&2
+    exit 1
+fi

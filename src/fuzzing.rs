@@ -1,0 +1,163 @@
+//! Entry points for the fuzz targets in `fuzz/`, one per decoder that takes bytes from
+//! outside: the rules file, templates, the inbox journal record, the three webhook decoders,
+//! the control protocol and a JSON-RPC line. Each takes arbitrary bytes, must never panic,
+//! and checks what must hold for any input (a rendered prompt is capped, a decoded record
+//! re-encodes). The `cargo fuzz` targets call these, and the tests below replay every file
+//! of the kept corpus (`fuzz/corpus/<target>/`) through them, so a crash found once stays
+//! fixed.
+
+use chrono::TimeZone;
+
+use crate::message::{Message, NewMessage};
+use crate::rules::template::{MAX_RENDERED_BYTES, Template};
+
+/// A fuzz entry point: arbitrary bytes in, a panic on a bug.
+pub type Target = fn(&[u8]);
+
+/// Every target: its name (the `fuzz/corpus/` directory) and its entry point.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("rules_file", rules_file),
+    ("template", template),
+    ("journal_record", journal_record),
+    ("alertmanager", alertmanager),
+    ("github", github),
+    ("generic_webhook", generic_webhook),
+    ("control_request", control_request),
+    ("jsonrpc_line", jsonrpc_line),
+];
+
+/// A message with a bit of everything, for rendering.
+fn sample(content: &str) -> Message {
+    let at = chrono::Utc.with_ymd_and_hms(2026, 11, 23, 9, 0, 0).unwrap();
+    Message::from_new(
+        NewMessage::new("alertmanager", "alerts/critical", content)
+            .with_meta("host", "db1")
+            .with_meta("x", "{{content}}")
+            .with_timestamp(at),
+        7,
+        at,
+    )
+}
+
+/// `triggers.json`: parse and validate; a valid file's rules match and render.
+pub fn rules_file(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match crate::rules::RuleSet::parse(text) {
+        Ok(rules) => {
+            let msg = sample("disk full on db1 sev1");
+            for rule in rules.rules() {
+                let _ = rule.is_match(&msg);
+                assert!(rule.render_prompt(&msg).len() <= MAX_RENDERED_BYTES);
+            }
+        }
+        Err(errors) => {
+            assert!(!errors.is_empty(), "an invalid file names its errors");
+            for e in &errors {
+                let _ = e.render("triggers.json");
+            }
+        }
+    }
+}
+
+/// A prompt template: the first line is the template, the rest the message content.
+pub fn template(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (tpl, content) = text.split_once('\n').unwrap_or((&text, "content"));
+    if let Ok(t) = Template::parse(tpl) {
+        let out = t.render(&sample(content));
+        assert!(out.len() <= MAX_RENDERED_BYTES, "{} bytes", out.len());
+    }
+}
+
+/// A line of `channels.jsonl`, as boot replay decodes it; a decoded record re-encodes to a
+/// line that decodes to the same record.
+pub fn journal_record(data: &[u8]) {
+    let Ok(msg) = serde_json::from_slice::<Message>(data) else {
+        return;
+    };
+    let line = serde_json::to_string(&msg).expect("a message encodes");
+    let again: Message = serde_json::from_str(&line).expect("an encoded message decodes");
+    assert_eq!(
+        serde_json::to_string(&again).unwrap(),
+        line,
+        "a record survives a round trip"
+    );
+}
+
+/// `POST /v1/alertmanager`.
+pub fn alertmanager(data: &[u8]) {
+    if let Ok(payload) = serde_json::from_slice(data) {
+        let _ = crate::sources::alertmanager::messages(payload);
+    }
+}
+
+/// `POST /v1/github`: the first line is the `X-GitHub-Event` header, the rest the body.
+pub fn github(data: &[u8]) {
+    let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());
+    let event = String::from_utf8_lossy(&data[..split]);
+    let body = data.get(split + 1..).unwrap_or_default();
+    if let Ok(payload) = serde_json::from_slice(body) {
+        let _ = crate::sources::github::messages(&event, "fuzz-delivery", &payload);
+    }
+}
+
+/// `POST /v1/messages`.
+pub fn generic_webhook(data: &[u8]) {
+    if let Ok(value) = serde_json::from_slice(data) {
+        let _ = crate::sources::http::generic_messages(value);
+    }
+}
+
+/// A control socket request line; a decoded request re-encodes and decodes again.
+pub fn control_request(data: &[u8]) {
+    if let Ok(request) = serde_json::from_slice::<crate::control::Request>(data) {
+        let line = serde_json::to_vec(&request).expect("a request encodes");
+        serde_json::from_slice::<crate::control::Request>(&line).expect("and decodes");
+    }
+}
+
+/// A line from an MCP host: as rmcp's stdio codec decodes it, and as the `/mcp`
+/// `server/discover` probe looks at it.
+pub fn jsonrpc_line(data: &[u8]) {
+    let _ = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(data);
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
+        let _ = v["method"] == "server/discover";
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replays the kept corpus of every target (the seeds and whatever fuzzing added).
+    #[test]
+    fn every_corpus_file_replays_without_a_panic() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+        for (name, target) in TARGETS {
+            let dir = root.join(name);
+            let files: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .map(|e| e.unwrap().path())
+                .collect();
+            assert!(!files.is_empty(), "{}: no corpus", dir.display());
+            for path in files {
+                let data = std::fs::read(&path).unwrap();
+                let replay = std::panic::catch_unwind(|| target(&data));
+                assert!(replay.is_ok(), "{name}: {} panics", path.display());
+            }
+        }
+    }
+
+    #[test]
+    fn the_entry_points_check_what_they_claim() {
+        // A template that would blow past the cap, and the injection a message can try.
+        template(format!("{}\n{}", "{{content}}".repeat(100), "x".repeat(10_000)).as_bytes());
+        template(b"{{content}} {{meta.x}}\n{{meta.host}}");
+        journal_record(
+            br#"{"seq":1,"serverName":"s","channel":"c","content":"x","timestamp":"2026-11-23T09:00:00.123Z"}"#,
+        );
+        control_request(br#"{"cmd":"list","channel":null,"limit":3}"#);
+    }
+}

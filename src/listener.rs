@@ -1,0 +1,347 @@
+//! The HTTP listener for ingest and `/mcp`: accepts connections and serves a router on each,
+//! within limits that keep a hostile or broken client from holding the server.
+//!
+//! - **Headers and idle keep-alive**: a connection must deliver a request's whole header
+//!   within [`HEADER_READ_TIMEOUT`], also between requests on a kept-alive connection
+//!   (hyper's `header_read_timeout`, which runs whenever the connection waits for a head).
+//!   A slowloris that trickles its header is cut off there.
+//! - **Bodies**: a request's body must arrive in full within [`BODY_READ_TIMEOUT`] of its
+//!   header, however it trickles ([`BodyDeadline`]); ingest answers 408 past it.
+//! - **Responses are not timed**: a `wait_for_inbound_message` long-poll (up to 55 s) and an
+//!   MCP SSE stream keep their connection as long as they run.
+//! - **Connections**: at most [`MAX_CONNECTIONS`] per listener, so the process never runs
+//!   out of file descriptors (the journals and the control socket need some). When the cap
+//!   is reached, the oldest connection that has not yet sent a request head is closed to
+//!   make room (1,000 idle sockets cannot lock a real sender out); when every connection is
+//!   busy with a request, the new one gets `503 too_many_connections` with `Retry-After: 1`.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
+use http::Request;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// The most connections one listener serves at once.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request's header, and how long a kept-alive
+/// connection may sit idle between requests.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request's body may take to arrive, counted from its header.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Over-cap connections answered 503 at the same time; past this they are closed unanswered.
+const MAX_REFUSALS: usize = 32;
+
+/// How long answering an over-cap connection may take.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The error a request body yields once [`BODY_READ_TIMEOUT`] has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyDeadline;
+
+impl std::fmt::Display for BodyDeadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive within {}s",
+            BODY_READ_TIMEOUT.as_secs()
+        )
+    }
+}
+
+impl std::error::Error for BodyDeadline {}
+
+impl BodyDeadline {
+    /// Whether `err` (or anything in its source chain) is a [`BodyDeadline`].
+    pub fn is_cause_of(err: &(dyn std::error::Error + 'static)) -> bool {
+        let mut next = Some(err);
+        while let Some(e) = next {
+            if e.is::<BodyDeadline>() || e.to_string().contains(&BodyDeadline.to_string()) {
+                return true;
+            }
+            next = e.source();
+        }
+        false
+    }
+}
+
+/// A request body that fails with [`BodyDeadline`] when it has not ended by its deadline.
+struct DeadlineBody {
+    inner: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    expired: bool,
+}
+
+impl HttpBody for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if this.expired {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.expired = true;
+            return Poll::Ready(Some(Err(axum::Error::new(BodyDeadline))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.expired || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// `request` with its body bounded by [`BODY_READ_TIMEOUT`] from now.
+fn with_body_deadline(request: Request<Incoming>) -> Request<Body> {
+    request.map(|body| {
+        let inner = Body::new(body);
+        if inner.is_end_stream() {
+            return inner;
+        }
+        Body::new(DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(BODY_READ_TIMEOUT)),
+            expired: false,
+        })
+    })
+}
+
+/// The open connections of one listener, and which of them have not sent a request yet.
+#[derive(Default)]
+struct Slots {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    open: usize,
+    next_id: u64,
+    /// Connections that have not sent a request head, oldest first: closed to make room.
+    fresh: BTreeMap<u64, CancellationToken>,
+}
+
+/// One admitted connection; frees its slot when dropped.
+struct Slot {
+    slots: Arc<Slots>,
+    id: u64,
+    evicted: CancellationToken,
+}
+
+impl Slots {
+    /// A slot for a new connection: a free one, or the one of the oldest connection that has
+    /// not sent a request yet (which is closed); `None` when every connection is busy.
+    fn admit(self: &Arc<Slots>, cap: usize) -> Option<Slot> {
+        let mut state = self.state.lock().unwrap();
+        if state.open >= cap {
+            let (_, oldest) = state.fresh.pop_first()?;
+            oldest.cancel();
+        }
+        state.open += 1;
+        state.next_id += 1;
+        let id = state.next_id;
+        let evicted = CancellationToken::new();
+        state.fresh.insert(id, evicted.clone());
+        Some(Slot {
+            slots: self.clone(),
+            id,
+            evicted,
+        })
+    }
+}
+
+impl Slot {
+    /// The connection sent a request head: it is no longer closed to make room.
+    fn busy(&self) {
+        self.slots.state.lock().unwrap().fresh.remove(&self.id);
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut state = self.slots.state.lock().unwrap();
+        state.open -= 1;
+        state.fresh.remove(&self.id);
+    }
+}
+
+/// Serves `router` on every connection `listener` accepts, within the limits above, until
+/// `shutdown`; then lets requests in flight finish (the task tracker's deadline applies).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    what: &'static str,
+) {
+    let slots = Arc::new(Slots::default());
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    backoff = Duration::from_millis(5);
+                    stream
+                }
+                Err(err) => {
+                    // Out of file descriptors or a transient network error: wait, then retry.
+                    tracing::warn!(cause = %err, what, "accept failed; retrying in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            },
+        };
+        let Some(slot) = slots.admit(MAX_CONNECTIONS) else {
+            match refusals.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    tasks.spawn(async move {
+                        refuse(stream).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => drop(stream),
+            }
+            continue;
+        };
+        tasks.spawn(connection(stream, router.clone(), slot, shutdown.clone()));
+    }
+}
+
+async fn connection(stream: TcpStream, router: Router, slot: Slot, shutdown: CancellationToken) {
+    let _ = stream.set_nodelay(true);
+    let evicted = slot.evicted.clone();
+    let slot = Arc::new(slot);
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        slot.busy();
+        let request = with_body_deadline(request);
+        let router = router.clone();
+        async move { Ok::<_, Infallible>(router.oneshot(request).await.into_response_ok()) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        served = conn.as_mut() => {
+            if let Err(err) = served {
+                tracing::debug!(cause = %err, "http connection ended");
+            }
+        }
+        _ = evicted.cancelled() => {
+            tracing::debug!("idle http connection closed to make room for a new one");
+        }
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+/// Turns the router's `Result<Response, Infallible>` into the response.
+trait IntoResponseOk {
+    fn into_response_ok(self) -> axum::response::Response;
+}
+
+impl IntoResponseOk for Result<axum::response::Response, Infallible> {
+    fn into_response_ok(self) -> axum::response::Response {
+        match self {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// Answers a connection over the cap with `503 too_many_connections`, then closes it after
+/// reading what the client sent (closing with unread data would reset the connection and
+/// could lose the answer).
+async fn refuse(mut stream: TcpStream) {
+    let body = format!(
+        r#"{{"error":"too_many_connections","message":"switchboard serves at most {MAX_CONNECTIONS} connections at once and all are busy; retry in a second"}}"#
+    );
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < 64 * 1024 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_closes_the_oldest_fresh_connection_and_never_a_busy_one() {
+        let slots = Arc::new(Slots::default());
+        let a = slots.admit(2).unwrap();
+        let b = slots.admit(2).unwrap();
+        a.busy();
+        // Full: b (fresh) makes room, a (busy) does not.
+        let c = slots.admit(2).unwrap();
+        assert!(b.evicted.is_cancelled());
+        assert!(!a.evicted.is_cancelled());
+        drop(b);
+        c.busy();
+        assert!(slots.admit(2).is_none(), "every connection is busy");
+        drop(a);
+        let d = slots.admit(2).expect("a slot was freed");
+        assert!(!d.evicted.is_cancelled());
+        assert_eq!(slots.state.lock().unwrap().open, 2);
+        drop((c, d));
+        assert_eq!(slots.state.lock().unwrap().open, 0);
+    }
+
+    #[test]
+    fn a_body_deadline_is_found_in_an_error_chain() {
+        let wrapped = axum::Error::new(BodyDeadline);
+        assert!(BodyDeadline::is_cause_of(&wrapped));
+        let other = std::io::Error::other("connection reset");
+        assert!(!BodyDeadline::is_cause_of(&other));
+    }
+}

@@ -1,0 +1,735 @@
+//! Hostile input and hostile clients against the real binary: what an attacker or a broken
+//! sender can do to the rules watcher, HTTP ingest, the control socket and the terminal. Each
+//! test asserts the documented answer, that the server stays up, and that nothing it
+//! acknowledged is lost.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::util::*;
+
+/// An HTTP response as a client sees it.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+
+    #[track_caller]
+    fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status, status, "{}", self.body);
+        assert_eq!(self.json()["error"], code, "{}", self.body);
+    }
+}
+
+/// Reads one `Connection: close` response to the end (bodies are small or chunked JSON/text).
+fn read_reply(stream: &mut TcpStream) -> Reply {
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read response");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {head:?}"));
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Reply { status, body }
+}
+
+fn dechunk(mut data: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = data.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        data = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// One request on a fresh connection, with the bearer token.
+fn request(sb: &Switchboard, method: &str, path: &str, body: &[u8]) -> Reply {
+    let addr = sb.ingest.as_deref().expect("ingest address");
+    let mut stream = TcpStream::connect(addr).expect("connect to ingest");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Authorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        sb.token(),
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // The server may answer (413) before it reads the whole body.
+    let _ = stream.write_all(body);
+    read_reply(&mut stream)
+}
+
+fn post(sb: &Switchboard, body: &[u8]) -> Reply {
+    request(sb, "POST", "/v1/messages", body)
+}
+
+/// The value of the sample `name` (with its labels, as printed) in `/metrics`.
+fn metric(sb: &Switchboard, sample: &str) -> Option<f64> {
+    let reply = request(sb, "GET", "/metrics", b"");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == sample).then(|| value.parse().unwrap())
+    })
+}
+
+fn reloads(sb: &Switchboard, result: &str) -> f64 {
+    metric(
+        sb,
+        &format!("switchboard_rule_reloads_total{{result=\"{result}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no reload counter for {result}"))
+}
+
+/// Every seq in the inbox journal.
+fn journal_seqs(home: &Path) -> Vec<u64> {
+    std::fs::read_to_string(home.join("channels.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["seq"].as_u64())
+        .collect()
+}
+
+/// The seqs of a 202 answer.
+fn accepted(reply: &Reply) -> Vec<u64> {
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    reply.json()["accepted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["seq"].as_u64().unwrap())
+        .collect()
+}
+
+/// Writes `text` to the home's triggers.json the way editors do (temporary file + rename).
+fn save_rules(sb: &Switchboard, text: &str) {
+    let tmp = sb.home.path().join(".triggers.json.swp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, sb.home.path().join("triggers.json")).unwrap();
+}
+
+const RULES_A: &str =
+    r#"{"rules":[{"name":"a","channel":"alerts/*","mode":"confirm","prompt":"A {{content}}"}]}"#;
+const RULES_B: &str =
+    r#"{"rules":[{"name":"b","channel":"ci/*","mode":"confirm","prompt":"B {{content}}"}]}"#;
+
+/// Long enough for several debounce periods (150 ms) of a reload loop to show: the only
+/// fixed wait in this file, because what it checks is that nothing happens.
+const QUIET: Duration = Duration::from_millis(1500);
+
+#[test]
+fn one_save_is_one_reload_and_reading_the_file_reloads_nothing() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULES_A);
+    sb.spawn();
+    assert_eq!(reloads(&sb, "ok"), 0.0, "the boot load is not a reload");
+
+    save_rules(&sb, RULES_B);
+    eventually(Duration::from_secs(10), "the save is reloaded", || {
+        (reloads(&sb, "ok") >= 1.0).then_some(())
+    });
+    // Reading the file (as the reload itself and `rules check` do) and rewriting the same
+    // bytes change nothing.
+    for _ in 0..3 {
+        std::fs::read_to_string(sb.home.path().join("triggers.json")).unwrap();
+    }
+    let check = sb.cli(&["rules", "check"]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    std::fs::write(sb.home.path().join("triggers.json"), RULES_B).unwrap();
+    std::thread::sleep(QUIET);
+    assert_eq!(
+        reloads(&sb, "ok"),
+        1.0,
+        "one save, one reload:\n{}",
+        sb.log()
+    );
+    let logged = sb.log().matches("rules loaded from").count();
+    assert_eq!(logged, 2, "boot + one reload in the log:\n{}", sb.log());
+
+    // An explicit reload always reloads, and counts.
+    let out = sb.cli(&["rules", "reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(reloads(&sb, "ok"), 2.0);
+
+    // An invalid save is counted as such, once.
+    save_rules(&sb, r#"{"rules":[{"name":"x","mode":"loud"}]}"#);
+    eventually(Duration::from_secs(10), "the invalid save is seen", || {
+        (reloads(&sb, "invalid") >= 1.0).then_some(())
+    });
+    std::fs::remove_file(sb.home.path().join("triggers.json")).unwrap();
+    eventually(Duration::from_secs(10), "the removal is seen", || {
+        (reloads(&sb, "missing") >= 1.0).then_some(())
+    });
+    std::thread::sleep(QUIET);
+    assert_eq!(reloads(&sb, "invalid"), 1.0);
+    assert_eq!(reloads(&sb, "missing"), 1.0);
+    assert_eq!(reloads(&sb, "ok"), 2.0);
+    sb.terminate();
+}
+
+#[test]
+fn a_kept_reload_says_when_the_live_rules_were_really_loaded() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULES_A);
+    sb.spawn();
+    save_rules(&sb, RULES_B);
+    let at = eventually(Duration::from_secs(10), "the save is reloaded", || {
+        let stats = control(sb.home.path(), json!({"cmd": "stats"}));
+        let last = &stats["result"]["last_reload"];
+        (last["ok"] == true && last["message"].as_str()?.contains("1 rules loaded"))
+            .then(|| last["at"].as_str().unwrap().to_string())
+    });
+    let hms = &at[11..19];
+    save_rules(&sb, r#"{"rules":[{"name":"x","mode":"loud"}]}"#);
+    let out = sb.cli(&["rules", "reload"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("the 1 rule loaded at {hms} UTC stay live")),
+        "want the time of the last good reload ({hms}):\n{err}"
+    );
+    assert!(!err.contains("boot"), "{err}");
+    sb.terminate();
+}
+
+#[test]
+fn list_and_watch_escape_control_characters_and_a_closed_pipe_exits_0() {
+    let mut sb = Switchboard::start();
+    let hostile = "\x1b[2J\x1b[31mred\n#999 2026-01-01T00:00:00Z forged/line: rm -rf\r\u{202e}";
+    let watch = Watch::start(sb.home.path());
+    let seq = send_messages(sb.home.path(), &[("evil\nchan\x07", hostile)])[0];
+    let first = watch.line_with(&format!("#{seq} "));
+    assert!(!first.chars().any(|c| c.is_control()), "{first:?}");
+    assert!(first.contains("\\x1b[2J\\x1b[31mred\\n#999"), "{first:?}");
+
+    let out = sb.cli(&["list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let json_out = sb.cli(&["list", "--json"]);
+    let listed = stdout(&json_out).lines().count();
+    assert_eq!(
+        text.lines().count(),
+        listed,
+        "one message, one line: {text:?}"
+    );
+    let line = text.lines().find(|l| l.contains("evil")).unwrap();
+    assert!(line.ends_with("rm -rf\\r\\u{202e}"), "{line:?}");
+    assert!(
+        text.lines().all(|l| !l.chars().any(|c| c.is_control())),
+        "{text:?}"
+    );
+    assert!(text.contains("evil\\nchan\\x07"), "{text:?}");
+    // JSON stays JSON: the content round-trips exactly.
+    let m: Value = stdout(&json_out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|m| m["seq"] == seq)
+        .unwrap();
+    assert_eq!(m["content"], hostile);
+
+    // A reader that goes away: the writer exits 0 without a word.
+    let many: Vec<(&str, String)> = (0..300).map(|i| ("bulk", format!("{i:01000}"))).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(c, t)| (*c, t.as_str())).collect();
+    send_messages(sb.home.path(), &many);
+    for args in [&["list", "-n", "300"][..], &["list", "-n", "300", "--json"]] {
+        let mut child = Command::new(bin())
+            .arg("--home")
+            .arg(sb.home.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let status = wait_exit(&mut child, Duration::from_secs(20));
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}");
+    }
+    drop(watch);
+    sb.terminate();
+}
+
+/// `switchboard watch` on a home, its lines read by a thread; killed (and reaped) when the
+/// test ends, also on a failed assertion.
+struct Watch {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Watch {
+    /// Starts `watch` and returns once it streams: messages on channel `sync` are sent until
+    /// one shows up (a message sent before it subscribed would never be shown).
+    fn start(home: &Path) -> Watch {
+        let mut child = Command::new(bin())
+            .arg("--home")
+            .arg(home)
+            .arg("watch")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn watch");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let watch = Watch { child, lines };
+        eventually(Duration::from_secs(20), "watch streams", || {
+            send_messages(home, &[("sync", "sync")]);
+            watch.lines.recv_timeout(Duration::from_millis(200)).ok()
+        });
+        while watch.lines.recv_timeout(Duration::from_millis(300)).is_ok() {}
+        watch
+    }
+
+    /// The next line that contains `text`.
+    fn line_with(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("watch printed no line with {text:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn cli_duplicates_are_acknowledged_but_not_counted_as_ingested() {
+    let mut sb = Switchboard::start();
+    let message = json!({"server": "cli", "channel": "c", "content": "x", "id": "once"});
+    for want_duplicate in [false, true, true] {
+        let r = control(
+            sb.home.path(),
+            json!({"cmd": "send", "messages": [message.clone()]}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["result"][0]["duplicate"], want_duplicate, "{r}");
+    }
+    assert_eq!(
+        metric(&sb, "switchboard_messages_ingested_total{source=\"cli\"}"),
+        Some(1.0)
+    );
+    assert_eq!(metric(&sb, "switchboard_duplicates_total"), Some(2.0));
+    sb.terminate();
+}
+
+#[test]
+fn a_huge_template_is_capped_and_content_is_never_expanded_twice() {
+    let mut sb = Switchboard::new();
+    let rules = json!({"rules": [
+        {"name": "huge", "channel": "big", "mode": "confirm",
+         "prompt": "{{content}}".repeat(1000)},
+        {"name": "inject", "channel": "inj", "mode": "confirm",
+         "prompt": "look at {{content}} (host {{meta.host}})"},
+    ]});
+    sb.write("triggers.json", &rules.to_string());
+    sb.spawn();
+    let big = "é".repeat(5_000); // 10 KB
+    let batch: Vec<(&str, &str)> = (0..10).map(|_| ("big", big.as_str())).collect();
+    send_messages(sb.home.path(), &batch);
+    let injected = json!({"server": "t", "channel": "inj",
+        "content": "{{meta.token}} {{content}} {{meta.host}}",
+        "metadata": {"token": "SECRET", "host": "db1"}});
+    let r = control(
+        sb.home.path(),
+        json!({"cmd": "send", "messages": [injected]}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+
+    let records = eventually(Duration::from_secs(20), "11 actions", || {
+        let created: Vec<Value> = action_records(sb.home.path())
+            .into_iter()
+            .filter(|r| r.get("action").is_some())
+            .collect();
+        (created.len() == 11).then_some(created)
+    });
+    for r in &records[..10] {
+        let prompt = r["action"]["prompt"].as_str().unwrap();
+        assert!(prompt.len() <= 64 * 1024, "{} bytes", prompt.len());
+        assert!(prompt.len() > 60 * 1024, "{} bytes", prompt.len());
+        assert!(prompt.ends_with("the whole message is in its own field]"));
+        assert_eq!(r["message"]["content"], big, "the message stays whole");
+    }
+    let size = std::fs::metadata(sb.home.path().join("actions.jsonl"))
+        .unwrap()
+        .len();
+    assert!(size < 1024 * 1024, "actions.jsonl is {size} bytes");
+    assert_eq!(
+        records[10]["action"]["prompt"],
+        "look at {{meta.token}} {{content}} {{meta.host}} (host db1)"
+    );
+    sb.terminate();
+}
+
+/// Malformed and oversized bodies: each gets its documented status and code, the server
+/// stays up, and what was acknowledged before is still there.
+#[test]
+fn hostile_bodies_get_their_documented_answers_and_lose_nothing() {
+    let mut sb = Switchboard::start();
+    let good = |content: &str| {
+        json!({"server": "s", "channel": "c", "content": content})
+            .to_string()
+            .into_bytes()
+    };
+    let mut acked = accepted(&post(&sb, &good("before")));
+
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_obj = "{\"a\":".repeat(10_000) + "1" + &"}".repeat(10_000);
+    let mut invalid_utf8 = good("x");
+    let at = invalid_utf8.len() - 3;
+    invalid_utf8.splice(at..at, [0xff, 0xfe, 0xc3]);
+    let huge_map: serde_json::Map<String, Value> = (0..200_000)
+        .map(|i| (format!("k{i}"), json!("v")))
+        .collect();
+    let huge_map = json!({"server": "s", "channel": "c", "content": "x", "metadata": huge_map});
+    let table: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "oversize",
+            vec![b' '; 2 * 1024 * 1024],
+            413,
+            "body_too_large",
+        ),
+        ("deep array", deep.into_bytes(), 400, "invalid_json"),
+        ("deep object", deep_obj.into_bytes(), 400, "invalid_json"),
+        ("invalid utf-8", invalid_utf8, 400, "invalid_json"),
+        ("not json", b"\0\0\0\0".to_vec(), 400, "invalid_json"),
+        (
+            "huge map",
+            huge_map.to_string().into_bytes(),
+            413,
+            "body_too_large",
+        ),
+        ("empty", Vec::new(), 400, "invalid_json"),
+        ("wrong shape", b"[1,2]".to_vec(), 422, "invalid_payload"),
+    ];
+    for (what, body, status, code) in &table {
+        let reply = post(&sb, body);
+        assert_eq!(reply.status, *status, "{what}: {}", reply.body);
+        assert_eq!(
+            reply.json()["error"].as_str(),
+            Some(*code),
+            "{what}: {}",
+            reply.body
+        );
+    }
+    // NULs and control characters inside strings are data: stored as sent.
+    let nul = "a\0b\x1b[31m\u{7f}";
+    acked.extend(accepted(&post(&sb, &good(nul))));
+    let listed = sb.cli(&["list", "--json", "-c", "c"]);
+    let stored: Vec<Value> = stdout(&listed)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        stored.iter().any(|m| m["content"] == nul),
+        "{}",
+        stdout(&listed)
+    );
+    acked.extend(accepted(&post(&sb, &good("after"))));
+    assert_eq!(request(&sb, "GET", "/healthz", b"").status, 200);
+    sb.terminate();
+    let on_disk = journal_seqs(sb.home.path());
+    for seq in acked {
+        assert!(on_disk.contains(&seq), "acknowledged seq {seq} is lost");
+    }
+}
+
+/// Lowers the open-file limit of the running server to `n`, as on a default Linux box.
+fn limit_fds(sb: &Switchboard, n: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: n,
+    };
+    let rc = unsafe {
+        libc::prlimit(
+            sb.pid() as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+/// Reads until the server closes the connection; what it sent, and how long that took.
+fn until_closed(stream: &mut TcpStream, limit: Duration) -> (String, Duration) {
+    let started = Instant::now();
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!(
+                "the server kept the connection open for {:?}: {e}",
+                started.elapsed()
+            ),
+        }
+    }
+    (
+        String::from_utf8_lossy(&got).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn slow_headers_and_slow_bodies_are_cut_off() {
+    let mut sb = Switchboard::start();
+    let addr = sb.ingest.clone().unwrap();
+    let mut acked = accepted(&post(
+        &sb,
+        br#"{"server":"s","channel":"c","content":"before"}"#,
+    ));
+
+    // A header that never ends.
+    let mut slow_head = TcpStream::connect(&addr).unwrap();
+    slow_head
+        .write_all(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Slow: 1")
+        .unwrap();
+    // A body that stops short of its Content-Length.
+    let mut slow_body = TcpStream::connect(&addr).unwrap();
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"server\":",
+        sb.token()
+    );
+    slow_body.write_all(head.as_bytes()).unwrap();
+    // A kept-alive connection that goes quiet after one request.
+    let mut idle = TcpStream::connect(&addr).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+
+    let (answer, took) = until_closed(&mut slow_head, Duration::from_secs(20));
+    assert!(took < Duration::from_secs(15), "header cut after {took:?}");
+    assert!(
+        !answer.contains(" 2"),
+        "no success for half a header: {answer:?}"
+    );
+    let (answer, took) = until_closed(&mut idle, Duration::from_secs(20));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    assert!(took < Duration::from_secs(15), "idle cut after {took:?}");
+    let (answer, took) = until_closed(&mut slow_body, Duration::from_secs(45));
+    assert!(took < Duration::from_secs(40), "body cut after {took:?}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(answer.contains(r#""error":"body_timeout""#), "{answer:?}");
+
+    acked.extend(accepted(&post(
+        &sb,
+        br#"{"server":"s","channel":"c","content":"after"}"#,
+    )));
+    sb.terminate();
+    let on_disk = journal_seqs(sb.home.path());
+    assert!(
+        acked.iter().all(|s| on_disk.contains(s)),
+        "{acked:?} vs {on_disk:?}"
+    );
+}
+
+#[test]
+fn a_thousand_idle_sockets_with_1024_fds_do_not_stop_ingest_or_the_cli() {
+    let mut sb = Switchboard::start();
+    limit_fds(&sb, 1024);
+    let addr = sb.ingest.clone().unwrap();
+    let mut idle = Vec::new();
+    for i in 0..1000 {
+        let mut s = TcpStream::connect(&addr).expect("connect");
+        if i % 2 == 0 {
+            // Half of them start a header and stall.
+            s.write_all(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+        }
+        idle.push(s);
+    }
+    // A real sender still gets through: the oldest idle sockets make room.
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let body = json!({"server": "s", "channel": "c", "content": format!("m{i}")});
+        acked.extend(accepted(&post(&sb, body.to_string().as_bytes())));
+    }
+    let out = sb.cli(&["stats"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let open = std::fs::read_dir(format!("/proc/{}/fd", sb.pid()))
+        .unwrap()
+        .count();
+    assert!(open < 400, "the server holds {open} descriptors");
+    assert!(!sb.log().contains("Too many open files"), "{}", sb.log());
+    drop(idle);
+    sb.terminate();
+    let on_disk = journal_seqs(sb.home.path());
+    assert!(acked.iter().all(|s| on_disk.contains(s)));
+}
+
+#[test]
+fn every_busy_connection_gets_a_clear_503() {
+    // Fill every slot with a request in flight (a body that is still arriving), then one more.
+    let mut sb = Switchboard::start();
+    let addr = sb.ingest.clone().unwrap();
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n",
+        sb.token()
+    );
+    let mut busy = Vec::new();
+    for _ in 0..256 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        // `100 Continue` comes once the handler reads the body: the request is in flight.
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = [0u8; 25];
+        s.read_exact(&mut got).expect("100 continue");
+        assert!(
+            got.starts_with(b"HTTP/1.1 100"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
+        busy.push(s);
+    }
+    request(&sb, "GET", "/healthz", b"").assert_error(503, "too_many_connections");
+    drop(busy);
+    eventually(Duration::from_secs(10), "served again", || {
+        (request(&sb, "GET", "/healthz", b"").status == 200).then_some(())
+    });
+    sb.terminate();
+}
+
+#[test]
+fn the_control_socket_drops_silent_clients_and_says_when_it_is_full() {
+    let mut sb = Switchboard::start();
+    let sock = sb.home.path().join("control.sock");
+    let watch = Watch::start(sb.home.path());
+
+    // 63 more silent clients fill the socket (64 with the watch): the CLI is told why.
+    let silent: Vec<std::os::unix::net::UnixStream> = (0..63)
+        .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
+        .collect();
+    let out = sb.cli(&["stats"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("the control socket is busy"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Each silent client is told and dropped after the request timeout.
+    let started = Instant::now();
+    for s in silent {
+        let mut line = String::new();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        assert!(line.contains("no request line within 5s"), "{line:?}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(12));
+    let out = sb.cli(&["stats"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The watch stream is exempt: it still gets messages.
+    send_messages(sb.home.path(), &[("c", "second")]);
+    watch.line_with("second");
+
+    // An endless request line is refused, not buffered forever.
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let chunk = vec![b'x'; 1024 * 1024];
+    for _ in 0..5 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.contains("longer than"), "{line:?}");
+    drop(watch);
+    sb.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_poll_outlives_the_header_timeout_and_an_idle_client_reconnects() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::StreamableHttpClientTransport;
+
+    let mut sb = Switchboard::start();
+    let url = sb.mcp_url.clone().unwrap();
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
+    let wait = |timeout_s: u64| {
+        let mut params = CallToolRequestParams::new("wait_for_inbound_message");
+        params.arguments = json!({"timeout_s": timeout_s}).as_object().cloned();
+        params
+    };
+    // Longer than the 10 s header/idle timeout: a response in progress is never cut.
+    let started = Instant::now();
+    let result = client
+        .call_tool(wait(13))
+        .await
+        .expect("the long poll answers");
+    assert!(
+        started.elapsed() >= Duration::from_secs(12),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_ne!(result.is_error, Some(true));
+    // Idle past the keep-alive timeout: the next call still goes through.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let seq = send_messages(sb.home.path(), &[("c", "wake")])[0];
+    let result = client
+        .call_tool(wait(5))
+        .await
+        .expect("answered after idling");
+    let v = result.structured_content.unwrap();
+    assert_eq!(v["items"][0]["message"]["seq"], seq, "{v}");
+    client.cancel().await.unwrap();
+    sb.terminate();
+}
