@@ -309,11 +309,29 @@ async fn post(
     let (mut parts, body) = request.into_parts();
     let bytes: Bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
-        Err(_) => {
+        Err(e) if crate::listener::BodyDeadline::is_cause_of(&e) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "{}; send the whole body at once",
+                    crate::listener::BodyDeadline
+                ),
+            );
+        }
+        // http-body-util's `LengthLimitError`, which axum wraps.
+        Err(e) if e.to_string().contains("length limit exceeded") => {
             return refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 format!("request body is larger than the limit of {BODY_LIMIT} bytes"),
+            );
+        }
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "unreadable_body",
+                format!("cannot read the request body: {e}"),
             );
         }
     };
