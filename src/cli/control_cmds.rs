@@ -236,7 +236,9 @@ pub async fn stats(home: PathBuf, args: StatsArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         return finish(response, print_json);
     }
-    finish(response, |s| println!("{}", stats_text(s)))
+    finish(response, |s| {
+        writeln!(std::io::stdout().lock(), "{}", stats_text(s))
+    })
 }
 
 /// The summary `switchboard stats` prints.
@@ -294,19 +296,21 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
     let response = call(&home, Request::Pending).await?;
     finish(response, |result| {
         if args.json {
-            print_json(result);
-            return;
+            return print_json(result);
         }
+        let mut out = std::io::stdout().lock();
         let open: Vec<PendingView> = serde_json::from_value(result.clone()).unwrap_or_default();
         if open.is_empty() {
-            println!("no pending confirms");
-            return;
+            return writeln!(out, "no pending confirms");
         }
         let now = chrono::Utc::now();
         for p in &open {
-            println!("{}", pending_line(p, now));
+            writeln!(out, "{}", pending_line(p, now))?;
         }
-        println!("answer with `switchboard confirm ID yes` or `switchboard confirm ID no`");
+        writeln!(
+            out,
+            "answer with `switchboard confirm ID yes` or `switchboard confirm ID no`"
+        )
     })
 }
 
@@ -328,8 +332,13 @@ fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
         None => excerpt,
     };
     format!(
-        "#{} [{}] {}/{} seq {}, {left}: {excerpt}",
-        p.id, p.rule, p.server, p.channel, p.seq
+        "#{} [{}] {}/{} seq {}, {left}: {}",
+        p.id,
+        escape(&p.rule),
+        escape(&p.server),
+        escape(&p.channel),
+        p.seq,
+        escape(&excerpt)
     )
 }
 
@@ -395,7 +404,8 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
                     format!("  {label} #{} [{rule}] {first}", item.action_id),
                 )
             }
-            WatchEvent::Action(e) => paint("2", format!("  {}", transition_line(e))),
+            // Rule, consumer names and reasons can come from outside (a client's name): escaped.
+            WatchEvent::Action(e) => paint("2", format!("  {}", escape(&transition_line(e)))),
         };
         let mut out = std::io::stdout().lock();
         writeln!(out, "{line}")?;
