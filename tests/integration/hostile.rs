@@ -699,11 +699,9 @@ fn the_control_socket_drops_silent_clients_and_says_when_it_is_full() {
 async fn a_long_poll_outlives_the_header_timeout_and_an_idle_client_reconnects() {
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
-    use rmcp::transport::StreamableHttpClientTransport;
 
     let mut sb = Switchboard::start();
-    let url = sb.mcp_url.clone().unwrap();
-    let client = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
+    let client = ().serve(http_transport(&sb)).await.unwrap();
     let wait = |timeout_s: u64| {
         let mut params = CallToolRequestParams::new("wait_for_inbound_message");
         params.arguments = json!({"timeout_s": timeout_s}).as_object().cloned();
