@@ -119,8 +119,13 @@ pub struct Engine {
 impl Engine {
     /// An engine over `rules`, numbering actions from 1.
     pub fn new(rules: Arc<RuleSet>) -> Engine {
+        Engine::from_prepared(Prepared::new(rules))
+    }
+
+    /// An engine over rules already indexed, numbering actions from 1.
+    pub fn from_prepared(live: Prepared) -> Engine {
         Engine {
-            live: Prepared::new(rules),
+            live,
             state: HashMap::new(),
             next_id: 1,
             paused: false,
@@ -179,6 +184,22 @@ impl Engine {
             self.decide(&rules.rules()[i], msg, now, &mut eval);
         }
         self.scratch = hits;
+        eval
+    }
+
+    /// Evaluates one message trying every rule in file order, without the index: the plain
+    /// loop that [`Engine::evaluate`] must agree with (the tests' oracle, the benches' baseline).
+    pub fn evaluate_naive(&mut self, msg: &Message, now: DateTime<Utc>) -> Evaluation {
+        let mut eval = Evaluation::default();
+        if self.paused {
+            return eval;
+        }
+        let rules = Arc::clone(&self.live.rules);
+        for rule in rules.rules() {
+            if rule.enabled && rule.is_match(msg) {
+                self.decide(rule, msg, now, &mut eval);
+            }
+        }
         eval
     }
 
