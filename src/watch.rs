@@ -48,7 +48,7 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
                 got = rx.recv() => {
                     if got.is_none() { break }
                     while rx.try_recv().is_ok() {}
-                    app2.reload_rules();
+                    app2.reload_rules().await;
                 }
             }
         }
