@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use globset::{GlobSet, GlobSetBuilder};
-use regex::{Regex, RegexSet};
+use regex::RegexSet;
 
 use super::literals;
 use crate::message::Message;
@@ -63,8 +63,8 @@ pub struct Index {
     literal_rules: Vec<Vec<u32>>,
     /// Per rule (by position in the file): how to confirm it.
     checks: Vec<Check>,
-    /// Distinct content regexes (by source).
-    regexes: Vec<Regex>,
+    /// Distinct content regexes (by source), each as the first rule that has it.
+    regexes: Vec<u32>,
     /// Regexes without literals of rules found by channel, in one set.
     regex_set: Option<RegexSet>,
     /// Regex → its slot in `regex_set`.
@@ -123,9 +123,9 @@ impl Index {
                 continue;
             };
             let id = *regex_of.entry(re.as_str()).or_insert_with(|| {
-                ix.regexes.push(re.clone());
+                ix.regexes.push(i as u32);
                 choices_of_regex.push(
-                    literals::choices(re.as_str())
+                    literals::choices(re.hir())
                         .into_iter()
                         .filter(|n| literals::quality(n).0 >= MIN_LITERAL)
                         .collect(),
@@ -205,10 +205,12 @@ impl Index {
             }
         }
         if ix.set_regex.len() > REGEX_SET_THRESHOLD {
-            let sources = ix
-                .set_regex
-                .iter()
-                .map(|&id| ix.regexes[id as usize].as_str());
+            let sources = ix.set_regex.iter().map(|&id| {
+                all[ix.regexes[id as usize] as usize]
+                    .content_regex
+                    .as_ref()
+                    .map_or("", |re| re.as_str())
+            });
             ix.regex_set = RegexSet::new(sources).ok();
         }
         if ix.regex_set.is_none() {
@@ -300,7 +302,10 @@ impl Index {
                 let id = id as usize;
                 if scratch.regex_stamp[id] != generation {
                     scratch.regex_stamp[id] = generation;
-                    scratch.regex_hit[id] = self.regexes[id].is_match(&msg.content);
+                    scratch.regex_hit[id] = all[self.regexes[id] as usize]
+                        .content_regex
+                        .as_ref()
+                        .is_some_and(|re| re.is_match(&msg.content));
                 }
                 if !scratch.regex_hit[id] {
                     continue;

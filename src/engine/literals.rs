@@ -28,16 +28,13 @@ const MAX_ALTERNATIVES: usize = 16;
 /// A set of literals, one of which every match contains; ASCII letters lowercased.
 pub type Need = Vec<Vec<u8>>;
 
-/// Every choice of necessary literal set for `pattern`, best first by length: each is enough
-/// on its own, so the caller may pick the one shared with the fewest other rules. Empty when
-/// the pattern does not parse or needs no literal (it can match without one).
-pub fn choices(pattern: &str) -> Vec<Need> {
-    let Ok(hir) = regex_syntax::parse(pattern) else {
-        return Vec::new();
-    };
+/// Every choice of necessary literal set for the parsed pattern `hir`, best first by length:
+/// each is enough on its own, so the caller may pick the one shared with the fewest other
+/// rules. Empty when the pattern needs no literal (it can match without one).
+pub fn choices(hir: &Hir) -> Vec<Need> {
     let mut out = match hir.kind() {
         HirKind::Concat(parts) => concat_choices(parts),
-        _ => need(&hir).into_iter().collect(),
+        _ => need(hir).into_iter().collect(),
     };
     out.retain(|n| !n.is_empty() && n.iter().all(|l| !l.is_empty()));
     out.sort_by_key(|n| std::cmp::Reverse(quality(n)));
@@ -143,6 +140,10 @@ fn ascii_case_pair(class: &Class) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn choices(pattern: &str) -> Vec<Need> {
+        regex_syntax::parse(pattern).map_or(Vec::new(), |hir| super::choices(&hir))
+    }
 
     fn best(pattern: &str) -> Option<Vec<String>> {
         choices(pattern).into_iter().next().map(|n| {
