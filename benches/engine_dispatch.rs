@@ -62,10 +62,10 @@ struct Pools {
 }
 
 fn limits(rule: &mut serde_json::Value, i: usize) {
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         rule["dedupWindow"] = "1m".into();
     }
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         rule["rateLimit"] = "1ms".into();
     }
 }

@@ -95,7 +95,7 @@ impl ContentRegex {
     }
 }
 
-fn build(hir: &Hir) -> Result<meta::Regex, meta::BuildError> {
+fn build(hir: &Hir) -> Result<meta::Regex, Box<meta::BuildError>> {
     let config = meta::Config::new()
         .match_kind(MatchKind::LeftmostFirst)
         .utf8_empty(true)
@@ -105,7 +105,10 @@ fn build(hir: &Hir) -> Result<meta::Regex, meta::BuildError> {
         .auto_prefilter(false)
         .dfa(false)
         .onepass(false);
-    meta::Builder::new().configure(config).build_from_hir(hir)
+    meta::Builder::new()
+        .configure(config)
+        .build_from_hir(hir)
+        .map_err(Box::new)
 }
 
 /// More bytes than the Thompson NFA of `hir` takes, in either direction: 32 bytes for each
