@@ -1,22 +1,41 @@
-//! Engine dispatch: one message through N rules, indexed versus trying every rule.
+//! Engine dispatch: one message through N rules, the indexed engine against the naive loop.
 //!
 //! `cargo bench --bench engine_dispatch`
 //!
-//! The rule mix (per the issue): 40% literal channels, 30% `prefix/*` subtrees, 20%
-//! case-insensitive content regexes with `\b` on any channel, 10% server + glob + regex.
-//! Messages are ~120 bytes; a quarter match no rule. `indexed/N` is `Engine::evaluate`;
-//! `naive/N`, the baseline, tries every rule in order (server, channel, regex) the way a
-//! plain loop does, and renders the same prompts.
+//! The workload is the one the reference comparison uses (issue 16), so anyone can rerun it.
+//! N rules (10, 100, 1000, 10000); rule `i` by `i*10/N`:
+//! - 0–3: literal channel `svc{i}/events`;
+//! - 4–6: subtree `team{i}/*`;
+//! - 7–8: any channel, `contentRegex` `(?i)error code E{i}\b`;
+//! - 9: server `prom`, channel `alerts/*`, `contentRegex` `sev[12].*host{i}\b`;
+//!
+//! every 5th rule has `dedupWindow` `1m`, every 7th `rateLimit` `1ms`; all notify. A cycle of
+//! 4,096 messages of about 120 bytes, a quarter each: a literal rule's channel; a nested team
+//! channel whose content holds `error code E<k>` (team and code each drawn from their rules);
+//! `alerts/disk` from `prom` with `sev<1..4> … host<k>`; an unrelated channel. The clock is the
+//! wall clock, read for every message, so cooldowns and dedup windows run out as they would.
+//!
+//! `catchall/10000` is the worst case the issue names: 10,000 rules on any server and any
+//! channel, each with a content regex (even rules `(?i)error code E{i}\b`, odd rules
+//! `sev[12].*host{i}\b`), the same limits and the same message mix.
+//!
+//! `indexed` is `Engine::evaluate`; `naive`, the same-run baseline, is
+//! `Engine::evaluate_naive`: every rule tried in file order (server, channel, regex), with
+//! the same dedup, rate limits and rendered prompts. Setup prints, for each rule set, how long
+//! compiling and indexing took and the resident memory it added.
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use switchboard::engine::Engine;
+use switchboard::engine::{Engine, Prepared};
 use switchboard::message::{Message, NewMessage};
 use switchboard::rules::RuleSet;
+
+/// Messages in one cycle.
+const CYCLE: usize = 4096;
 
 /// A small deterministic generator (no dependency, same numbers every run).
 struct Lcg(u64);
@@ -26,82 +45,177 @@ impl Lcg {
             .0
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) as usize) % n
+        ((self.0 >> 33) as usize) % n.max(1)
+    }
+
+    fn pick(&mut self, from: &[usize]) -> usize {
+        from[self.next(from.len())]
     }
 }
 
-fn rules(n: usize) -> RuleSet {
+/// The rule numbers a message kind draws from.
+struct Pools {
+    literal: Vec<usize>,
+    team: Vec<usize>,
+    code: Vec<usize>,
+    host: Vec<usize>,
+}
+
+fn limits(rule: &mut serde_json::Value, i: usize) {
+    if i.is_multiple_of(5) {
+        rule["dedupWindow"] = "1m".into();
+    }
+    if i.is_multiple_of(7) {
+        rule["rateLimit"] = "1ms".into();
+    }
+}
+
+/// The issue's mix of `n` rules, as `triggers.json` text, and the pools messages draw from.
+fn mix(n: usize) -> (String, Pools) {
+    let mut pools = Pools {
+        literal: vec![],
+        team: vec![],
+        code: vec![],
+        host: vec![],
+    };
     let mut rules = Vec::with_capacity(n);
     for i in 0..n {
-        let rule = match i * 10 / n.max(1) {
+        let mut rule = match i * 10 / n {
             0..=3 => {
-                serde_json::json!({ "name": format!("r{i}"), "channel": format!("svc{}/events", i % (n / 4).max(1)) })
+                pools.literal.push(i);
+                serde_json::json!({ "name": format!("r{i}"), "channel": format!("svc{i}/events") })
             }
             4..=6 => {
-                serde_json::json!({ "name": format!("r{i}"), "channel": format!("team{}/*", i % (n / 4).max(1)) })
+                pools.team.push(i);
+                serde_json::json!({ "name": format!("r{i}"), "channel": format!("team{i}/*") })
             }
             7..=8 => {
-                serde_json::json!({ "name": format!("r{i}"), "contentRegex": format!("(?i)\\b(incident{i}|outage{i})\\b") })
+                pools.code.push(i);
+                serde_json::json!({ "name": format!("r{i}"), "contentRegex": format!("(?i)error code E{i}\\b") })
             }
-            _ => serde_json::json!({
-                "name": format!("r{i}"),
-                "server": format!("prom{}", i % 8),
-                "channel": format!("alerts/*/db{}", i % 16),
-                "contentRegex": "(?i)\\btimeout\\b",
-            }),
+            _ => {
+                pools.host.push(i);
+                serde_json::json!({
+                    "name": format!("r{i}"),
+                    "server": "prom",
+                    "channel": "alerts/*",
+                    "contentRegex": format!("sev[12].*host{i}\\b"),
+                })
+            }
         };
+        limits(&mut rule, i);
         rules.push(rule);
     }
-    RuleSet::parse(&serde_json::json!({ "rules": rules }).to_string()).expect("bench rules compile")
+    (serde_json::json!({ "rules": rules }).to_string(), pools)
 }
 
-fn messages(n: usize) -> Vec<Message> {
+/// 10,000 content regexes on any server and channel.
+fn catchall(n: usize) -> (String, Pools) {
+    let mut pools = Pools {
+        literal: (0..n).collect(),
+        team: (0..n).collect(),
+        code: vec![],
+        host: vec![],
+    };
+    let mut rules = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut rule = if i % 2 == 0 {
+            pools.code.push(i);
+            serde_json::json!({ "name": format!("r{i}"), "contentRegex": format!("(?i)error code E{i}\\b") })
+        } else {
+            pools.host.push(i);
+            serde_json::json!({ "name": format!("r{i}"), "contentRegex": format!("sev[12].*host{i}\\b") })
+        };
+        limits(&mut rule, i);
+        rules.push(rule);
+    }
+    (serde_json::json!({ "rules": rules }).to_string(), pools)
+}
+
+/// The 4,096-message cycle.
+fn messages(pools: &Pools) -> Vec<Message> {
     let mut rng = Lcg(42);
     let now = Utc::now();
-    (0..256)
+    (0..CYCLE)
         .map(|seq| {
-            let k = rng.next((n / 4).max(1));
+            let r = rng.next(100_000);
             let (server, channel, content) = match seq % 4 {
-                0 => ("http", format!("svc{k}/events"), format!("deploy of svc{k} finished; 3 pods restarted, readiness ok after 42s, canary error rate 0.2% on request 4821")),
-                1 => ("http", format!("team{k}/chat/ops"), format!("incident{} opened by on-call: checkout latency p99 at 2.3s in eu-west-1, customers report slow payment pages", rng.next(n.max(1)))),
-                2 => ("prom3", format!("alerts/eu/db{}", rng.next(16)), "Postgres replica lag above 30s on db-eu-3; upstream Timeout talking to primary, WAL receiver restarting".to_string()),
-                // A quarter match nothing: unknown channel, no keyword.
-                _ => ("other", format!("misc{k}/noise"), "nightly backup completed in 14m with 0 errors; 1.2 TiB written to cold storage bucket acme-archive-7".to_string()),
+                0 => {
+                    let k = rng.pick(&pools.literal);
+                    ("http", format!("svc{k}/events"), format!("deploy of svc{k} finished: 3 pods restarted, readiness ok after 42s, canary error rate 0.2% (run {r})"))
+                }
+                1 => {
+                    let (k, e) = (rng.pick(&pools.team), rng.pick(&pools.code));
+                    ("http", format!("team{k}/ci/deploys"), format!("pipeline {r} for team{k} failed at stage deploy: error code E{e} from the registry, retrying in 30s"))
+                }
+                2 => {
+                    let (s, h) = (1 + rng.next(4), rng.pick(&pools.host));
+                    ("prom", "alerts/disk".to_string(), format!("[FIRING] sev{s} disk usage 93% on host{h} volume /var/lib/postgres, growing 2.1 GB/h (alert {r})"))
+                }
+                _ => ("http", format!("misc{}/noise", r % 50), format!("nightly backup {r} completed in 14m with 0 errors; 1.2 TiB written to the cold storage bucket acme-archive-7")),
             };
             Message::from_new(NewMessage::new(server, channel, content), seq as u64 + 1, now)
         })
         .collect()
 }
 
+/// Resident set size of this process, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Compiles and indexes `text`, printing the time and memory it took.
+fn prepare(label: &str, text: &str) -> Prepared {
+    let rss = rss_kib();
+    let start = Instant::now();
+    let rules = RuleSet::parse(text).expect("bench rules compile");
+    let parsed = start.elapsed();
+    let prepared = Prepared::new(Arc::new(rules));
+    let total = start.elapsed();
+    eprintln!(
+        "{label}: compiled in {:.1} ms (parse and compile {:.1} ms, index {:.1} ms), +{:.1} MiB RSS",
+        total.as_secs_f64() * 1e3,
+        parsed.as_secs_f64() * 1e3,
+        (total - parsed).as_secs_f64() * 1e3,
+        rss.abs_diff(rss_kib()) as f64 / 1024.0
+    );
+    prepared
+}
+
 fn dispatch(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine_dispatch");
     group.throughput(Throughput::Elements(1));
-    let now = Utc::now();
-    for n in [10usize, 100, 1000] {
-        let set = Arc::new(rules(n));
-        let msgs = messages(n);
-        let mut engine = Engine::new(set.clone());
+    let sets: Vec<(String, (String, Pools))> = [10usize, 100, 1000, 10000]
+        .into_iter()
+        .map(|n| (n.to_string(), mix(n)))
+        .chain([("catchall_10000".to_string(), catchall(10000))])
+        .collect();
+    for (label, (text, pools)) in &sets {
+        let msgs = messages(pools);
+        let mut indexed = Engine::from_prepared(prepare(label, text));
+        let mut naive = Engine::from_prepared(prepare(label, text));
         let mut i = 0;
-        group.bench_with_input(BenchmarkId::new("indexed", n), &n, |b, _| {
+        group.bench_with_input(BenchmarkId::new("indexed", label), label, |b, _| {
             b.iter(|| {
                 i = (i + 1) % msgs.len();
-                black_box(engine.evaluate(&msgs[i], now))
+                black_box(indexed.evaluate(&msgs[i], Utc::now()))
             })
         });
         let mut i = 0;
-        group.bench_with_input(BenchmarkId::new("naive", n), &n, |b, _| {
+        group.bench_with_input(BenchmarkId::new("naive", label), label, |b, _| {
             b.iter(|| {
                 i = (i + 1) % msgs.len();
-                let m = &msgs[i];
-                let prompts: Vec<String> = set
-                    .rules()
-                    .iter()
-                    .filter(|r| r.enabled && r.is_match(m))
-                    .map(|r| r.render_prompt(m))
-                    .collect();
-                black_box(prompts)
+                black_box(naive.evaluate_naive(&msgs[i], Utc::now()))
             })
         });
+        eprintln!("{label}: {} KiB RSS after the runs", rss_kib());
     }
     group.finish();
 }

@@ -88,6 +88,8 @@ pub struct App {
     pub last_reload: Mutex<Option<ReloadReport>>,
     /// When the live rules were loaded (boot or a later reload); for the reload messages.
     pub rules_loaded_at: Mutex<Option<DateTime<Utc>>>,
+    /// Held by a reload from reading the file to the swap, so reloads apply in order.
+    reloading: Mutex<()>,
     /// Cancelled when the process shuts down.
     pub shutdown: CancellationToken,
     /// Every background task, so shutdown can wait for them.
@@ -135,7 +137,9 @@ impl App {
             evaluated = mark,
             "actions replayed"
         );
-        app.load_rules_at_boot();
+        // Compiling and indexing a large rule file takes a while: not on an async worker.
+        let booting = app.clone();
+        tokio::task::spawn_blocking(move || booting.load_rules_at_boot()).await?;
         app.spawn_dispatcher(mark);
         app.spawn_expiry();
         app.spawn_state_flusher();
@@ -180,6 +184,7 @@ impl App {
             engine: Mutex::new(engine),
             last_reload: Mutex::new(None),
             rules_loaded_at: Mutex::new(None),
+            reloading: Mutex::new(()),
             shutdown,
             tasks: TaskTracker::new(),
             upstreams: Default::default(),
@@ -242,7 +247,25 @@ impl App {
 
     /// Reloads `triggers.json` from the home. An invalid or deleted file keeps the live rules;
     /// the report (also kept for `inbox_stats`) says why, with every error located.
-    pub fn reload_rules(&self) -> ReloadReport {
+    ///
+    /// Reading, compiling and indexing run on a blocking thread, not on an async worker, and
+    /// the live rules keep serving until the new ones are swapped in at once.
+    pub async fn reload_rules(self: &Arc<Self>) -> ReloadReport {
+        let app = self.clone();
+        match tokio::task::spawn_blocking(move || app.reload_rules_blocking()).await {
+            Ok(report) => report,
+            Err(e) => self.report(
+                false,
+                "kept",
+                format!("rules not reloaded: the reload failed: {e}; the live rules stay"),
+                vec![],
+            ),
+        }
+    }
+
+    /// [`App::reload_rules`] on the calling thread.
+    fn reload_rules_blocking(&self) -> ReloadReport {
+        let _in_order = self.reloading.lock().unwrap();
         let Some(home) = &self.home else {
             return self.report(true, "builtin", "no home: rules are fixed".into(), vec![]);
         };

@@ -193,7 +193,7 @@ async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
             Response::ok(serde_json::json!({ "paused": paused }))
         }
         Request::Reload => {
-            let report = app.reload_rules();
+            let report = app.reload_rules().await;
             if report.ok {
                 Response::ok(report)
             } else {

@@ -191,7 +191,7 @@ fn spawn_reload_on_sighup(app: &Arc<App>) -> anyhow::Result<()> {
                 _ = app2.shutdown.cancelled() => break,
                 got = hup.recv() => {
                     if got.is_none() { break; }
-                    app2.reload_rules();
+                    app2.reload_rules().await;
                 }
             }
         }

@@ -65,7 +65,7 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
                 got = rx.recv() => {
                     if got.is_none() { break }
                     while rx.try_recv().is_ok() {}
-                    app2.reload_rules();
+                    app2.reload_rules().await;
                 }
             }
         }

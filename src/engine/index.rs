@@ -1,82 +1,258 @@
 //! The rule index: which rules can match a message, without trying every rule.
 //!
-//! Channel patterns are sorted into literal channels (hash lookup), subtrees (one lookup per
-//! ancestor of the message's channel), real globs (one shared `GlobSet`) and catch-alls.
-//! Content regexes are compiled once more into a `RegexSet`; when several candidates have a
-//! regex, one pass of the set answers all of them. Candidates come out in file order, so
+//! Each enabled rule is found one of two ways:
+//! - **by content**: a rule whose content regex has necessary literals ([`super::literals`])
+//!   is listed under them in one Aho-Corasick automaton (ASCII case ignored), so one scan of
+//!   the content finds every such rule whose literal occurs, however many rules there are;
+//! - **by channel**: every other rule is listed under its literal channel (one hash lookup), its
+//!   subtree prefix (one lookup per ancestor of the message's channel), in one shared
+//!   `GlobSet`, or among the catch-alls.
+//!
+//! A rule whose every literal is shared by many rules (`timeout`, `[FIRING]`) and whose
+//! channel is not a catch-all is found by channel instead: its literal would make it a
+//! candidate on most messages, its channel on few.
+//!
+//! A candidate is then confirmed on what did not find it: server, channel (when found by
+//! content) and its own regex. Rules that share a regex share its verdict, so each distinct
+//! regex runs at most once per message; when many candidates have regexes without literals,
+//! one `RegexSet` pass answers for all of them. Candidates come out in file order, so
 //! evaluation order is the order of the file.
 
 use std::collections::HashMap;
 
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use globset::{GlobSet, GlobSetBuilder};
 use regex::RegexSet;
 
+use super::literals;
 use crate::message::Message;
 use crate::rules::{NamePattern, RuleSet};
 
-/// Above this many candidates with a regex, one `RegexSet` pass beats trying each regex.
+/// A literal shorter than this is in too many messages to be worth scanning for.
+const MIN_LITERAL: usize = 3;
+/// A rule whose best literal is shared by more rules than this, and which has a channel, is
+/// found by its channel.
+const SHARED_LITERAL: usize = 8;
+/// Above this many candidates whose regexes have no literal, one `RegexSet` pass beats
+/// trying each regex.
 const REGEX_SET_THRESHOLD: usize = 3;
+/// Most regexes put into that set: a set's lazy DFA grows with its patterns, and past a few
+/// hundred it costs more memory and build time than the regexes run one by one.
+const REGEX_SET_MAX: usize = 256;
+
+/// How a candidate is confirmed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Check {
+    /// Found by content: the channel pattern is still to be checked.
+    channel: bool,
+    /// Its regex, as an index into [`Index::regexes`].
+    regex: Option<u32>,
+}
 
 /// An index over the enabled rules of one rule set.
 #[derive(Debug, Default)]
 pub struct Index {
-    exact: HashMap<String, Vec<usize>>,
-    subtree: HashMap<String, Vec<usize>>,
+    exact: HashMap<Box<str>, Vec<u32>>,
+    subtree: HashMap<Box<str>, Vec<u32>>,
     globs: GlobSet,
-    glob_owner: Vec<usize>,
-    any: Vec<usize>,
+    glob_owner: Vec<u32>,
+    any: Vec<u32>,
+    /// The necessary literals of the rules found by content.
+    literals: Option<AhoCorasick>,
+    /// Literal (pattern id) → the rules listed under it.
+    literal_rules: Vec<Vec<u32>>,
+    /// Per rule (by position in the file): how to confirm it.
+    checks: Vec<Check>,
+    /// Distinct content regexes (by source), each as the first rule that has it.
+    regexes: Vec<u32>,
+    /// Regexes without literals of rules found by channel, in one set.
     regex_set: Option<RegexSet>,
-    /// Rule index → its pattern's slot in `regex_set`.
-    regex_slot: Vec<Option<usize>>,
+    /// Regex → its slot in `regex_set`.
+    set_slot: Vec<Option<u32>>,
+    /// Slot in `regex_set` → regex.
+    set_regex: Vec<u32>,
+}
+
+/// Per-message working memory, kept between messages so that evaluating allocates nothing.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    cand: Vec<u32>,
+    globs: Vec<usize>,
+    /// Bumped for every message; a slot below stamped with it is this message's.
+    generation: u32,
+    regex_stamp: Vec<u32>,
+    regex_hit: Vec<bool>,
+    literal_stamp: Vec<u32>,
+}
+
+impl Scratch {
+    fn begin(&mut self, index: &Index) {
+        let (regexes, lits) = (index.regexes.len(), index.literal_rules.len());
+        if self.regex_stamp.len() != regexes || self.literal_stamp.len() != lits {
+            *self = Scratch::default();
+            self.regex_stamp = vec![0; regexes];
+            self.regex_hit = vec![false; regexes];
+            self.literal_stamp = vec![0; lits];
+        }
+        if self.generation == u32::MAX {
+            self.regex_stamp.fill(0);
+            self.literal_stamp.fill(0);
+            self.generation = 0;
+        }
+        self.generation += 1;
+        self.cand.clear();
+    }
 }
 
 impl Index {
     /// Indexes the enabled rules of `rules`.
     pub fn new(rules: &RuleSet) -> Index {
+        let all = rules.rules();
         let mut ix = Index {
-            regex_slot: vec![None; rules.len()],
+            checks: vec![Check::default(); all.len()],
             ..Index::default()
         };
+
+        // Distinct regexes, and each rule's choices of necessary literals.
+        let mut regex_of: HashMap<&str, u32> = HashMap::new();
+        let mut choices: Vec<Vec<literals::Need>> = vec![Vec::new(); all.len()];
+        let mut shared: HashMap<&[u8], usize> = HashMap::new();
+        let mut choices_of_regex: Vec<Vec<literals::Need>> = Vec::new();
+        for (i, rule) in all.iter().enumerate() {
+            let Some(re) = rule.content_regex.as_ref().filter(|_| rule.enabled) else {
+                continue;
+            };
+            let id = *regex_of.entry(re.as_str()).or_insert_with(|| {
+                ix.regexes.push(i as u32);
+                choices_of_regex.push(
+                    literals::choices(re.hir())
+                        .into_iter()
+                        .filter(|n| literals::quality(n).0 >= MIN_LITERAL)
+                        .collect(),
+                );
+                (ix.regexes.len() - 1) as u32
+            });
+            ix.checks[i].regex = Some(id);
+            choices[i] = choices_of_regex[id as usize].clone();
+        }
+        for need in choices.iter().flatten() {
+            for lit in need {
+                *shared.entry(lit.as_slice()).or_default() += 1;
+            }
+        }
+
+        let mut pattern_of: HashMap<&[u8], usize> = HashMap::new();
+        let mut patterns: Vec<&[u8]> = Vec::new();
         let mut globs = GlobSetBuilder::new();
-        let mut sources = Vec::new();
-        for (i, rule) in rules.rules().iter().enumerate() {
+        ix.set_slot = vec![None; ix.regexes.len()];
+        for (i, rule) in all.iter().enumerate() {
             if !rule.enabled {
                 continue;
             }
+            let sharing = |n: &literals::Need| n.iter().map(|l| shared[l.as_slice()]).max();
+            let best = choices[i]
+                .iter()
+                .min_by_key(|n| (sharing(n), std::cmp::Reverse(literals::quality(n))));
+            let by_content = best.filter(|n| {
+                matches!(rule.channel, NamePattern::Any) || sharing(n) <= Some(SHARED_LITERAL)
+            });
+            if let Some(need) = by_content {
+                ix.checks[i].channel = !matches!(rule.channel, NamePattern::Any);
+                for lit in need {
+                    let p = *pattern_of.entry(lit.as_slice()).or_insert_with(|| {
+                        patterns.push(lit.as_slice());
+                        ix.literal_rules.push(Vec::new());
+                        patterns.len() - 1
+                    });
+                    ix.literal_rules[p].push(i as u32);
+                }
+                continue;
+            }
+            let i32 = i as u32;
             match &rule.channel {
-                NamePattern::Any => ix.any.push(i),
-                NamePattern::Exact(c) => ix.exact.entry(c.clone()).or_default().push(i),
-                NamePattern::Subtree(p) => ix.subtree.entry(p.clone()).or_default().push(i),
+                NamePattern::Any => ix.any.push(i32),
+                NamePattern::Exact(c) => ix.exact.entry(c.as_str().into()).or_default().push(i32),
+                NamePattern::Subtree(p) => {
+                    ix.subtree.entry(p.as_str().into()).or_default().push(i32)
+                }
                 NamePattern::Glob { globs: gs, .. } => {
                     for g in gs {
                         globs.add(g.clone());
-                        ix.glob_owner.push(i);
+                        ix.glob_owner.push(i32);
                     }
                 }
             }
-            if let Some(re) = &rule.content_regex {
-                ix.regex_slot[i] = Some(sources.len());
-                sources.push(re.as_str().to_string());
+            if let Some(id) = ix.checks[i].regex
+                && ix.set_slot[id as usize].is_none()
+                && ix.set_regex.len() < REGEX_SET_MAX
+            {
+                ix.set_slot[id as usize] = Some(ix.set_regex.len() as u32);
+                ix.set_regex.push(id);
             }
         }
-        // Each glob compiled on its own, so the set builds; fall back to nothing only if not.
-        ix.globs = globs.build().unwrap_or_else(|_| GlobSet::empty());
-        if ix.glob_owner.len() != ix.globs.len() {
-            ix.glob_owner.clear();
+        // Each glob compiled on its own when the rules did, so the set builds; should it not,
+        // the globs' rules become catch-alls confirmed by their own pattern.
+        match globs.build() {
+            Ok(set) if set.len() == ix.glob_owner.len() => ix.globs = set,
+            _ => {
+                for &i in &ix.glob_owner {
+                    ix.checks[i as usize].channel = true;
+                    ix.any.push(i);
+                }
+                ix.any.sort_unstable();
+                ix.any.dedup();
+                ix.glob_owner.clear();
+            }
         }
-        ix.regex_set = RegexSet::new(&sources).ok().filter(|s| s.len() > 1);
+        if ix.set_regex.len() > REGEX_SET_THRESHOLD {
+            let sources = ix.set_regex.iter().map(|&id| {
+                all[ix.regexes[id as usize] as usize]
+                    .content_regex
+                    .as_ref()
+                    .map_or("", |re| re.as_str())
+            });
+            ix.regex_set = RegexSet::new(sources).ok();
+        }
+        if ix.regex_set.is_none() {
+            ix.set_slot.fill(None);
+            ix.set_regex.clear();
+        }
+        if !patterns.is_empty() {
+            ix.literals = AhoCorasickBuilder::new()
+                .ascii_case_insensitive(true)
+                .match_kind(MatchKind::Standard)
+                .build(&patterns)
+                .ok();
+            if ix.literals.is_none() {
+                // Unreachable in practice (the automaton has no size limit set); if it ever
+                // fails, the rules it would have found are tried on every message instead.
+                for rules in std::mem::take(&mut ix.literal_rules) {
+                    ix.any.extend(rules);
+                }
+                ix.any.sort_unstable();
+                ix.any.dedup();
+            }
+        }
         ix
     }
 
     /// The enabled rules that match `msg`, in file order, appended to `out`.
-    pub fn matches(&self, rules: &RuleSet, msg: &Message, out: &mut Vec<usize>) {
-        let mut cand: Vec<usize> = Vec::with_capacity(16);
+    pub fn matches(
+        &self,
+        rules: &RuleSet,
+        msg: &Message,
+        scratch: &mut Scratch,
+        out: &mut Vec<u32>,
+    ) {
+        scratch.begin(self);
+        let generation = scratch.generation;
+        let cand = &mut scratch.cand;
+        let ch = msg.channel.as_str();
         cand.extend_from_slice(&self.any);
-        if let Some(v) = self.exact.get(msg.channel.as_str()) {
+        if let Some(v) = self.exact.get(ch) {
             cand.extend_from_slice(v);
         }
         if !self.subtree.is_empty() {
-            let ch = msg.channel.as_str();
             for (i, _) in ch.match_indices('/') {
                 if let Some(v) = self.subtree.get(&ch[..i]) {
                     cand.extend_from_slice(v);
@@ -87,35 +263,55 @@ impl Index {
             }
         }
         if !self.glob_owner.is_empty() {
-            let mut hits = Vec::new();
-            self.globs.matches_into(msg.channel.as_str(), &mut hits);
-            cand.extend(hits.into_iter().map(|g| self.glob_owner[g]));
+            self.globs.matches_into(ch, &mut scratch.globs);
+            cand.extend(scratch.globs.iter().map(|&g| self.glob_owner[g]));
+        }
+        if let Some(ac) = &self.literals {
+            for m in ac.find_overlapping_iter(msg.content.as_str()) {
+                let p = m.pattern().as_usize();
+                if scratch.literal_stamp[p] != generation {
+                    scratch.literal_stamp[p] = generation;
+                    cand.extend_from_slice(&self.literal_rules[p]);
+                }
+            }
         }
         cand.sort_unstable();
         cand.dedup();
 
         let all = rules.rules();
-        cand.retain(|&i| all[i].server.is_match(&msg.server));
-        let with_regex = cand
-            .iter()
-            .filter(|&&i| self.regex_slot[i].is_some())
-            .count();
-        let set_hits = match &self.regex_set {
-            Some(set) if with_regex > REGEX_SET_THRESHOLD => Some(set.matches(&msg.content)),
-            _ => None,
-        };
-        for i in cand {
-            let ok = match (self.regex_slot[i], &set_hits) {
-                (None, _) => true,
-                (Some(slot), Some(hits)) => hits.matched(slot),
-                (Some(_), None) => all[i]
-                    .content_regex
-                    .as_ref()
-                    .is_some_and(|re| re.is_match(&msg.content)),
-            };
-            if ok {
-                out.push(i);
+        if let Some(set) = &self.regex_set {
+            let unfiltered = cand
+                .iter()
+                .filter_map(|&i| self.checks[i as usize].regex)
+                .filter(|&id| self.set_slot[id as usize].is_some())
+                .count();
+            if unfiltered > REGEX_SET_THRESHOLD {
+                let hits = set.matches(&msg.content);
+                for (slot, &id) in self.set_regex.iter().enumerate() {
+                    scratch.regex_stamp[id as usize] = generation;
+                    scratch.regex_hit[id as usize] = hits.matched(slot);
+                }
             }
+        }
+        for &i in cand.iter() {
+            let (rule, check) = (&all[i as usize], self.checks[i as usize]);
+            if !rule.server.is_match(&msg.server) || (check.channel && !rule.channel.is_match(ch)) {
+                continue;
+            }
+            if let Some(id) = check.regex {
+                let id = id as usize;
+                if scratch.regex_stamp[id] != generation {
+                    scratch.regex_stamp[id] = generation;
+                    scratch.regex_hit[id] = all[self.regexes[id] as usize]
+                        .content_regex
+                        .as_ref()
+                        .is_some_and(|re| re.is_match(&msg.content));
+                }
+                if !scratch.regex_hit[id] {
+                    continue;
+                }
+            }
+            out.push(i);
         }
     }
 }

@@ -5,9 +5,14 @@
 //! match → dedup → rateLimit, and state changes only when a rule fires. State (dedup windows,
 //! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
 //! unchanged. While paused nothing fires and nothing changes.
+//!
+//! [`Engine::evaluate`] finds candidates through the [`Index`]; [`Engine::evaluate_naive`] tries
+//! every rule in file order. Both decide through the same code, and the property test in
+//! `tests.rs` holds them to the same verdicts on random rule files and messages.
 
 mod index;
 mod limits;
+mod literals;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +20,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-pub use index::Index;
+pub use index::{Index, Scratch};
 pub use limits::{DEDUP_KEY_BYTES, RuleState, default_dedup_key};
 
 use crate::actions::{Action, ActionId, Mode};
@@ -110,21 +115,35 @@ impl Prepared {
 /// The rules engine.
 pub struct Engine {
     live: Prepared,
-    state: HashMap<String, RuleState>,
+    /// Per rule of `live`, by position in the file.
+    state: Vec<RuleState>,
     next_id: ActionId,
     paused: bool,
-    scratch: Vec<usize>,
+    scratch: Scratch,
+    hits: Vec<u32>,
 }
 
 impl Engine {
     /// An engine over `rules`, numbering actions from 1.
     pub fn new(rules: Arc<RuleSet>) -> Engine {
+        Engine::from_prepared(Prepared::new(rules))
+    }
+
+    /// An engine over rules already indexed, numbering actions from 1.
+    pub fn from_prepared(live: Prepared) -> Engine {
+        let state = live
+            .rules
+            .rules()
+            .iter()
+            .map(|_| RuleState::default())
+            .collect();
         Engine {
-            live: Prepared::new(rules),
-            state: HashMap::new(),
+            live,
+            state,
             next_id: 1,
             paused: false,
-            scratch: Vec::new(),
+            scratch: Scratch::default(),
+            hits: Vec::new(),
         }
     }
 
@@ -135,9 +154,24 @@ impl Engine {
 
     /// Swaps in new rules; the state of rules whose name is unchanged is kept, the rest dropped.
     pub fn swap(&mut self, prepared: Prepared) {
-        self.state
-            .retain(|name, _| prepared.rules.rules().iter().any(|r| &r.name == name));
+        let mut kept: HashMap<&str, RuleState> = self
+            .live
+            .rules
+            .rules()
+            .iter()
+            .map(|r| r.name.as_str())
+            .zip(std::mem::take(&mut self.state))
+            .collect();
+        let state = prepared
+            .rules
+            .rules()
+            .iter()
+            .map(|r| kept.remove(r.name.as_str()).unwrap_or_default())
+            .collect();
+        drop(kept);
+        self.state = state;
         self.live = prepared;
+        self.scratch = Scratch::default();
     }
 
     /// [`Engine::swap`] for rules not yet indexed.
@@ -171,14 +205,32 @@ impl Engine {
         if self.paused {
             return eval;
         }
-        let mut hits = std::mem::take(&mut self.scratch);
+        let mut hits = std::mem::take(&mut self.hits);
         hits.clear();
         let rules = Arc::clone(&self.live.rules);
-        self.live.index.matches(&rules, msg, &mut hits);
+        self.live
+            .index
+            .matches(&rules, msg, &mut self.scratch, &mut hits);
         for &i in &hits {
-            self.decide(&rules.rules()[i], msg, now, &mut eval);
+            self.decide(&rules, i as usize, msg, now, &mut eval);
         }
-        self.scratch = hits;
+        self.hits = hits;
+        eval
+    }
+
+    /// Evaluates one message trying every rule in file order, without the index: the plain
+    /// loop that [`Engine::evaluate`] must agree with (the tests' oracle, the benches' baseline).
+    pub fn evaluate_naive(&mut self, msg: &Message, now: DateTime<Utc>) -> Evaluation {
+        let mut eval = Evaluation::default();
+        if self.paused {
+            return eval;
+        }
+        let rules = Arc::clone(&self.live.rules);
+        for (i, rule) in rules.rules().iter().enumerate() {
+            if rule.enabled && rule.is_match(msg) {
+                self.decide(&rules, i, msg, now, &mut eval);
+            }
+        }
         eval
     }
 
@@ -192,7 +244,7 @@ impl Engine {
         let mut eval = Evaluation::default();
         let rules = Arc::clone(&self.live.rules);
         let mut decisions = Vec::with_capacity(rules.len());
-        for rule in rules.rules() {
+        for (i, rule) in rules.rules().iter().enumerate() {
             let decision = if self.paused {
                 Decision::Paused
             } else if !rule.enabled {
@@ -200,22 +252,24 @@ impl Engine {
             } else if !rule.is_match(msg) {
                 Decision::NoMatch
             } else {
-                self.decide(rule, msg, now, &mut eval)
+                self.decide(&rules, i, msg, now, &mut eval)
             };
             decisions.push((rule.name.clone(), decision));
         }
         (eval, decisions)
     }
 
-    /// Dedup, rate limit and fire for a rule that matched.
+    /// Dedup, rate limit and fire for rule `i` of the live rules, which matched.
     fn decide(
         &mut self,
-        rule: &Rule,
+        rules: &RuleSet,
+        i: usize,
         msg: &Message,
         now: DateTime<Utc>,
         eval: &mut Evaluation,
     ) -> Decision {
-        let state = self.state.entry(rule.name.clone()).or_default();
+        let rule: &Rule = &rules.rules()[i];
+        let state = &mut self.state[i];
         let dedup = rule.dedup_window.map(|window| {
             let key = match &rule.dedup_key {
                 Some(t) => t.render(msg),

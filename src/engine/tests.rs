@@ -357,3 +357,253 @@ fn index_agrees_with_rule_by_rule_matching() {
     }
     assert!(seq > 100);
 }
+
+/// A seeded generator for the property test (the same cases every run, no dependency).
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[self.below(from.len())]
+    }
+}
+
+/// Words that rules look for and messages contain, with the Unicode letters that `(?i)` folds
+/// onto ASCII ones (`K` Kelvin sign, `ſ` long s) and non-ASCII text.
+const WORDS: &[&str] = &[
+    "error", "ERROR", "code", "E1", "E12", "e7", "host3", "host31", "sev1", "sev2", "SEV3", "disk",
+    "timeout", "TimeOut", "kelvin", "Kelvin", "ſev1", "straße", "STRASSE", "été", "ÉTÉ",
+    "[FIRING]", "foo", "barbaz", "x", "123", "4567", "abc9",
+];
+
+/// A random content regex: one of a few shapes (shared ones included, so many rules share a
+/// literal or a regex), or words joined by the things that split literals.
+fn random_regex(g: &mut Gen, many: bool) -> String {
+    if many && g.chance(50) {
+        // In a large file, popular literals: shared by more rules than the index lets find
+        // a rule by content.
+        return g
+            .pick(&[r"timeout", r"(?i)\[FIRING\]", r"host3\d*", r"(?i)timeout"])
+            .to_string();
+    }
+    let fixed = [
+        r"(?i)error code E1\b",
+        r"sev[12].*host3\b",
+        r"timeout",
+        r"(?i)timeout",
+        r"(foo|barbaz)x",
+        r"(?i)kelvin",
+        r"(?i)\bsev[12]\b",
+        r"(?i)straße",
+        r"été",
+        r"(?i)ÉTÉ",
+        r"ERROR|warn",
+        r"^error",
+        r"disk$",
+        r"x*",
+        r"[[:upper:]]{3}",
+        r"(?:timeout)?",
+        r"\[FIRING\].*host31",
+    ];
+    if g.chance(40) {
+        return g.pick(&fixed).to_string();
+    }
+    if g.chance(15) {
+        // Regexes without literals, several distinct ones (they go to the regex set).
+        return format!(r"\d{{{}}}", 1 + g.below(5));
+    }
+    let joins = [" ", ".*", r"\b", r"\s+", "[12]", "", " ?"];
+    let mut re = String::new();
+    if g.chance(40) {
+        re.push_str("(?i)");
+    }
+    for n in 0..1 + g.below(3) {
+        if n > 0 {
+            re.push_str(g.pick(&joins));
+        }
+        let word = regex::escape(g.pick(WORDS));
+        match g.below(6) {
+            0 => re.push_str(&format!("(?:{word}|{})", regex::escape(g.pick(WORDS)))),
+            1 => re.push_str(&format!("(?:{word})?")),
+            2 => re.push_str(&format!("(?:{word})+")),
+            _ => re.push_str(&word),
+        }
+    }
+    re
+}
+
+fn random_rules(g: &mut Gen, names: usize) -> Arc<RuleSet> {
+    let servers = ["", "*", "prom", "prom*", "am", "http", "{am,http}"];
+    let channels = [
+        "",
+        "*",
+        "alerts/critical",
+        "alerts/*",
+        "team1/*",
+        "team1/ci/*",
+        "*/main",
+        "ci/{main,dev}",
+        "alerts/*/db",
+        "teams/dm-?",
+        "a/b/c",
+        "**/x",
+        "svc1/events",
+    ];
+    let mut rules = Vec::new();
+    // Sometimes many rules: past the thresholds where literals count as shared.
+    let many = g.chance(20);
+    let n = if many { 40 + g.below(60) } else { g.below(14) };
+    let mut used = std::collections::HashSet::new();
+    for _ in 0..n {
+        let name = format!("r{}", g.below(names));
+        if !used.insert(name.clone()) {
+            continue;
+        }
+        let mut rule = serde_json::json!({ "name": name });
+        if g.chance(60) {
+            rule["server"] = g.pick(&servers).into();
+        }
+        if g.chance(70) {
+            rule["channel"] = g.pick(&channels).into();
+        }
+        if g.chance(75) {
+            rule["contentRegex"] = random_regex(g, many).into();
+        }
+        match g.below(6) {
+            0 => {
+                rule["mode"] = "confirm".into();
+                rule["prompt"] = "check {{channel}}: {{content}} ({{meta.k}})".into();
+                if g.chance(50) {
+                    rule["confirmTimeout"] = "1m".into();
+                }
+            }
+            1 => {
+                rule["mode"] = "auto".into();
+                rule["prompt"] = "run {{seq}} {{server}}".into();
+                rule["tools"] = serde_json::json!(["shell", "gh*"]);
+            }
+            _ => {}
+        }
+        if g.chance(30) {
+            rule["dedupWindow"] = g.pick(&["1m", "10s", "2s"]).into();
+            if g.chance(30) {
+                rule["dedupKey"] = "{{meta.k}}".into();
+            }
+        }
+        if g.chance(30) {
+            rule["rateLimit"] = g.pick(&["1ms", "5s", "2/10s", "0", "1m"]).into();
+        }
+        if g.chance(10) {
+            rule["enabled"] = false.into();
+        }
+        rules.push(rule);
+    }
+    let text = serde_json::json!({ "rules": rules }).to_string();
+    Arc::new(RuleSet::parse(&text).unwrap_or_else(|e| panic!("{text}: {e:?}")))
+}
+
+fn random_message(g: &mut Gen, seq: u64) -> Message {
+    let servers = ["prom", "prometheus", "am", "http", "cli", "x"];
+    let channels = [
+        "alerts",
+        "alerts/critical",
+        "alerts/critical/x",
+        "alerts/eu/db",
+        "alertsx",
+        "team1",
+        "team1/ci/deploys",
+        "team12/x",
+        "ci/main",
+        "ci/dev",
+        "x/main",
+        "teams/dm-1",
+        "teams/dm-12",
+        "a/b/c",
+        "q/x",
+        "svc1/events",
+        "default",
+    ];
+    let mut content = String::new();
+    for n in 0..g.below(12) {
+        if n > 0 {
+            content.push_str(g.pick(&[" ", " ", "", "/", "-", "\n"]));
+        }
+        content.push_str(g.pick(WORDS));
+    }
+    Message::from_new(
+        NewMessage::new(g.pick(&servers), g.pick(&channels), content)
+            .with_meta("k", g.pick(&["a", "b"])),
+        seq,
+        t(0),
+    )
+}
+
+/// The property: on random rule files and messages, the indexed engine decides exactly what
+/// the plain loop decides — the same actions (ids, rules, prompts, tools, expiry) and the same
+/// suppressions with their reasons, message after message, across reloads. Seeded, so a
+/// failure repeats; `SWITCHBOARD_ENGINE_CASES` runs more rule files.
+#[test]
+fn property_index_decides_what_the_naive_loop_decides() {
+    let cases: u64 = std::env::var("SWITCHBOARD_ENGINE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let (mut fired, mut suppressed) = (0usize, 0usize);
+    for case in 0..cases {
+        let mut g = Gen(0x9E37_79B9_7F4A_7C15 ^ (case + 1));
+        let names = 1 + g.below(120);
+        let set = random_rules(&mut g, names);
+        let mut fast = Engine::new(set.clone());
+        let mut naive = Engine::new(set);
+        let mut now = t(0);
+        for seq in 1..=120u64 {
+            if g.chance(3) {
+                // A reload: names that stay keep their state in both engines.
+                let next = random_rules(&mut g, names);
+                fast.swap_rules(next.clone());
+                naive.swap_rules(next);
+            }
+            let step = if g.chance(5) { 90_000 } else { 3_000 };
+            now += TimeDelta::milliseconds(g.below(step) as i64);
+            let m = random_message(&mut g, seq);
+            let a = fast.evaluate(&m, now);
+            let b = naive.evaluate_naive(&m, now);
+            assert_eq!(
+                a.actions,
+                b.actions,
+                "case {case}, message {seq}: {m:?}\nrules: {:#?}",
+                fast.rules()
+                    .rules()
+                    .iter()
+                    .map(|r| &r.raw)
+                    .collect::<Vec<_>>()
+            );
+            assert_eq!(
+                a.suppressed, b.suppressed,
+                "case {case}, message {seq}: {m:?}"
+            );
+            fired += a.actions.len();
+            suppressed += a.suppressed.len();
+        }
+    }
+    // The generator must reach both outcomes, or the property says little.
+    assert!(
+        fired > 500 && suppressed > 50,
+        "fired {fired}, suppressed {suppressed}"
+    );
+}

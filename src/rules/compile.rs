@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use regex::Regex;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -13,7 +12,7 @@ use super::error::{ErrorCode, RuleError, suggest};
 use super::file::{KeyPos, Locator, Pos, RULE_KEYS, RawRule, TOP_KEYS};
 use super::pattern::{NamePattern, compile_glob};
 use super::template::Template;
-use super::{DEFAULT_CONFIRM_TIMEOUT, RateLimit, Rule, RuleSet, duration};
+use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Rule, RuleSet, duration};
 use crate::actions::Mode;
 
 /// Compiles the text of a rules file.
@@ -303,7 +302,7 @@ impl RuleCx<'_> {
 
         let content_regex = match raw.content_regex.as_deref() {
             None | Some("") => None,
-            Some(src) => match Regex::new(src) {
+            Some(src) => match ContentRegex::new(src) {
                 Ok(re) => Some(re),
                 Err(e) => {
                     let at = self.value_pos("contentRegex");

@@ -8,6 +8,7 @@
 //! A missing file means [`RuleSet::builtin`]: one catch-all notify rule.
 
 mod compile;
+mod content;
 pub mod duration;
 mod error;
 pub mod file;
@@ -17,8 +18,7 @@ pub mod template;
 use std::path::Path;
 use std::time::Duration;
 
-use regex::Regex;
-
+pub use content::ContentRegex;
 pub use error::{ErrorCode, LoadError, RuleError};
 pub use file::{RawFile, RawRule};
 pub use pattern::NamePattern;
@@ -58,7 +58,7 @@ pub struct Rule {
     /// Channel pattern.
     pub channel: NamePattern,
     /// Content regex, searched unanchored.
-    pub content_regex: Option<Regex>,
+    pub content_regex: Option<ContentRegex>,
     /// Prompt template; `None` for a notify rule with the default prompt.
     pub prompt: Option<Template>,
     /// Tool whitelist (names or globs).
@@ -175,10 +175,15 @@ pub fn schema() -> serde_json::Value {
 /// The investigate prompt for a message (empty notify prompt, `channel_run`):
 /// `Investigate this SERVER/CHANNEL event:`, a blank line, the content.
 pub fn default_prompt(msg: &Message) -> String {
-    template::cap(format!(
-        "Investigate this {}/{} event:\n\n{}",
-        msg.server, msg.channel, msg.content
-    ))
+    const HEAD: &str = "Investigate this ";
+    const TAIL: &str = " event:\n\n";
+    let mut out = String::with_capacity(
+        HEAD.len() + msg.server.len() + 1 + msg.channel.len() + TAIL.len() + msg.content.len(),
+    );
+    for part in [HEAD, &msg.server, "/", &msg.channel, TAIL, &msg.content] {
+        out.push_str(part);
+    }
+    template::cap(out)
 }
 
 /// What `rules_list` and `switchboard rules list` show of each rule: the rule as written,

@@ -488,7 +488,7 @@ pub async fn call(
             "rules": crate::rules::summaries(&app.rules()),
         }))),
         "rules_reload" => {
-            let report = app.reload_rules();
+            let report = app.reload_rules().await;
             let v = serde_json::to_value(&report).expect("report serialises");
             Ok(if report.ok { ok(v) } else { refused(v) })
         }

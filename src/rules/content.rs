@@ -1,0 +1,260 @@
+//! Content regexes as rules use them: Rust `regex` syntax and meaning, searched unanchored
+//! over a message's content, and only ever asked whether they match.
+//!
+//! A rule file may hold 10,000 content regexes, of which a message needs one or two. So a
+//! [`ContentRegex`] is parsed and checked when the file loads (every syntax error reported
+//! then, as `regex` words it) and its matcher is built the first time it runs, once, shared by
+//! every clone. A pattern that could come near the compiled-size limit is built at load
+//! instead, so that a file `regex` would refuse is refused at load, never later.
+//!
+//! The matcher is `regex`'s own meta regex (same parser, same semantics, same size limit)
+//! built for `is_match` alone: without capture slots, the full and one-pass DFAs and the
+//! literal prefilter that `regex::Regex` builds for every pattern (for `(?i)error code E7` an
+//! Aho-Corasick automaton over 128 spellings of its prefix). With those, a file of 10,000
+//! regexes took seconds and hundreds of MiB to load. The engine's own literal scan
+//! ([`crate::engine::Index`]) already decides which regexes are worth running; the lazy DFA
+//! answers for those, and its cache only grows for the regexes that run.
+
+use std::sync::{Arc, OnceLock};
+
+use regex_automata::nfa::thompson::WhichCaptures;
+use regex_automata::util::syntax;
+use regex_automata::{MatchKind, meta};
+use regex_syntax::hir::{Class, Hir, HirKind};
+
+/// The compiled size limit `regex::Regex` uses by default (10 MiB).
+const NFA_SIZE_LIMIT: usize = 10 * (1 << 20);
+/// The lazy DFA cache `regex::Regex` allows per regex by default (2 MiB).
+const LAZY_DFA_CACHE: usize = 2 * (1 << 20);
+/// A pattern whose compiled size may exceed this is built at load, to learn whether it fits
+/// [`NFA_SIZE_LIMIT`]; below it, it surely does.
+const BUILD_AT_LOAD_ABOVE: usize = NFA_SIZE_LIMIT / 4;
+
+/// A compiled `contentRegex`.
+#[derive(Clone, Debug)]
+pub struct ContentRegex {
+    source: Arc<str>,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    hir: Hir,
+    /// Built on first use; `None` only if building failed, which the load-time bound rules out.
+    matcher: OnceLock<Option<meta::Regex>>,
+}
+
+impl ContentRegex {
+    /// Parses and checks `source`; the error is the one `regex::Regex::new` gives for it.
+    pub fn new(source: &str) -> Result<ContentRegex, regex::Error> {
+        let refused = || {
+            regex::Regex::new(source)
+                .err()
+                .unwrap_or_else(|| regex::Error::Syntax(format!("cannot compile `{source}`")))
+        };
+        let hir = syntax::parse_with(source, &syntax::Config::new()).map_err(|_| refused())?;
+        let matcher = OnceLock::new();
+        if size_bound(&hir) > BUILD_AT_LOAD_ABOVE {
+            let built = build(&hir).map_err(|_| refused())?;
+            let _ = matcher.set(Some(built));
+        }
+        Ok(ContentRegex {
+            source: source.into(),
+            inner: Arc::new(Inner { hir, matcher }),
+        })
+    }
+
+    /// Whether the regex matches anywhere in `haystack`.
+    pub fn is_match(&self, haystack: &str) -> bool {
+        self.inner
+            .matcher
+            .get_or_init(|| match build(&self.inner.hir) {
+                Ok(re) => Some(re),
+                Err(e) => {
+                    tracing::error!(regex = %self.source, cause = %e, "content regex cannot be built; it matches nothing");
+                    None
+                }
+            })
+            .as_ref()
+            .is_some_and(|re| re.is_match(haystack))
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The parsed pattern (for the engine's literal extraction).
+    pub fn hir(&self) -> &Hir {
+        &self.inner.hir
+    }
+
+    /// Whether its matcher has been built (it is on first use).
+    pub fn is_built(&self) -> bool {
+        self.inner.matcher.get().is_some()
+    }
+}
+
+fn build(hir: &Hir) -> Result<meta::Regex, Box<meta::BuildError>> {
+    let config = meta::Config::new()
+        .match_kind(MatchKind::LeftmostFirst)
+        .utf8_empty(true)
+        .nfa_size_limit(Some(NFA_SIZE_LIMIT))
+        .hybrid_cache_capacity(LAZY_DFA_CACHE)
+        .which_captures(WhichCaptures::None)
+        .auto_prefilter(false)
+        .dfa(false)
+        .onepass(false);
+    meta::Builder::new()
+        .configure(config)
+        .build_from_hir(hir)
+        .map_err(Box::new)
+}
+
+/// More bytes than the Thompson NFA of `hir` takes, in either direction: 32 bytes for each
+/// literal byte, look-around and join, 768 for each range of a Unicode class (measured: about
+/// 50 in the reverse NFA of `\w`, at most about 450 for a range across every UTF-8 length),
+/// times the copies of a repeated part, plus 2 KiB for the unanchored prefix and the rest
+/// (measured: about 800 bytes). The test below holds the bound to real sizes.
+fn size_bound(hir: &Hir) -> usize {
+    units(hir).saturating_add(64).saturating_mul(32)
+}
+
+fn units(hir: &Hir) -> usize {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => 2,
+        HirKind::Literal(lit) => lit.0.len(),
+        HirKind::Class(Class::Unicode(c)) => c.ranges().len().saturating_mul(24),
+        HirKind::Class(Class::Bytes(c)) => c.ranges().len().saturating_mul(2),
+        HirKind::Repetition(rep) => {
+            let copies = rep.max.unwrap_or(rep.min).max(rep.min) as usize + 1;
+            copies.saturating_mul(units(&rep.sub).saturating_add(2))
+        }
+        HirKind::Capture(cap) => units(&cap.sub).saturating_add(2),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => parts
+            .iter()
+            .fold(2 * parts.len(), |sum, h| sum.saturating_add(units(h))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Same verdicts as `regex::Regex` on patterns where engines could differ: Unicode case
+    /// folding and word boundaries, anchors, empty matches, multi-line flags.
+    #[test]
+    fn agrees_with_regex() {
+        let patterns = [
+            r"(?i)error code E7\b",
+            r"(?i)kelvin",
+            r"\bsev[12]\b",
+            r"^start",
+            r"end$",
+            r"(?m)^line$",
+            r"x*",
+            r"",
+            r"\d{3}",
+            r"(?i)straße",
+            r"é\b",
+            r"(?-u:\b)é",
+            r"\w{30}",
+        ];
+        let long = "a".repeat(30);
+        let haystacks = [
+            "",
+            "Error Code e7 here",
+            "error code E77",
+            "\u{212A}elvin",
+            "sev1",
+            "xsev1",
+            "start end",
+            "a\nline\nb",
+            "12",
+            "1234",
+            "STRASSE",
+            "strasse",
+            "café!",
+            "caféx",
+            &long,
+        ];
+        for p in patterns {
+            let ours = ContentRegex::new(p).unwrap();
+            let theirs = regex::Regex::new(p).unwrap();
+            assert_eq!(ours.as_str(), p);
+            for h in haystacks {
+                assert_eq!(ours.is_match(h), theirs.is_match(h), "{p:?} on {h:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn errors_are_regex_errors_and_come_at_load() {
+        for p in [
+            "(",
+            "[z-a]",
+            r"\p{Nope}",
+            r"\w{1000}{1000}",
+            r"(?:\w{200}){200}",
+        ] {
+            let ours = ContentRegex::new(p).unwrap_err().to_string();
+            let theirs = regex::Regex::new(p).unwrap_err().to_string();
+            assert_eq!(ours, theirs, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn built_on_first_use_unless_large() {
+        let small = ContentRegex::new(r"(?i)error code E7\b").unwrap();
+        assert!(!small.is_built());
+        let clone = small.clone();
+        assert!(clone.is_match("ERROR CODE e7."));
+        assert!(small.is_built(), "clones share the matcher");
+        let large = ContentRegex::new(r"\w{100}").unwrap();
+        assert!(large.is_built(), "checked against the size limit at load");
+    }
+
+    /// The bound that lets a pattern wait until first use must be above the real size of
+    /// both NFAs the meta regex builds.
+    #[test]
+    fn size_bound_is_above_the_compiled_size() {
+        let patterns = [
+            r"(?i)error code E7001\b",
+            r"sev[12].*host42\b",
+            r"\w+",
+            r"(?i)\w{1,20}",
+            r"[\p{L}\p{N}]{5}",
+            r"(?i)[a-zäöü]{3,}[\u{100}-\u{10FFFF}]",
+            r"(?:foo|bar|baz){2,9}",
+            r".*",
+            r"(?s).{64}",
+            r"\bword\b|\Bnot\B",
+            r"[^a]",
+            r"[\u{80}-\u{10FFFF}]",
+            r"[\u{7F}-\u{80}\u{7FF}-\u{800}\u{FFFF}-\u{10000}]",
+            r"(?i)[\u{7F}-\u{80}\u{7FF}-\u{800}\u{FFFF}-\u{10000}]{3}",
+            r"(?-u)[\x00-\x10A-Z]{2}",
+            r"\W",
+            r"(?i)\p{Greek}+x",
+        ];
+        for p in patterns {
+            let hir = syntax::parse_with(p, &syntax::Config::new()).unwrap();
+            for reverse in [false, true] {
+                let nfa = regex_automata::nfa::thompson::NFA::compiler()
+                    .configure(
+                        regex_automata::nfa::thompson::Config::new()
+                            .reverse(reverse)
+                            .which_captures(WhichCaptures::None),
+                    )
+                    .build_from_hir(&hir)
+                    .unwrap();
+                assert!(
+                    nfa.memory_usage() < size_bound(&hir),
+                    "{p:?} reverse={reverse}: {} ≥ {}",
+                    nfa.memory_usage(),
+                    size_bound(&hir)
+                );
+            }
+        }
+    }
+}
