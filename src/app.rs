@@ -288,7 +288,9 @@ impl App {
                 let report = self.report(
                     false,
                     "kept",
-                    format!("{shown} is gone; {live} stay live"),
+                    format!(
+                        "rules not reloaded: {shown} does not exist (deleted or moved?); {live} stay live"
+                    ),
                     vec![],
                 );
                 (ReloadResult::Missing, report)

@@ -131,7 +131,7 @@ fn an_invalid_save_keeps_the_old_rules_and_shows_the_error() {
         r["message"]
             .as_str()
             .unwrap()
-            .contains("is gone")
+            .contains("does not exist (deleted or moved?); the 1 rule loaded at")
             .then_some(())
     });
     assert_eq!(rule_names(&sb), ["rule-a"]);
