@@ -567,9 +567,7 @@ impl Lifecycle {
     pub fn close_session(&self, session: SessionId, now: DateTime<Utc>) -> Option<String> {
         let (events, forgotten) = {
             let mut s = self.inner.state.lock().unwrap();
-            let Some(info) = s.sessions.remove(&session) else {
-                return None;
-            };
+            let info = s.sessions.remove(&session)?;
             let held: Vec<ActionId> = s
                 .claims
                 .iter()

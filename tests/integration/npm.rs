@@ -14,10 +14,13 @@ use super::util::run_limited;
 /// The longest one `npm install` may take.
 const NPM_LIMIT: Duration = Duration::from_secs(600);
 
+/// What installing a prefix gave: its `node_modules`, `None` to skip, or why it failed.
+type Installed = Result<Option<PathBuf>, String>;
+
 /// The `node_modules` of a prefix holding exactly `packages` (`name@version` specs, aliases
 /// allowed), `None` to skip (no npm outside CI), or why the install failed.
-pub fn prefix(name: &str, packages: &[&str]) -> Result<Option<PathBuf>, String> {
-    static DONE: OnceLock<Mutex<Vec<(String, Result<Option<PathBuf>, String>)>>> = OnceLock::new();
+pub fn prefix(name: &str, packages: &[&str]) -> Installed {
+    static DONE: OnceLock<Mutex<Vec<(String, Installed)>>> = OnceLock::new();
     let done = DONE.get_or_init(Mutex::default);
     let mut done = done.lock().unwrap();
     if let Some((_, r)) = done.iter().find(|(n, _)| n == name) {
@@ -28,7 +31,7 @@ pub fn prefix(name: &str, packages: &[&str]) -> Result<Option<PathBuf>, String> 
     r
 }
 
-fn install(name: &str, packages: &[&str]) -> Result<Option<PathBuf>, String> {
+fn install(name: &str, packages: &[&str]) -> Installed {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     if Command::new("npm")
         .arg("--version")
