@@ -419,24 +419,13 @@ impl Lifecycle {
                         out.dropped.push(old.action_id);
                         undelivered -= 1;
                     }
-                    Mode::Confirm if s.confirms.len() + s.staged >= cap => {
-                        let reason = format!("confirm queue full ({cap}): newest refused");
+                    Mode::Confirm | Mode::Auto
+                        if (action.mode == Mode::Confirm && s.confirms.len() + s.staged >= cap)
+                            || (action.mode == Mode::Auto && s.work.len() >= cap) =>
+                    {
+                        let reason = format!("{} queue full ({cap}): newest refused", action.mode);
                         s.drop_one(
-                            Mode::Confirm,
-                            action.id,
-                            &action.rule,
-                            &reason,
-                            now,
-                            &mut records,
-                            &mut events,
-                        );
-                        out.dropped.push(action.id);
-                        continue;
-                    }
-                    Mode::Auto if s.work.len() >= cap => {
-                        let reason = format!("auto queue full ({cap}): newest refused");
-                        s.drop_one(
-                            Mode::Auto,
+                            action.mode,
                             action.id,
                             &action.rule,
                             &reason,

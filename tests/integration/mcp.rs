@@ -314,7 +314,7 @@ async fn wait_times_out_empty_and_wakes_on_commit(http: bool) -> Vec<Duration> {
         let pending = tokio::spawn(async move { wait(&c, 10.0).await });
         let home = h.sb.home.path().to_path_buf();
         let stats = home.clone();
-        eventually_async(Duration::from_secs(5), || {
+        eventually_async(Duration::from_secs(5), "the wait is in flight", || {
             let s = control(&stats, json!({"cmd": "stats"}));
             (s["result"]["wait_calls_in_flight"] == 1).then_some(())
         })
@@ -365,7 +365,7 @@ async fn a_pending_wait_does_not_block_other_requests() {
     let c = client.clone();
     let pending = tokio::spawn(async move { wait(&c, 3.0).await });
     let home = h.sb.home.path().to_path_buf();
-    eventually_async(Duration::from_secs(5), || {
+    eventually_async(Duration::from_secs(5), "the wait is in flight", || {
         let s = control(&home, json!({"cmd": "stats"}));
         (s["result"]["wait_calls_in_flight"] == 1).then_some(())
     })
@@ -530,13 +530,17 @@ async fn an_expired_confirm_is_refused() {
     let id = v["items"][0]["action_id"].as_u64().unwrap();
     // The expiry timer, not a read, expires it.
     let home = h.sb.home.path().to_path_buf();
-    eventually_async(Duration::from_secs(5), || {
-        let s = control(&home, json!({"cmd": "stats"}));
-        s["result"]["pending_confirms"]
-            .as_array()
-            .is_some_and(|p| p.is_empty())
-            .then_some(())
-    })
+    eventually_async(
+        Duration::from_secs(5),
+        "the confirm expired by the timer",
+        || {
+            let s = control(&home, json!({"cmd": "stats"}));
+            s["result"]["pending_confirms"]
+                .as_array()
+                .is_some_and(|p| p.is_empty())
+                .then_some(())
+        },
+    )
     .await;
     let (r, err) = call(
         &client,
@@ -660,15 +664,19 @@ async fn claude_channel_push_only_for_claude(http: bool) {
         o.send("alerts/critical", "db down");
     }
     h.send("alerts/critical", "db down");
-    let params = eventually_async(Duration::from_secs(5), || {
-        claude_seen
-            .seen
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(m, _)| m == "notifications/claude/channel")
-            .map(|(_, p)| p.clone())
-    })
+    let params = eventually_async(
+        Duration::from_secs(5),
+        "claude-code got the channel push",
+        || {
+            claude_seen
+                .seen
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(m, _)| m == "notifications/claude/channel")
+                .map(|(_, p)| p.clone())
+        },
+    )
     .await;
     assert_eq!(
         params["content"],
@@ -686,13 +694,17 @@ async fn claude_channel_push_only_for_claude(http: bool) {
     assert_eq!(meta["mode"], "notify");
     assert_eq!(meta["seq"], "1");
     // Both get notifications/message; only Claude gets the channel push.
-    eventually_async(Duration::from_secs(5), || {
-        copilot_seen
-            .methods()
-            .iter()
-            .any(|m| m == "notifications/message")
-            .then_some(())
-    })
+    eventually_async(
+        Duration::from_secs(5),
+        "copilot-cli got notifications/message",
+        || {
+            copilot_seen
+                .methods()
+                .iter()
+                .any(|m| m == "notifications/message")
+                .then_some(())
+        },
+    )
     .await;
     assert!(
         !copilot_seen
@@ -713,17 +725,6 @@ async fn claude_channel_push_only_for_claude(http: bool) {
     // The wait path still has the item for both.
     assert_eq!(kinds(&wait(&claude, 1.0).await).len(), 1);
     assert_eq!(kinds(&wait(&copilot, 1.0).await).len(), 1);
-}
-
-async fn eventually_async<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {limit:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

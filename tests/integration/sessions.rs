@@ -110,10 +110,7 @@ fn in_flight(sb: &Switchboard) -> u64 {
 
 async fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually_async(limit, what, || f().then_some(())).await;
     start.elapsed()
 }
 

@@ -180,23 +180,8 @@ fn state(sb: &Switchboard, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no upstream {name} in {r}"))
 }
 
-/// Polls (without blocking the runtime) until `f` gives `Some`.
-async fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn connected(sb: &Switchboard, name: &str) -> Value {
-    until(
+    eventually_async(
         Duration::from_secs(60),
         &format!("{name} connected"),
         || {
@@ -253,7 +238,7 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
     // A burst of 1,000 notifications of three kinds, stored in exactly wire order.
     let r = call(&client, "bridge__burst", json!({"n": 1000})).await;
     assert_eq!(text(&r), "sent 1000");
-    let records = until(Duration::from_secs(30), "1000 records", || {
+    let records = eventually_async(Duration::from_secs(30), "1000 records", || {
         let r = journal(&sb, "bridge");
         (r.len() >= 1000).then_some(r)
     })
@@ -308,7 +293,7 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
     assert!(!names.contains(&"bridge__extra".to_string()));
     let before = session.list_changed.load(Ordering::SeqCst);
     call(&client, "bridge__add_tool", json!({})).await;
-    until(
+    eventually_async(
         Duration::from_secs(10),
         "tools/list_changed reaches the session",
         || (session.list_changed.load(Ordering::SeqCst) > before).then_some(()),
@@ -350,7 +335,7 @@ async fn a_killed_upstream_is_restarted_and_answers_clearly_while_down() {
 
     std::fs::write(&down, "").unwrap();
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    let failed = until(Duration::from_secs(30), "bridge failed and retried", || {
+    let failed = eventually_async(Duration::from_secs(30), "bridge failed and retried", || {
         let s = state(&sb, "bridge");
         (s["state"] == "failed" && s["restarts"].as_u64() >= Some(1)).then_some(s)
     })
@@ -370,7 +355,7 @@ async fn a_killed_upstream_is_restarted_and_answers_clearly_while_down() {
     assert_eq!(text(&other), "echo: still here");
 
     std::fs::remove_file(&down).unwrap();
-    let back = until(Duration::from_secs(60), "bridge back", || {
+    let back = eventually_async(Duration::from_secs(60), "bridge back", || {
         let s = state(&sb, "bridge");
         (s["state"] == "connected").then_some(s)
     })
@@ -402,7 +387,7 @@ async fn a_killed_upstream_is_restarted_and_answers_clearly_while_down() {
     let child = back["pid"].as_u64().unwrap() as i32;
     assert!(sb.terminate().success(), "{}", sb.log());
     // The upstream's process (group) goes with switchboard.
-    until(Duration::from_secs(10), "upstream child gone", || {
+    eventually_async(Duration::from_secs(10), "upstream child gone", || {
         (unsafe { libc::kill(child, 0) } != 0).then_some(())
     })
     .await;
@@ -442,7 +427,7 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
             async move { text(&call(&client, "bridge__flood", json!({"n": FLOOD})).await) },
         )
     };
-    until(Duration::from_secs(30), "flood under way", || {
+    eventually_async(Duration::from_secs(30), "flood under way", || {
         (state(&sb, "bridge")["stored"].as_u64() > Some(1000)).then_some(())
     })
     .await;
@@ -474,7 +459,7 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
                 (Instant::now(), r.structured_content.unwrap())
             })
         };
-        until(Duration::from_secs(10), "wait in flight", || {
+        eventually_async(Duration::from_secs(10), "wait in flight", || {
             let r = control(sb.home.path(), json!({"cmd": "stats"}));
             (r["result"]["wait_calls_in_flight"].as_u64() >= Some(1)).then_some(())
         })
@@ -503,7 +488,7 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
         }
     }
     assert_eq!(flooder.await.unwrap(), format!("flooded {FLOOD}"));
-    until(
+    eventually_async(
         Duration::from_secs(60),
         "every flood message stored",
         || (state(&sb, "bridge")["stored"].as_u64() == Some(FLOOD)).then_some(()),
@@ -566,7 +551,7 @@ async fn server_everything_over_stdio_and_http_end_to_end() {
                 .expect("start server-everything over HTTP"),
         )
     };
-    until(
+    eventually_async(
         Duration::from_secs(30),
         "server-everything listening",
         || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
@@ -606,7 +591,7 @@ async fn server_everything_over_stdio_and_http_end_to_end() {
             json!({}),
         )
         .await;
-        let logged = until(
+        let logged = eventually_async(
             Duration::from_secs(20),
             &format!("{name} log message stored"),
             || {
@@ -783,7 +768,7 @@ async fn bench_upstream_latency_and_throughput() {
             let client = client.clone();
             tokio::spawn(async move { collect_latencies(&client, 1).await })
         };
-        until(Duration::from_secs(10), "wait in flight", || {
+        eventually_async(Duration::from_secs(10), "wait in flight", || {
             let r = control(sb.home.path(), json!({"cmd": "stats"}));
             (r["result"]["wait_calls_in_flight"].as_u64() >= Some(1)).then_some(())
         })
@@ -805,7 +790,7 @@ async fn bench_upstream_latency_and_throughput() {
     let t = Instant::now();
     let r = call(&client, "bridge__flood", json!({"n": FLOOD})).await;
     assert_eq!(text(&r), format!("flooded {FLOOD}"));
-    until(Duration::from_secs(300), "sdk flood stored", || {
+    eventually_async(Duration::from_secs(300), "sdk flood stored", || {
         (state(&sb, "bridge")["stored"].as_u64() == Some(FLOOD + SAMPLES as u64)).then_some(())
     })
     .await;
@@ -820,12 +805,12 @@ async fn bench_upstream_latency_and_throughput() {
             .to_string(),
     );
     sb.spawn();
-    let (t0, first) = until(Duration::from_secs(60), "raw flood started", || {
+    let (t0, first) = eventually_async(Duration::from_secs(60), "raw flood started", || {
         let n = state(&sb, "raw")["stored"].as_u64().unwrap_or(0);
         (n > 0).then_some((Instant::now(), n))
     })
     .await;
-    until(Duration::from_secs(300), "raw flood stored", || {
+    eventually_async(Duration::from_secs(300), "raw flood stored", || {
         (state(&sb, "raw")["stored"].as_u64() == Some(FLOOD)).then_some(())
     })
     .await;

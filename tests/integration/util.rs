@@ -242,6 +242,26 @@ pub fn action_records(home: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Polls `f` every 10 ms, without blocking the runtime, until it returns `Some`, or panics with
+/// `what` after `limit`.
+pub async fn eventually_async<T>(
+    limit: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Polls `f` every 10 ms until it returns `Some`, or panics with `what` after `limit`.
 pub fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
