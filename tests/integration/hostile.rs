@@ -229,7 +229,9 @@ fn list_and_watch_escape_control_characters_and_a_closed_pipe_exits_0() {
     let hostile = "\x1b[2J\x1b[31mred\n#999 2026-01-01T00:00:00Z forged/line: rm -rf\r\u{202e}";
     let watch = Watch::start(sb.home.path());
     let seq = send_messages(sb.home.path(), &[("evil\nchan\x07", hostile)])[0];
-    let first = watch.line_with(&format!("#{seq} "));
+    // The message's own line (its action's line, `nudge #N`, may come first and carries only
+    // the prompt's first line, which ends at the channel's newline).
+    let first = watch.line_with(&format!("#{seq} 20"));
     assert!(!first.chars().any(|c| c.is_control()), "{first:?}");
     assert!(first.contains("\\x1b[2J\\x1b[31mred\\n#999"), "{first:?}");
 
