@@ -13,80 +13,19 @@ use serde_json::{Value, json};
 
 use super::util::*;
 
-/// An HTTP response as a client sees it.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
-    }
-
-    #[track_caller]
-    fn assert_error(&self, status: u16, code: &str) {
-        assert_eq!(self.status, status, "{}", self.body);
-        assert_eq!(self.json()["error"], code, "{}", self.body);
-    }
-}
-
-/// Reads one `Connection: close` response to the end (bodies are small or chunked JSON/text).
-fn read_reply(stream: &mut TcpStream) -> Reply {
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read response");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {head:?}"));
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Reply { status, body }
-}
-
-fn dechunk(mut data: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = data.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        data = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// One request on a fresh connection, with the bearer token.
+/// One request to ingest on a fresh connection, with the bearer token.
 fn request(sb: &Switchboard, method: &str, path: &str, body: &[u8]) -> Reply {
-    let addr = sb.ingest.as_deref().expect("ingest address");
-    let mut stream = TcpStream::connect(addr).expect("connect to ingest");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Authorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        sb.token(),
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    // The server may answer (413) before it reads the whole body.
-    let _ = stream.write_all(body);
-    read_reply(&mut stream)
+    let token = format!("Bearer {}", sb.token());
+    http_request(
+        sb.ingest.as_deref().expect("ingest address"),
+        method,
+        path,
+        &[
+            ("Authorization", token.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        body,
+    )
 }
 
 fn post(sb: &Switchboard, body: &[u8]) -> Reply {

@@ -2,7 +2,7 @@
 //! reaching their channels and rules, every refusal as a sender sees it, and a real
 //! Alertmanager delivering to switchboard.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -15,115 +15,6 @@ use super::util::*;
 
 const GITHUB_SECRET: &str = "It's a Secret to Everybody";
 
-/// An HTTP response as a client sees it.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
-    }
-
-    /// The status and the stable `error` code of a refusal.
-    #[track_caller]
-    fn assert_error(&self, status: u16, code: &str) {
-        assert_eq!(self.status, status, "{}", self.body);
-        assert_eq!(self.json()["error"], code, "{}", self.body);
-    }
-
-    fn seqs(&self) -> Vec<(u64, bool)> {
-        self.json()["accepted"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no `accepted`: {}", self.body))
-            .iter()
-            .map(|a| {
-                (
-                    a["seq"].as_u64().unwrap(),
-                    a["duplicate"].as_bool().unwrap(),
-                )
-            })
-            .collect()
-    }
-}
-
-/// One HTTP/1.1 request on a fresh connection (`Connection: close`), read to the end.
-fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(addr).expect("connect to ingest");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    // The server may answer (413) before it reads the whole body.
-    let _ = stream.write_all(body);
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read response");
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of headers");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    if chunked {
-        body = dechunk(&body);
-    }
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = data.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size_text = String::from_utf8_lossy(&data[..line_end]);
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap();
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&data[..size]);
-        data = &data[size + 2..];
-    }
-}
-
 fn ingest(sb: &Switchboard) -> &str {
     sb.ingest.as_deref().expect("ingest is listening")
 }
@@ -131,7 +22,7 @@ fn ingest(sb: &Switchboard) -> &str {
 /// `POST path` with the bearer token and a JSON body.
 fn post(sb: &Switchboard, path: &str, body: &[u8]) -> Reply {
     let auth = format!("Bearer {}", sb.token());
-    request(
+    http_request(
         ingest(sb),
         "POST",
         path,
@@ -156,7 +47,7 @@ fn fixture(name: &str) -> Vec<u8> {
 fn github_delivery(sb: &Switchboard, event: &str, body: &[u8]) -> Reply {
     let text = String::from_utf8(fixture(&format!("github-{event}.headers"))).unwrap();
     let headers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(": ")).collect();
-    request(ingest(sb), "POST", "/v1/github", &headers, body)
+    http_request(ingest(sb), "POST", "/v1/github", &headers, body)
 }
 
 /// `switchboard list --json [--channel C]`: the stored messages, oldest first.
@@ -195,13 +86,13 @@ fn a_fresh_home_gets_a_private_token_that_ingest_requires_and_a_202_is_on_disk()
     assert_eq!(mode & 0o777, 0o600);
 
     let msg = br#"{"server": "deploy-bot", "channel": "ci/deploys", "content": "api v42 is live"}"#;
-    let r = request(ingest(&sb), "POST", "/v1/messages", &[], msg);
+    let r = http_request(ingest(&sb), "POST", "/v1/messages", &[], msg);
     r.assert_error(401, "missing_token");
     assert_eq!(
         r.header("www-authenticate"),
         Some(r#"Bearer realm="switchboard""#)
     );
-    let r = request(
+    let r = http_request(
         ingest(&sb),
         "POST",
         "/v1/messages",
@@ -241,7 +132,7 @@ fn a_token_in_switchboard_json_is_used_and_no_token_file_is_written() {
     sb.spawn();
     assert!(!sb.home.path().join("token").exists());
     let msg = br#"{"server": "s", "channel": "c", "content": "x"}"#;
-    let r = request(
+    let r = http_request(
         ingest(&sb),
         "POST",
         "/v1/messages",
@@ -349,7 +240,7 @@ fn webhooks_over_a_real_socket_land_on_their_channels_and_fire_rules() {
         [("ci-failures".into(), "notify".into())]
     );
 
-    let metrics = request(
+    let metrics = http_request(
         ingest(&sb),
         "GET",
         "/metrics",
@@ -383,12 +274,12 @@ fn every_refusal_over_a_real_socket_has_its_status_and_json_code() {
     let addr = ingest(&sb).to_string();
     let auth = format!("Bearer {}", sb.token());
 
-    let r = request(&addr, "GET", "/nope", &[], b"");
+    let r = http_request(&addr, "GET", "/nope", &[], b"");
     r.assert_error(404, "not_found");
-    let r = request(&addr, "DELETE", "/healthz", &[], b"");
+    let r = http_request(&addr, "DELETE", "/healthz", &[], b"");
     r.assert_error(405, "method_not_allowed");
     assert_eq!(r.header("allow"), Some("GET,HEAD"));
-    let r = request(&addr, "POST", "/v1/github", &[], b"{}");
+    let r = http_request(&addr, "POST", "/v1/github", &[], b"{}");
     r.assert_error(403, "github_secret_missing");
 
     // Five authenticated requests spend the quota of five, whatever their outcome.
@@ -397,7 +288,7 @@ fn every_refusal_over_a_real_socket_has_its_status_and_json_code() {
         "x".repeat(4000)
     );
     post(&sb, "/v1/messages", big.as_bytes()).assert_error(413, "body_too_large");
-    let r = request(
+    let r = http_request(
         &addr,
         "POST",
         "/v1/messages",
@@ -431,7 +322,7 @@ fn every_refusal_over_a_real_socket_has_its_status_and_json_code() {
         br#"{"version": "3", "alerts": []}"#,
     );
     r.assert_error(422, "unsupported_version");
-    let r = request(&addr, "GET", "/healthz", &[], b"");
+    let r = http_request(&addr, "GET", "/healthz", &[], b"");
     assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
 }
 
@@ -471,7 +362,7 @@ fn disable_auth_off_loopback_refuses_to_start() {
     let mut sb = Switchboard::new();
     sb.write("switchboard.json", r#"{"http": {"disableAuth": true}}"#);
     sb.spawn();
-    let r = request(
+    let r = http_request(
         ingest(&sb),
         "POST",
         "/v1/messages",
@@ -603,7 +494,7 @@ fn alertmanager_delivers_firing_and_resolved_alerts_end_to_end() {
     eventually(Duration::from_secs(30), "alertmanager ready", || {
         let addr = format!("127.0.0.1:{port}");
         TcpStream::connect(&addr).ok()?;
-        (request(&addr, "GET", "/-/ready", &[], b"").status == 200).then_some(())
+        (http_request(&addr, "GET", "/-/ready", &[], b"").status == 200).then_some(())
     });
 
     let started = chrono::Utc::now() - chrono::Duration::seconds(30);
