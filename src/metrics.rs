@@ -20,8 +20,6 @@ pub struct Metrics {
     ingested: Mutex<BTreeMap<String, u64>>,
     actions: Mutex<BTreeMap<(String, Mode), u64>>,
     suppressed: Mutex<BTreeMap<(String, SuppressReason), u64>>,
-    dropped: Mutex<BTreeMap<Mode, u64>>,
-    transitions: Mutex<BTreeMap<&'static str, u64>>,
     rejected: Mutex<BTreeMap<(&'static str, u16), u64>>,
     reloads: Mutex<BTreeMap<ReloadResult, u64>>,
 }
@@ -93,25 +91,6 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    /// An action was refused because its queue was full.
-    pub fn dropped(&self, mode: Mode) {
-        *self.dropped.lock().unwrap().entry(mode).or_default() += 1;
-    }
-
-    /// Takes the action lifecycle's own counters (drops and transitions), which it keeps
-    /// exactly, so that `/metrics` and `inbox_stats` never disagree.
-    pub fn sync_lifecycle(&self, counters: &crate::actions::lifecycle::Counters) {
-        *self.dropped.lock().unwrap() = counters.dropped.clone();
-        *self.transitions.lock().unwrap() = BTreeMap::from([
-            ("claimed", counters.claimed),
-            ("delivered", counters.delivered),
-            ("released", counters.released),
-            ("approved", counters.approved),
-            ("denied", counters.denied),
-            ("expired", counters.expired),
-        ]);
-    }
-
     /// An HTTP ingest request was refused with `status` and error code `code`.
     pub fn http_rejected(&self, code: &'static str, status: u16) {
         *self
@@ -137,14 +116,16 @@ impl Metrics {
             .unwrap_or(0)
     }
 
-    /// Total actions dropped.
-    pub fn dropped_total(&self) -> u64 {
-        self.dropped.lock().unwrap().values().sum()
-    }
-
     /// Prometheus text exposition of the counters, followed by `counters` and `gauges` read
     /// from the running parts (journal write errors, duplicates; ring and queue depths).
-    pub fn render(&self, counters: &[Reading], gauges: &[Reading]) -> String {
+    /// `lifecycle` are the action lifecycle's own counters (drops, transitions), read as they
+    /// are so that `/metrics` and `inbox_stats` never disagree.
+    pub fn render(
+        &self,
+        lifecycle: &crate::actions::lifecycle::Counters,
+        counters: &[Reading],
+        gauges: &[Reading],
+    ) -> String {
         let mut out = String::new();
         family(
             &mut out,
@@ -192,7 +173,7 @@ impl Metrics {
             "counter",
             "Actions refused by a full queue, by mode.",
         );
-        for (mode, n) in self.dropped.lock().unwrap().iter() {
+        for (mode, n) in &lifecycle.dropped {
             let _ = writeln!(
                 out,
                 "switchboard_actions_dropped_total{{mode=\"{mode}\"}} {n}"
@@ -204,7 +185,15 @@ impl Metrics {
             "counter",
             "Action lifecycle transitions, by the state entered.",
         );
-        for (state, n) in self.transitions.lock().unwrap().iter() {
+        let transitions = [
+            ("claimed", lifecycle.claimed),
+            ("delivered", lifecycle.delivered),
+            ("released", lifecycle.released),
+            ("approved", lifecycle.approved),
+            ("denied", lifecycle.denied),
+            ("expired", lifecycle.expired),
+        ];
+        for (state, n) in transitions {
             let _ = writeln!(
                 out,
                 "switchboard_action_transitions_total{{state=\"{state}\"}} {n}"
@@ -281,13 +270,18 @@ mod tests {
         m.ingested("alertmanager", 3);
         m.action("crit \"alerts\"", Mode::Confirm);
         m.suppressed("ci", SuppressReason::Dedup);
-        m.dropped(Mode::Auto);
         m.http_rejected("rate_limited", 429);
         m.http_rejected("rate_limited", 429);
         m.rule_reload(ReloadResult::Ok);
         m.rule_reload(ReloadResult::Invalid);
         m.rule_reload(ReloadResult::Invalid);
+        let lifecycle = crate::actions::lifecycle::Counters {
+            dropped: [(Mode::Auto, 1)].into(),
+            released: 2,
+            ..Default::default()
+        };
         let text = m.render(
+            &lifecycle,
             &[(
                 "switchboard_journal_write_errors_total",
                 "Failed writes.",
@@ -314,6 +308,6 @@ mod tests {
             text.contains("switchboard_rule_reloads_total{result=\"missing\"} 0\n"),
             "every result is listed, also at zero"
         );
-        assert_eq!(m.dropped_total(), 1);
+        assert!(text.contains("switchboard_action_transitions_total{state=\"released\"} 2\n"));
     }
 }

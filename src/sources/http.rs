@@ -435,7 +435,6 @@ async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
     let app = &ingest.app;
     let inbox = app.inbox.stats();
     let delivery = app.lifecycle.stats();
-    app.metrics.sync_lifecycle(&delivery.counters);
     let counters = [
         (
             "switchboard_journal_write_errors_total",
@@ -495,7 +494,7 @@ async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        app.metrics.render(&counters, &gauges) + &app.upstreams.metrics(),
+        app.metrics.render(&delivery.counters, &counters, &gauges) + &app.upstreams.metrics(),
     )
         .into_response()
 }

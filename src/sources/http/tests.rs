@@ -184,7 +184,7 @@ async fn a_batch_keeps_request_order_and_repeats_answer_duplicate_with_the_origi
         "ids are remembered; a message without an id is new every time"
     );
     assert_eq!(app.inbox.last_seq(), 3);
-    let metrics = app.metrics.render(&[], &[]);
+    let metrics = app.metrics.render(&Default::default(), &[], &[]);
     assert!(
         metrics.contains("switchboard_messages_ingested_total{source=\"http\"} 3\n"),
         "duplicates are not counted as ingested:\n{metrics}"
@@ -581,7 +581,7 @@ async fn alertmanager_groups_store_each_alert_once_and_the_resolve_again() {
     assert_eq!(m.channel, "alerts/critical");
     assert!(
         app.metrics
-            .render(&[], &[])
+            .render(&Default::default(), &[], &[])
             .contains("switchboard_messages_ingested_total{source=\"alertmanager\"} 5\n")
     );
 }
