@@ -28,12 +28,12 @@ use crate::metrics::{Metrics, ReloadResult};
 use crate::rules::{LoadError, RuleError, RuleSet};
 
 /// The result of the last rules (re)load, for `rules_reload`, `inbox_stats` and logs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ReloadReport {
     /// True when the new rules are live.
     pub ok: bool,
     /// `file`, `builtin` (no file at boot) or `kept` (invalid or deleted file: old rules stay live).
-    pub source: &'static str,
+    pub source: String,
     /// Rules live after the reload.
     pub rules: usize,
     /// When it happened.
@@ -46,7 +46,7 @@ pub struct ReloadReport {
 }
 
 /// Everything `inbox_stats` and `switchboard stats` show.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Stats {
     /// The inbox: ring, seqs, journal.
     pub inbox: InboxStats,
@@ -350,7 +350,7 @@ impl App {
     ) -> ReloadReport {
         let report = ReloadReport {
             ok,
-            source,
+            source: source.to_string(),
             rules: self.rules().len(),
             at: Utc::now(),
             message,

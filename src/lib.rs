@@ -21,6 +21,7 @@
 //! - [`delivery`]: the MCP server (tools, long-poll wait, push) over stdio and HTTP.
 //! - [`auth`]: the bearer token and `Origin` checks of HTTP ingest and `/mcp`.
 //! - [`app`]: the running whole, shared by every front end; the dispatcher.
+//! - [`backend`]: the one interface front ends call: local (the daemon) or remote (a front end).
 //! - [`watch`]: reloads `triggers.json` when it is saved.
 //! - [`control`]: the control socket between the CLI and the running server.
 //! - [`server`]: `serve` wiring and shutdown.
@@ -31,6 +32,7 @@
 pub mod actions;
 pub mod app;
 pub mod auth;
+pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod control;

@@ -124,7 +124,7 @@ pub async fn run(
 
     if opts.stdio {
         tokio::select! {
-            result = crate::delivery::mcp::serve_stdio(app.clone(), opts.consumer.clone(), token.clone()) => {
+            result = crate::delivery::mcp::serve_stdio(crate::delivery::mcp::McpServer::new(app.clone(), opts.consumer.clone()), token.clone()) => {
                 if let Err(err) = result {
                     tracing::warn!(cause = %err, "stdio MCP session ended with an error");
                 }

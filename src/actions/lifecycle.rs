@@ -913,6 +913,12 @@ impl Lifecycle {
             .collect()
     }
 
+    /// Whether a live session reads as `consumer`.
+    pub fn consumer_in_use(&self, consumer: &str) -> bool {
+        let s = self.inner.state.lock().unwrap();
+        s.sessions.values().any(|o| o.consumer == consumer)
+    }
+
     /// Items `consumer` would get now, without taking them.
     pub fn queued_for(&self, consumer: &str) -> usize {
         let s = self.inner.state.lock().unwrap();

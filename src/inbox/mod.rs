@@ -109,7 +109,7 @@ pub enum InboxError {
 }
 
 /// Counters and gauges for `inbox_stats` and `/metrics`.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct InboxStats {
     /// Messages in the ring.
     pub ring_depth: usize,

@@ -6,10 +6,10 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The stable code of a rule error. The JSON form (snake_case) never changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ErrorCode {
@@ -70,7 +70,7 @@ impl fmt::Display for ErrorCode {
 }
 
 /// One validation error, located. Serialises as `{code, rule_index, rule, key, line, column, message}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleError {
     /// Stable code.
     pub code: ErrorCode,

@@ -29,7 +29,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chrono::Utc;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientRequest, ErrorData, Implementation,
     InitializeRequestParams, InitializeResult, ListResourcesResult, ListToolsResult,
@@ -44,8 +43,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::ActionId;
-use crate::actions::{Lifecycle, SessionId};
 use crate::app::App;
+use crate::backend::{Backend, LocalBackend, SessionInfo, SessionSpec};
 
 /// The inbox resource clients can read and subscribe to.
 pub const INBOX_URI: &str = "switchboard://inbox";
@@ -66,7 +65,7 @@ what may run.";
 /// tells the session it ended.
 pub struct SessionLink {
     ended: CancellationToken,
-    lifecycle: Lifecycle,
+    backend: Arc<dyn Backend>,
     /// Claims carried by results not yet sent, by request id (stdio).
     receipts: Mutex<HashMap<RequestId, Vec<ActionId>>>,
     /// The transport settles receipts when it sends the result.
@@ -74,10 +73,10 @@ pub struct SessionLink {
 }
 
 impl SessionLink {
-    fn new(app: &App) -> Arc<SessionLink> {
+    fn new(backend: Arc<dyn Backend>, shutdown: &CancellationToken) -> Arc<SessionLink> {
         Arc::new(SessionLink {
-            ended: app.shutdown.child_token(),
-            lifecycle: app.lifecycle.clone(),
+            ended: shutdown.child_token(),
+            backend,
             receipts: Mutex::default(),
             on_send: AtomicBool::new(false),
         })
@@ -107,7 +106,7 @@ impl SessionLink {
         if self.on_send.load(Ordering::Relaxed) {
             self.receipts.lock().unwrap().insert(id, claims);
         } else {
-            self.lifecycle.settle(&claims, true, "returned");
+            self.backend.settle(claims, true, "returned".into());
         }
     }
 
@@ -118,7 +117,10 @@ impl SessionLink {
 
     /// Settles claims: delivered, or released with `why`.
     pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
-        self.lifecycle.settle(claims, delivered, why);
+        if !claims.is_empty() {
+            self.backend
+                .settle(claims.to_vec(), delivered, why.to_string());
+        }
     }
 }
 
@@ -127,8 +129,6 @@ impl SessionLink {
 struct Session {
     /// `clientInfo.name` of the host.
     client: Option<String>,
-    /// This session's consumer and its handle in the lifecycle, from `initialize` on.
-    consumer: Option<(SessionId, String)>,
     /// Whether the client subscribed to [`INBOX_URI`].
     subscribed: bool,
     /// The client asked (`logging/setLevel`) for nothing below warning.
@@ -136,14 +136,17 @@ struct Session {
     /// Stops this session's push task.
     push: Option<CancellationToken>,
     /// The push task's feed, from `initialize` until `notifications/initialized` starts it.
-    feed: Option<push::Feed>,
+    feed: Option<crate::backend::Feed>,
 }
 
 /// One MCP session.
 #[derive(Clone)]
 pub struct McpServer {
-    app: Arc<App>,
+    backend: Arc<dyn Backend>,
+    tasks: tokio_util::task::TaskTracker,
     session: Arc<Mutex<Session>>,
+    /// This session's handle and own consumer, opened at `initialize` (or first use).
+    own: Arc<tokio::sync::OnceCell<SessionInfo>>,
     link: Arc<SessionLink>,
     /// `serve --consumer NAME`: the consumer this session reads as.
     named: Option<String>,
@@ -160,13 +163,27 @@ impl Drop for Session {
 }
 
 impl McpServer {
-    /// A server for one session of `app`, reading as `named` when given.
+    /// A server for one session of `app` in this process, reading as `named` when given.
     pub fn new(app: Arc<App>, named: Option<String>) -> McpServer {
-        let link = SessionLink::new(&app);
+        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(app.clone()));
+        McpServer::with_backend(backend, app.tasks.clone(), &app.shutdown, named)
+    }
+
+    /// A server for one session on `backend`; its tasks run on `tasks` and stop with
+    /// `shutdown`.
+    pub fn with_backend(
+        backend: Arc<dyn Backend>,
+        tasks: tokio_util::task::TaskTracker,
+        shutdown: &CancellationToken,
+        named: Option<String>,
+    ) -> McpServer {
+        let link = SessionLink::new(backend.clone(), shutdown);
         let guard = link.ended.clone().drop_guard();
         McpServer {
-            app,
+            backend,
+            tasks,
             session: Arc::default(),
+            own: Arc::default(),
             link,
             named: named.filter(|n| !n.trim().is_empty()),
             _end_on_drop: Arc::new(guard),
@@ -178,63 +195,50 @@ impl McpServer {
         self.link.clone()
     }
 
-    /// The session's lifecycle handle and the consumer a tool call acts for: the `consumer`
-    /// argument when given (a named consumer), else the session's own.
-    fn consumer(&self, explicit: Option<&str>) -> (SessionId, String) {
-        let own = self.own();
+    /// The session's handle and the consumer a tool call acts for: the `consumer` argument
+    /// when given (a named consumer), else the session's own.
+    async fn consumer(&self, explicit: Option<&str>) -> Result<(u64, String), ErrorData> {
+        let own = self.own().await?;
         match explicit.map(str::trim).filter(|c| !c.is_empty()) {
             Some(name) => {
-                let cursor = self.app.state.cursor(name);
-                self.app.lifecycle.ensure_consumer(name, cursor);
-                (own.0, name.to_string())
+                self.backend
+                    .ensure_consumer(name.to_string())
+                    .await
+                    .map_err(unavailable)?;
+                Ok((own.id, name.to_string()))
             }
-            None => own,
+            None => Ok((own.id, own.consumer)),
         }
     }
 
     /// The session's own consumer, opening it on first use (a client that skipped
     /// `initialize` still gets one).
-    fn own(&self) -> (SessionId, String) {
-        let mut s = self.session.lock().unwrap();
-        if let Some(c) = &s.consumer {
-            return c.clone();
-        }
-        let client = s.client.clone().unwrap_or_else(|| "mcp".into());
-        let opened = self.open(&client);
-        s.consumer = Some(opened.clone());
-        opened
+    async fn own(&self) -> Result<SessionInfo, ErrorData> {
+        let client = self.session.lock().unwrap().client.clone();
+        self.own
+            .get_or_try_init(|| self.open(client.unwrap_or_else(|| "mcp".into())))
+            .await
+            .cloned()
+            .map_err(unavailable)
     }
 
-    /// Opens this session in the lifecycle and arranges for it to close when the session ends.
-    fn open(&self, client: &str) -> (SessionId, String) {
-        let app = &self.app;
-        let opened = match &self.named {
-            Some(name) => {
-                let cursor = app.state.cursor(name);
-                (app.lifecycle.open_session(name, true, cursor), name.clone())
-            }
-            None => {
-                let prefix = client.trim();
-                let prefix = if prefix.is_empty() { "mcp" } else { prefix };
-                let id = app.lifecycle.open_session_numbered(prefix);
-                let name = format!("{prefix}#{id}");
-                // Its cursor starts at its start: what came before is not unread for it.
-                app.state.set_cursor(&name, app.inbox.last_seq());
-                (id, name)
-            }
+    /// Opens this session in the backend and arranges for it to close when the session ends.
+    async fn open(&self, client: String) -> crate::backend::Result<SessionInfo> {
+        let spec = SessionSpec {
+            client,
+            named: self.named.clone(),
+            resume: None,
         };
-        let (id, name) = opened.clone();
-        let lifecycle = app.lifecycle.clone();
-        let state = app.state.clone();
+        let opened = self.backend.open(spec).await?;
+        let backend = self.backend.clone();
         let ended = self.link.ended.clone();
-        app.tasks.spawn(async move {
+        let (id, name) = (opened.id, opened.consumer.clone());
+        self.tasks.spawn(async move {
             ended.cancelled().await;
-            if let Some(own) = lifecycle.close_session(id, Utc::now()) {
-                state.remove_cursor(&own);
-            }
+            backend.close(id);
             tracing::debug!(consumer = %name, "mcp session ended");
         });
-        opened
+        Ok(opened)
     }
 
     /// Keeps the work a result carries claimed until the result is sent: the HTTP body is
@@ -303,15 +307,12 @@ impl ServerHandler for McpServer {
     ) -> Result<InitializeResult, ErrorData> {
         let name = request.client_info.name.clone();
         self.link_http(&context.extensions);
-        let consumer = {
+        {
             let mut s = self.session.lock().unwrap();
             s.client = Some(name.clone());
-            s.feed = Some(push::Feed::subscribe(&self.app));
-            if s.consumer.is_none() {
-                s.consumer = Some(self.open(&name));
-            }
-            s.consumer.clone().expect("opened above").1
-        };
+            s.feed = Some(self.backend.subscribe());
+        }
+        let consumer = self.own().await?.consumer;
         tracing::info!(
             client = %name,
             version = %request.client_info.version,
@@ -333,10 +334,12 @@ impl ServerHandler for McpServer {
             }
             (s.client.clone().unwrap_or_default(), s.feed.take())
         };
-        let feed = feed.unwrap_or_else(|| push::Feed::subscribe(&self.app));
-        upstream_tools::follow(self.app.clone(), context.peer.clone(), token.clone());
+        let feed = feed.unwrap_or_else(|| self.backend.subscribe());
+        let tools = feed.tools.clone();
+        upstream_tools::follow(&self.tasks, tools, context.peer.clone(), token.clone());
         push::spawn(
-            self.app.clone(),
+            &self.tasks,
+            self.backend.settings().claude_channel,
             self.session.clone(),
             client,
             context.peer,
@@ -350,10 +353,9 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(upstream_tools::list(
-            &self.app,
-            tools::list(),
-        )))
+        let mut all = tools::list();
+        all.extend(self.backend.upstream_tools().await.unwrap_or_default());
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     async fn call_tool(
@@ -362,7 +364,9 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.link_http(&context.extensions);
-        if let Some(forwarded) = upstream_tools::call(&self.app.upstreams, &request).await {
+        if !tools::is_own(&request.name)
+            && let Some(forwarded) = self.backend.call_upstream(request.clone()).await
+        {
             return forwarded;
         }
         tools::call(self, request, context).await.map(Into::into)
@@ -402,12 +406,17 @@ impl ServerHandler for McpServer {
                 None,
             ));
         }
-        let (_, consumer) = self.consumer(None);
-        let messages = self.app.inbox.recent(None, 20);
+        let (_, consumer) = self.consumer(None).await?;
+        let list = self.backend.list(None, 20).await.map_err(unavailable)?;
+        let stats = self
+            .backend
+            .stats(Some(consumer))
+            .await
+            .map_err(unavailable)?;
         let body = json!({
-            "messages": messages,
-            "last_seq": self.app.inbox.last_seq(),
-            "unread": self.app.state.unread(&consumer, self.app.inbox.last_seq()),
+            "messages": list.messages,
+            "last_seq": list.last_seq,
+            "unread": stats.consumer.map(|c| c.unread).unwrap_or_default(),
         });
         Ok(ReadResourceResult::new(vec![
             ResourceContents::text(body.to_string(), INBOX_URI).with_mime_type("application/json"),
@@ -455,6 +464,11 @@ impl ServerHandler for McpServer {
         self.session.lock().unwrap().subscribed = false;
         Ok(())
     }
+}
+
+/// The error of a call the backend could not serve.
+fn unavailable(e: crate::backend::BackendError) -> ErrorData {
+    ErrorData::internal_error(e.to_string(), None)
 }
 
 /// `server/discover`, with or without params (without, rmcp parses it as a custom request).
@@ -528,17 +542,11 @@ fn invalid_params(message: &rmcp::model::ClientJsonRpcMessage, raw: &Value) -> O
     }}))
 }
 
-/// Serves MCP over stdio, reading as `named` when given, until the client closes stdin or
-/// `shutdown` fires.
-pub async fn serve_stdio(
-    app: Arc<App>,
-    named: Option<String>,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+/// Serves `server`'s session over stdio until the client closes stdin or `shutdown` fires.
+pub async fn serve_stdio(server: McpServer, shutdown: CancellationToken) -> anyhow::Result<()> {
     // Non-blocking pipes when the host gave us FIFOs (it does): no reader thread left
     // blocked on stdin at exit.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let server = McpServer::new(app, named);
     let transport = stdio::LineTransport::new(stdin, stdout, server.link());
     let running = server
         .serve(transport)

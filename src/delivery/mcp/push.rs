@@ -22,15 +22,14 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RoleServer};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{INBOX_URI, Session};
 use crate::actions::Event;
-use crate::app::App;
+use crate::backend::Feed;
 use crate::config::PushPolicy;
 use crate::delivery::{Item, ItemKind};
-use crate::message::Seq;
 
 /// The method of Claude Code's channel notification.
 pub const CLAUDE_CHANNEL: &str = "notifications/claude/channel";
@@ -70,39 +69,23 @@ pub fn channel_meta(item: &Item) -> BTreeMap<&'static str, String> {
     meta
 }
 
-/// What a session's push task reads. Subscribed at `initialize`, before the result is sent,
-/// so that nothing that comes while the client's `initialized` is on its way is missed.
-pub(super) struct Feed {
-    events: broadcast::Receiver<Event>,
-    committed: watch::Receiver<Seq>,
-}
-
-impl Feed {
-    /// Subscribes to new items and inbox commits from now on.
-    pub(super) fn subscribe(app: &App) -> Feed {
-        Feed {
-            events: app.lifecycle.subscribe(),
-            committed: app.inbox.committed(),
-        }
-    }
-}
-
 /// Starts the push task of one session; it ends with `token` or when the client is gone.
 pub(super) fn spawn(
-    app: Arc<App>,
+    tasks: &TaskTracker,
+    policy: PushPolicy,
     session: Arc<Mutex<Session>>,
     client: String,
     peer: Peer<RoleServer>,
     token: CancellationToken,
     feed: Feed,
 ) {
-    let claude = wants_claude_channel(app.config.mcp.claude_channel, &client);
+    let claude = wants_claude_channel(policy, &client);
     let Feed {
         mut events,
         mut committed,
+        ..
     } = feed;
-    let tracker = app.tasks.clone();
-    tracker.spawn(async move {
+    tasks.spawn(async move {
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,

@@ -72,7 +72,7 @@ pub struct Counters {
 }
 
 /// The connection state of one upstream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// `enabled: false`.
@@ -86,12 +86,12 @@ pub enum Phase {
 }
 
 /// What `inbox_stats`, `switchboard stats` and `/metrics` show of one upstream.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct UpstreamState {
     /// The upstream's name.
     pub name: String,
     /// `stdio` or `http`.
-    pub transport: &'static str,
+    pub transport: String,
     /// Connection state.
     pub state: Phase,
     /// Why the last connection failed or ended.
@@ -161,7 +161,7 @@ impl Entry {
         let c = &self.counters;
         UpstreamState {
             name: self.config.name.clone(),
-            transport: self.config.transport.kind(),
+            transport: self.config.transport.kind().to_string(),
             state: s.phase,
             last_error: s.last_error.clone(),
             restarts: s.restarts,
