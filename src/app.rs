@@ -41,7 +41,7 @@ pub struct ReloadReport {
     /// One line for people.
     pub message: String,
     /// The errors of an invalid file, in file order.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<RuleError>,
 }
 
@@ -66,6 +66,24 @@ pub struct Stats {
     pub upstreams: Vec<crate::sources::upstream::UpstreamState>,
     /// Open confirm requests.
     pub pending_confirms: Vec<PendingConfirm>,
+    /// The daemon's HTTP listeners (ingest, MCP): bound, or why not.
+    #[serde(default)]
+    pub listeners: Vec<ListenerState>,
+}
+
+/// One HTTP listener of the daemon, for `status` and `inbox_stats`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ListenerState {
+    /// `ingest` or `mcp`.
+    pub what: String,
+    /// The address asked for.
+    pub address: String,
+    /// The address bound, when listening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
+    /// Why it is not listening (the port is taken, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The shared handle.
@@ -96,6 +114,12 @@ pub struct App {
     pub tasks: TaskTracker,
     /// Upstream MCP servers: their state, tools and calls (empty until `serve` starts them).
     pub upstreams: crate::sources::upstream::Upstreams,
+    /// When this process started serving.
+    pub started: DateTime<Utc>,
+    /// The daemon's log file, when it logs to one.
+    pub log_file: Option<String>,
+    /// The HTTP listeners, as the daemon bound them.
+    pub listeners: Mutex<Vec<ListenerState>>,
 }
 
 impl App {
@@ -188,6 +212,9 @@ impl App {
             shutdown,
             tasks: TaskTracker::new(),
             upstreams: Default::default(),
+            started: Utc::now(),
+            log_file: crate::daemon::log::current().map(|p| p.display().to_string()),
+            listeners: Mutex::default(),
         })
     }
 
@@ -392,6 +419,7 @@ impl App {
                 .load(std::sync::atomic::Ordering::Relaxed),
             upstreams: self.upstreams.states(),
             pending_confirms: self.lifecycle.pending_summary(),
+            listeners: self.listeners.lock().unwrap().clone(),
         }
     }
 

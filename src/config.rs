@@ -52,7 +52,29 @@ pub struct Home {
 /// The exclusive lock on a home; released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct HomeLock {
-    _file: File,
+    file: File,
+    path: PathBuf,
+}
+
+impl HomeLock {
+    /// Whether the lock file is still the one this lock holds: false once it was deleted or
+    /// replaced (or the home was removed), after which another process could take a new lock
+    /// on the same path and become a second writer.
+    pub fn intact(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(held) = self.file.metadata() else {
+            return false;
+        };
+        match fs::metadata(&self.path) {
+            Ok(now) => now.dev() == held.dev() && now.ino() == held.ino(),
+            Err(_) => false,
+        }
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl Home {
@@ -118,7 +140,7 @@ impl Home {
         file.set_len(0).map_err(io)?;
         write!(file, "{}", std::process::id()).map_err(io)?;
         file.flush().map_err(io)?;
-        Ok(HomeLock { _file: file })
+        Ok(HomeLock { file, path })
     }
 
     /// The directory itself.
@@ -152,6 +174,10 @@ impl Home {
     /// `control.sock`: the operator CLI's socket to the running server.
     pub fn control_socket(&self) -> PathBuf {
         self.dir.join("control.sock")
+    }
+    /// `daemon.log`: the log of a daemon started in the background.
+    pub fn daemon_log(&self) -> PathBuf {
+        self.dir.join("daemon.log")
     }
     /// `endpoint.json`: where the running server listens (written once it is ready).
     pub fn endpoint(&self) -> PathBuf {

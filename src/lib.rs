@@ -24,7 +24,8 @@
 //! - [`backend`]: the one interface front ends call: local (the daemon) or remote (a front end).
 //! - [`watch`]: reloads `triggers.json` when it is saved.
 //! - [`control`]: the control socket between the CLI and the running server.
-//! - [`server`]: `serve` wiring and shutdown.
+//! - [`daemon`]: the daemon (one per home, the only writer): wiring, start, log, shutdown.
+//! - [`frontend`]: `serve`, an MCP front end on stdio attached to the daemon.
 //! - [`listener`]: HTTP connections: the cap, header/body/idle timeouts.
 //! - [`cli`]: the command line.
 //! - [`fuzzing`]: the entry points of the `fuzz/` targets, and the corpus replay test.
@@ -36,27 +37,37 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod daemon;
 pub mod delivery;
 pub mod engine;
+pub mod frontend;
 pub mod fuzzing;
 pub mod inbox;
 pub mod listener;
 pub mod message;
 pub mod metrics;
 pub mod rules;
-pub mod server;
 pub mod sources;
 pub mod watch;
 
-/// Logs to stderr (stdout is the MCP channel in stdio mode). `RUST_LOG` sets the level.
-pub fn init_tracing() {
+/// Logs to stderr (stdout is the MCP channel in stdio mode), or to `log_file` (rotated by
+/// size) for a daemon started in the background. `RUST_LOG` sets the level.
+pub fn init_tracing(log_file: Option<&std::path::Path>) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
+        .with_ansi(false);
+    if let Some(path) = log_file {
+        match daemon::log::Rotating::open(path) {
+            Ok(file) => {
+                let _ = builder.with_writer(std::sync::Mutex::new(file)).try_init();
+                return;
+            }
+            Err(e) => eprintln!("error: cannot open the log file {}: {e}", path.display()),
+        }
+    }
+    let _ = builder.with_writer(std::io::stderr).try_init();
 }
 
 /// The JSON type of `v` with its article (`a string`, `an object`, `null`), for error messages.

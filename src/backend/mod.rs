@@ -25,7 +25,7 @@ use crate::inbox::Appended;
 use crate::message::{Message, NewMessage, Seq};
 
 pub use local::LocalBackend;
-// pub use remote::RemoteBackend;
+pub use remote::RemoteBackend;
 
 /// A boxed future, so that [`Backend`] can be used as `dyn Backend`.
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

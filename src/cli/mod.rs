@@ -25,8 +25,17 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the server: MCP over stdio, plus HTTP ingest and optional MCP over HTTP.
+    /// An MCP server on stdio (what hosts launch), attached to the home's daemon, which it
+    /// starts when none runs.
     Serve(serve::ServeArgs),
+    /// Run the daemon in the foreground: ingest, journals, rules, upstreams (systemd, tests).
+    Daemon(serve::DaemonArgs),
+    /// Start the daemon in the background, unless one runs.
+    Start(serve::DaemonArgs),
+    /// Stop the daemon.
+    Stop,
+    /// Whether the daemon runs, where it listens, how it is doing (exit 3: not running).
+    Status(serve::StatusArgs),
     /// Post a message to the running server.
     Send(send::SendArgs),
     /// Show recent messages of the running server.
@@ -59,11 +68,27 @@ pub enum Command {
     Install(control_cmds::InstallArgs),
 }
 
+impl Cli {
+    /// The log file this command line's daemon writes (set when it was started in the
+    /// background), for `main` to point tracing at.
+    pub fn log_file(&self) -> Option<&std::path::Path> {
+        match &self.command {
+            Command::Serve(args) if args.no_stdio => args.log_file(),
+            Command::Daemon(args) => args.log_file.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 /// Runs a parsed command line; the error, if any, is printed by `main`.
 pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let home = crate::config::Home::resolve(cli.home);
     match cli.command {
         Command::Serve(args) => serve::execute(home, args).await,
+        Command::Daemon(args) => serve::daemon(home, args).await,
+        Command::Start(args) => serve::start(home, args).await,
+        Command::Stop => serve::stop(home).await,
+        Command::Status(args) => serve::status(home, args).await,
         Command::Send(args) => send::execute(home, args).await,
         Command::List(args) => control_cmds::list(home, args).await,
         Command::Confirm(args) => control_cmds::confirm(home, args).await,

@@ -1,13 +1,36 @@
-//! `switchboard serve`.
+//! `switchboard serve` (an MCP front end on stdio), `switchboard daemon` (the daemon in the
+//! foreground), and `start`, `stop`, `status` (the daemon in the background).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
+
+use crate::control::{Client, Request, Status};
+use crate::daemon::DaemonOptions;
+use crate::daemon::launch::{Launch, connect_or_start};
+use crate::frontend::FrontendOptions;
 
 /// Options of `serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    daemon: DaemonArgs,
+    /// Do not serve MCP on stdio: run the daemon in the foreground (same as `switchboard
+    /// daemon`).
+    #[arg(long)]
+    pub no_stdio: bool,
+    /// Read as this named consumer, which resumes its cursor across restarts (default: a
+    /// consumer of this session's own, `CLIENT#N`).
+    #[arg(long, value_name = "NAME")]
+    pub consumer: Option<String>,
+}
+
+/// The daemon's flags (`daemon`, `start`, and `serve`, which passes them on when it starts
+/// the daemon).
+#[derive(Clone, Debug, Default, Args)]
+pub struct DaemonArgs {
     /// Also serve MCP over streamable HTTP at http://ADDR/mcp (e.g. 127.0.0.1:8788).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
@@ -17,41 +40,225 @@ pub struct ServeArgs {
     /// Do not start HTTP ingest.
     #[arg(long)]
     pub no_listen: bool,
-    /// Do not serve MCP on stdio (run as a daemon for HTTP clients and the CLI).
-    #[arg(long)]
-    pub no_stdio: bool,
-    /// Read as this named consumer, which resumes its cursor across restarts (default: a
-    /// consumer of this session's own, `CLIENT#N`).
-    #[arg(long, value_name = "NAME")]
-    pub consumer: Option<String>,
+    /// Log to this file, rotated by size (what `serve` and `start` pass to the daemon they
+    /// start in the background).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub log_file: Option<PathBuf>,
 }
 
-/// Runs the server until stdin closes (stdio mode), SIGINT or SIGTERM.
+impl DaemonArgs {
+    fn options(&self) -> DaemonOptions {
+        DaemonOptions {
+            mcp_http: self.http.clone(),
+            listen: self.listen.clone(),
+            no_listen: self.no_listen,
+            token: std::env::var(crate::config::TOKEN_ENV).ok(),
+            github_secret: std::env::var(crate::config::GITHUB_SECRET_ENV).ok(),
+        }
+    }
+
+    fn frontend(&self, consumer: Option<String>) -> FrontendOptions {
+        FrontendOptions {
+            mcp_http: self.http.clone(),
+            listen: self.listen.clone(),
+            no_listen: self.no_listen,
+            consumer,
+        }
+    }
+}
+
+impl ServeArgs {
+    /// The log file the daemon of this command line writes, if any.
+    pub fn log_file(&self) -> Option<&Path> {
+        self.daemon.log_file.as_deref()
+    }
+}
+
+/// `serve`: an MCP front end on stdio until stdin closes (or SIGINT/SIGTERM); with
+/// `--no-stdio`, the daemon in the foreground.
 pub async fn execute(home: PathBuf, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    if !args.no_stdio && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+    if args.no_stdio {
+        return daemon(home, args.daemon).await;
+    }
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         eprintln!(
             "switchboard serve speaks MCP (JSON-RPC) on stdin and stdout: an MCP host starts it \
              (`switchboard install copilot` or `switchboard install claude`)"
         );
         eprintln!(
-            "to run it from a terminal, use `switchboard serve --no-stdio` (webhooks, /mcp with \
-             --http, the CLI), and `switchboard watch` in another terminal to see what arrives"
+            "to run switchboard from a terminal, use `switchboard start` (or `switchboard daemon` \
+             in the foreground), and `switchboard watch` to see what arrives"
         );
     }
-    crate::server::run(home, args.into(), crate::server::shutdown_signal()).await?;
+    crate::frontend::run(
+        home,
+        args.daemon.frontend(args.consumer),
+        crate::daemon::shutdown_signal(),
+    )
+    .await?;
     Ok(ExitCode::SUCCESS)
 }
 
-impl From<ServeArgs> for crate::server::ServeOptions {
-    fn from(a: ServeArgs) -> Self {
-        crate::server::ServeOptions {
-            mcp_http: a.http,
-            listen: a.listen,
-            no_listen: a.no_listen,
-            stdio: !a.no_stdio,
-            token: std::env::var(crate::config::TOKEN_ENV).ok(),
-            consumer: a.consumer,
-            github_secret: std::env::var(crate::config::GITHUB_SECRET_ENV).ok(),
+/// `daemon`: the daemon in the foreground until SIGINT, SIGTERM or `switchboard stop`.
+pub async fn daemon(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    crate::daemon::run(home, args.options(), crate::daemon::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `start`: the daemon in the background, unless one runs.
+pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    if let Ok(Some(status)) = status_of(&home).await {
+        println!(
+            "switchboard daemon already running (pid {}) on {}",
+            status.pid, status.home
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let launch = Launch::current(home.clone(), args.frontend(None).daemon_args())?;
+    connect_or_start(&home, Some(&launch)).await?;
+    let status = status_of(&home)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the daemon started but does not answer"))?;
+    println!(
+        "switchboard daemon started (pid {}) on {}",
+        status.pid, status.home
+    );
+    print_listeners(&status);
+    if let Some(log) = &status.log {
+        println!("  log: {log}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How long `stop` waits for the daemon to exit.
+const STOP_WAIT: Duration = Duration::from_secs(15);
+
+/// `stop`: asks the daemon to stop and waits until it has.
+pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
+    let Some(status) = status_of(&home).await? else {
+        println!("no switchboard daemon runs on {}", home.display());
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut client = Client::connect(&home).await?;
+    let response = client.call(&Request::Shutdown).await?;
+    if !response.ok {
+        anyhow::bail!(
+            "the daemon refused to stop: {}",
+            response.error.unwrap_or_default()
+        );
+    }
+    let deadline = tokio::time::Instant::now() + STOP_WAIT;
+    while alive(status.pid) {
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "the daemon (pid {}) did not stop within {}s; its log: {}",
+                status.pid,
+                STOP_WAIT.as_secs(),
+                status.log.as_deref().unwrap_or("stderr")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("switchboard daemon stopped (pid {})", status.pid);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Options of `status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print the daemon's status as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `status`: whether the daemon runs, and how it is doing. Exit 3 when none runs.
+pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let Some(status) = status_of(&home).await? else {
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"running": false, "home": home.display().to_string()})
+            );
+        } else {
+            println!("switchboard daemon: not running on {}", home.display());
+        }
+        return Ok(ExitCode::from(3));
+    };
+    if args.json {
+        let mut v = serde_json::to_value(&status)?;
+        v["running"] = true.into();
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let s = &status.stats;
+    println!(
+        "switchboard daemon: running (pid {}, version {}) since {}",
+        status.pid, status.version, status.started
+    );
+    println!("  home: {}", status.home);
+    if let Some(log) = &status.log {
+        println!("  log: {log}");
+    }
+    print_listeners(&status);
+    println!(
+        "  inbox: last seq {}, {} in the ring; journal {}",
+        s.inbox.last_seq, s.inbox.ring_depth, s.inbox.journal_status
+    );
+    println!(
+        "  rules: {} loaded{}",
+        s.rules_loaded,
+        if s.paused { ", evaluation PAUSED" } else { "" }
+    );
+    println!(
+        "  sessions: {}; pending confirms: {}; queued work: {}; claimed: {}",
+        s.delivery.sessions,
+        s.delivery.pending_confirms,
+        s.delivery.queued_work,
+        s.delivery.claimed_work
+    );
+    for u in &s.upstreams {
+        println!(
+            "  upstream {}: {:?}{}",
+            u.name,
+            u.state,
+            u.last_error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_listeners(status: &Status) {
+    for l in &status.stats.listeners {
+        match (&l.bound, &l.error) {
+            (Some(bound), _) => println!("  {}: listening on {bound}", l.what),
+            (None, Some(error)) => println!("  {}: WARNING not listening: {error}", l.what),
+            (None, None) => println!("  {}: not listening", l.what),
         }
     }
+    if status.asked.ingest.is_none() {
+        println!("  ingest: off");
+    }
+}
+
+/// The running daemon's status; `None` when none answers.
+async fn status_of(home: &Path) -> anyhow::Result<Option<Status>> {
+    let Ok(Some(stream)) = connect_or_start(home, None).await else {
+        return Ok(None);
+    };
+    let mut client = Client::from_stream(stream);
+    let response = client.call(&Request::Status).await?;
+    if !response.ok {
+        anyhow::bail!("status: {}", response.error.unwrap_or_default());
+    }
+    Ok(Some(serde_json::from_value(response.result)?))
+}
+
+/// Whether process `pid` still exists.
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 checks for existence and delivers nothing.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }

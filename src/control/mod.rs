@@ -24,6 +24,11 @@ use tokio::sync::Semaphore;
 
 use crate::actions::Event;
 use crate::app::App;
+use crate::backend::LocalBackend;
+
+pub mod attach;
+
+pub use attach::{Attached, DaemonListeners};
 
 /// The most control connections served at once (`watch` streams included).
 pub const MAX_CONNECTIONS: usize = 64;
@@ -75,6 +80,18 @@ pub enum Request {
         /// The messages, in order.
         messages: Vec<crate::message::NewMessage>,
     },
+    /// Attach an MCP front end: the connection then carries its calls and the daemon's pushes
+    /// ([`attach`]).
+    Attach {
+        /// The front end's version.
+        version: String,
+        /// The front end's pid.
+        pid: u32,
+    },
+    /// The daemon's identity, listeners and state (`switchboard status`).
+    Status,
+    /// Stop the daemon (`switchboard stop`); answered before it stops.
+    Shutdown,
 }
 
 /// One response line.
@@ -115,8 +132,29 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// What `switchboard status` shows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// The daemon's pid.
+    pub pid: u32,
+    /// Its version.
+    pub version: String,
+    /// Its home.
+    pub home: String,
+    /// When it started (RFC 3339).
+    pub started: String,
+    /// Its log file, when it logs to one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+    /// The listeners asked for.
+    pub asked: DaemonListeners,
+    /// The stats, which include the listeners' state.
+    pub stats: crate::app::Stats,
+}
+
 /// Accepts connections until the app shuts down.
-pub async fn serve(app: Arc<App>, listener: UnixListener) {
+pub async fn serve(app: Arc<App>, listener: UnixListener, listeners: DaemonListeners) {
+    let listeners = Arc::new(listeners);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let stream = tokio::select! {
@@ -142,8 +180,9 @@ pub async fn serve(app: Arc<App>, listener: UnixListener) {
             continue;
         };
         let app = app.clone();
+        let listeners = listeners.clone();
         app.tasks.clone().spawn(async move {
-            if let Err(err) = handle(app, stream).await {
+            if let Err(err) = handle(app, stream, &listeners).await {
                 tracing::debug!(cause = %err, "control connection ended");
             }
             drop(slot);
@@ -152,9 +191,11 @@ pub async fn serve(app: Arc<App>, listener: UnixListener) {
 }
 
 /// Reads the request line: within [`REQUEST_TIMEOUT`], at most [`MAX_REQUEST_BYTES`].
-async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Request, String> {
+async fn read_request(
+    read: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+) -> Result<Request, String> {
     let mut line = Vec::new();
-    let mut limited = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
+    let mut limited = read.take(MAX_REQUEST_BYTES as u64 + 1);
     match tokio::time::timeout(REQUEST_TIMEOUT, limited.read_until(b'\n', &mut line)).await {
         Err(_) => {
             return Err(format!(
@@ -173,13 +214,60 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Request, 
     serde_json::from_slice(&line).map_err(|e| format!("bad request: {e}"))
 }
 
-async fn handle(app: Arc<App>, stream: UnixStream) -> std::io::Result<()> {
+async fn handle(
+    app: Arc<App>,
+    stream: UnixStream,
+    listeners: &DaemonListeners,
+) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
-    let request = match read_request(read).await {
+    let mut read = BufReader::new(read);
+    let request = match read_request(&mut read).await {
         Ok(r) => r,
         Err(e) => return send(&mut write, &Response::err(e)).await,
     };
     let response = match request {
+        Request::Attach { version, pid } => {
+            tracing::debug!(front_end = pid, %version, "front end attached");
+            if version != env!("CARGO_PKG_VERSION") {
+                tracing::warn!(
+                    front_end = pid,
+                    %version,
+                    "a front end of another version attached; restart the daemon \
+                     (`switchboard stop`) to run the installed version"
+                );
+            }
+            let backend = LocalBackend::new(app.clone());
+            let hello = Attached {
+                pid: std::process::id(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                settings: crate::backend::Backend::settings(&backend),
+                listeners: listeners.clone(),
+            };
+            return attach::serve(backend, read, write, hello).await;
+        }
+        Request::Status => Response::ok(Status {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            home: app
+                .home
+                .as_ref()
+                .map(|h| h.dir().display().to_string())
+                .unwrap_or_default(),
+            started: crate::message::format_timestamp(app.started),
+            log: app.log_file.clone(),
+            asked: listeners.clone(),
+            stats: app.stats(),
+        }),
+        Request::Shutdown => {
+            tracing::info!("stop requested on the control socket");
+            let reply = send(
+                &mut write,
+                &Response::ok(serde_json::json!({"pid": std::process::id()})),
+            )
+            .await;
+            app.shutdown.cancel();
+            return reply;
+        }
         Request::Stats => Response::ok(app.stats()),
         Request::Pending => Response::ok(
             app.lifecycle
@@ -336,10 +424,17 @@ impl Client {
                 stream: BufReader::new(stream),
             }),
             Err(e) => anyhow::bail!(
-                "no switchboard is running on {}: cannot connect to {}: {e}; start one with `switchboard serve`",
+                "no switchboard is running on {}: cannot connect to {}: {e}; start one with `switchboard start`",
                 home.display(),
                 path.display()
             ),
+        }
+    }
+
+    /// A client on a connection already made.
+    pub fn from_stream(stream: UnixStream) -> Client {
+        Client {
+            stream: BufReader::new(stream),
         }
     }
 

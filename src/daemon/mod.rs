@@ -1,13 +1,25 @@
-//! `serve`: wires the parts together and runs them until shutdown.
+//! The daemon: one per home, the only writer of its files. It wires the parts together and
+//! runs them until shutdown.
 //!
-//! One [`App`] is shared by every front end: MCP over stdio and streamable
-//! HTTP, HTTP ingest, and the control socket. Every task is spawned on the
-//! app's `TaskTracker` and watches its `CancellationToken`; shutdown cancels,
-//! waits (with a deadline), then flushes the journal.
+//! One [`App`] is shared by every front end: MCP front ends attached over the control
+//! socket, MCP over streamable HTTP, HTTP ingest, and the operator CLI. Every task is spawned
+//! on the app's `TaskTracker` and watches its `CancellationToken`; shutdown cancels, waits
+//! (with a deadline), then flushes the journals.
+//!
+//! - [`launch`]: starting the daemon in the background (what `serve` and `start` do).
+//! - [`log`]: its log file in the home, rotated by size.
+//!
+//! The home's lock means one writer: the daemon checks twice a second that its lock file is
+//! still the one it locked, and stops with a clear log line when the file (or the whole home)
+//! was deleted or replaced, since another daemon could then lock a new file and write beside
+//! it. On exit it removes the control socket and `endpoint.json` only when they are its own.
+
+pub mod launch;
+pub mod log;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,41 +27,42 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::App;
-use crate::config::{Home, write_atomic};
+use crate::app::{App, ListenerState};
+use crate::config::{Home, HomeLock, write_atomic};
+use crate::control::DaemonListeners;
 
 /// How long shutdown waits for tasks before it gives up on them.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 
-/// What `serve` runs.
+/// How often the daemon checks that its lock file is still its own.
+const LOCK_CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// What the daemon runs.
 #[derive(Clone, Debug, Default)]
-pub struct ServeOptions {
+pub struct DaemonOptions {
     /// MCP over streamable HTTP at this address (`/mcp`).
     pub mcp_http: Option<String>,
     /// HTTP ingest address; `None` = the configured one.
     pub listen: Option<String>,
     /// No HTTP ingest.
     pub no_listen: bool,
-    /// MCP over stdio; the server stops when stdin closes.
-    pub stdio: bool,
     /// The ingest bearer token from `SWITCHBOARD_TOKEN`; wins over `http.token` and the
     /// `token` file.
     pub token: Option<String>,
-    /// The consumer the stdio session reads as (`--consumer`); default: its own.
-    pub consumer: Option<String>,
     /// The GitHub webhook secret from `SWITCHBOARD_GITHUB_SECRET`; wins over
     /// `http.githubSecret`.
     pub github_secret: Option<String>,
 }
 
-/// Runs switchboard on `home_dir` until `shutdown` completes (or stdin closes in stdio mode).
+/// Runs the daemon on `home_dir` until `shutdown` completes, a `stop` request comes, or its
+/// lock is lost.
 pub async fn run(
     home_dir: PathBuf,
-    opts: ServeOptions,
+    opts: DaemonOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let home = Home::open(home_dir)?;
-    let _lock = home.lock()?;
+    let lock = home.lock()?;
     let mut config = home.load_config()?;
     resolve_token(&home, &mut config.http, opts.token.clone())?;
     if let Some(secret) = opts
@@ -65,14 +78,28 @@ pub async fn run(
             .clone()
             .unwrap_or_else(|| config.http.listen.clone())
     });
+    let mut listeners = Vec::new();
     // Bound (and checked) before anything starts, so a refused setting leaves nothing behind.
+    // A port that is taken is not fatal: the daemon still serves its front ends and says so
+    // in `status` and `inbox_stats`.
     let ingest = match &ingest_addr {
-        Some(addr) => {
-            let listener = bind(addr, "ingest").await?;
-            crate::sources::http::check(&config.http, listener.local_addr()?)
-                .map_err(anyhow::Error::msg)?;
-            Some(listener)
-        }
+        Some(addr) => match bind(addr, "ingest").await {
+            Ok(listener) => {
+                crate::sources::http::check(&config.http, listener.local_addr()?)
+                    .map_err(anyhow::Error::msg)?;
+                Some(listener)
+            }
+            Err(err) => {
+                tracing::warn!("{err:#}; HTTP ingest is off until the daemon restarts");
+                listeners.push(ListenerState {
+                    what: "ingest".into(),
+                    address: addr.clone(),
+                    bound: None,
+                    error: Some(format!("{:#}", err)),
+                });
+                None
+            }
+        },
         None => None,
     };
     let token = CancellationToken::new();
@@ -81,12 +108,19 @@ pub async fn run(
     let app = App::start(home.clone(), config, token.clone()).await?;
     crate::sources::upstream::start(&app, upstreams);
 
-    let control = crate::control::bind(&home.control_socket())
-        .with_context(|| format!("cannot bind {}", home.control_socket().display()))?;
-    app.tasks.spawn(crate::control::serve(app.clone(), control));
+    let control_path = home.control_socket();
+    let control = crate::control::bind(&control_path)
+        .with_context(|| format!("cannot bind {}", control_path.display()))?;
+    let control_ino = inode(&control_path);
+    let asked = DaemonListeners {
+        ingest: ingest_addr.clone(),
+        mcp_http: opts.mcp_http.clone(),
+    };
+    app.tasks
+        .spawn(crate::control::serve(app.clone(), control, asked));
 
     let mut endpoint = serde_json::json!({ "pid": std::process::id() });
-    let shared = ingest_addr.is_some() && ingest_addr == opts.mcp_http;
+    let shared = ingest.is_some() && ingest_addr.is_some() && ingest_addr == opts.mcp_http;
     if let Some(listener) = ingest {
         let mut router = crate::sources::http::router(app.clone());
         if shared {
@@ -98,44 +132,85 @@ pub async fn run(
             ));
         }
         let bound = serve_http(&app, listener, router, "ingest")?;
+        listeners.push(ListenerState {
+            what: "ingest".into(),
+            address: ingest_addr.clone().unwrap_or_default(),
+            bound: Some(bound.to_string()),
+            error: None,
+        });
         endpoint["ingest"] = bound.to_string().into();
         if shared {
             endpoint["mcp"] = format!("http://{bound}/mcp").into();
         }
     }
     if let (Some(addr), false) = (&opts.mcp_http, shared) {
-        let listener = bind(addr, "mcp").await?;
-        let local = listener.local_addr()?;
-        crate::sources::http::check(&app.config.http, local).map_err(anyhow::Error::msg)?;
-        let router = crate::delivery::mcp::http::router(
-            app.clone(),
-            token.clone(),
-            local.ip().is_loopback(),
-        );
-        let bound = serve_http(&app, listener, router, "mcp")?;
-        endpoint["mcp"] = format!("http://{bound}/mcp").into();
+        match bind(addr, "mcp").await {
+            Ok(listener) => {
+                let local = listener.local_addr()?;
+                crate::sources::http::check(&app.config.http, local).map_err(anyhow::Error::msg)?;
+                let router = crate::delivery::mcp::http::router(
+                    app.clone(),
+                    token.clone(),
+                    local.ip().is_loopback(),
+                );
+                let bound = serve_http(&app, listener, router, "mcp")?;
+                listeners.push(ListenerState {
+                    what: "mcp".into(),
+                    address: addr.clone(),
+                    bound: Some(bound.to_string()),
+                    error: None,
+                });
+                endpoint["mcp"] = format!("http://{bound}/mcp").into();
+            }
+            Err(err) => {
+                tracing::warn!("{err:#}; MCP over HTTP is off until the daemon restarts");
+                listeners.push(ListenerState {
+                    what: "mcp".into(),
+                    address: addr.clone(),
+                    bound: None,
+                    error: Some(format!("{err:#}")),
+                });
+            }
+        }
     }
+    *app.listeners.lock().unwrap() = listeners;
     spawn_reload_on_sighup(&app)?;
     if let Err(err) = crate::watch::spawn(&app) {
         tracing::warn!(cause = %err, "cannot watch the home for rule changes; use `switchboard rules reload` or SIGHUP");
     }
     write_atomic(&home.endpoint(), endpoint.to_string().as_bytes())?;
-    tracing::info!(home = %home.dir().display(), %endpoint, "switchboard ready");
+    tracing::info!(home = %home.dir().display(), %endpoint, pid = std::process::id(), "switchboard daemon ready");
 
-    if opts.stdio {
-        tokio::select! {
-            result = crate::delivery::mcp::serve_stdio(crate::delivery::mcp::McpServer::new(app.clone(), opts.consumer.clone()), token.clone()) => {
-                if let Err(err) = result {
-                    tracing::warn!(cause = %err, "stdio MCP session ended with an error");
-                }
-            }
-            _ = shutdown => {}
+    tokio::select! {
+        _ = shutdown => {}
+        _ = app.shutdown.cancelled() => {}
+        _ = lock_lost(&lock) => {
+            tracing::error!(
+                lock = %lock.path().display(),
+                "the home's lock file was deleted or replaced (or the home was removed); \
+                 stopping now, so that no second daemon writes this home beside this one"
+            );
         }
-    } else {
-        shutdown.await;
     }
-    stop(&app, &home).await;
+    stop(&app, &home, control_ino).await;
+    drop(lock);
     Ok(())
+}
+
+/// Completes when the lock file is no longer the one `lock` holds.
+async fn lock_lost(lock: &HomeLock) {
+    loop {
+        tokio::time::sleep(LOCK_CHECK_EVERY).await;
+        if !lock.intact() {
+            return;
+        }
+    }
+}
+
+/// The inode of `path`, to tell our own file from one that replaced it.
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
 }
 
 /// Decides the ingest bearer token, in this order: `SWITCHBOARD_TOKEN`, `http.token` in
@@ -199,7 +274,7 @@ fn spawn_reload_on_sighup(app: &Arc<App>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn stop(app: &Arc<App>, home: &Home) {
+async fn stop(app: &Arc<App>, home: &Home, control_ino: Option<u64>) {
     tracing::info!("shutting down");
     app.shutdown.cancel();
     app.tasks.close();
@@ -215,8 +290,18 @@ async fn stop(app: &Arc<App>, home: &Home) {
     app.lifecycle.flush().await;
     app.inbox.close().await;
     app.state.flush();
-    let _ = std::fs::remove_file(home.endpoint());
-    let _ = std::fs::remove_file(home.control_socket());
+    // Only our own: a daemon that started after us (our lock was lost) owns what is there now.
+    let endpoint_pid = std::fs::read_to_string(home.endpoint())
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["pid"].as_u64());
+    if endpoint_pid == Some(u64::from(std::process::id())) {
+        let _ = std::fs::remove_file(home.endpoint());
+    }
+    if control_ino.is_some() && inode(&home.control_socket()) == control_ino {
+        let _ = std::fs::remove_file(home.control_socket());
+    }
+    tracing::info!("stopped");
 }
 
 /// Completes on SIGINT or SIGTERM. The handlers are installed when this is called, not when

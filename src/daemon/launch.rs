@@ -1,0 +1,138 @@
+//! Starting the home's daemon in the background: what `serve` (a front end) and
+//! `switchboard start` do when no daemon answers on the control socket.
+//!
+//! The daemon is this same binary run as `switchboard --home HOME daemon ...`, detached: in
+//! its own session (`setsid`, so that a host's terminal or process group going away does not
+//! take it along), stdin and stdout on `/dev/null` (it never inherits a host's MCP channel),
+//! stderr and its log in `daemon.log` in the home. When two front ends start one at the same
+//! instant, both daemons race for the home's lock and the loser exits at once; both front ends
+//! then attach to the winner.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::net::UnixStream;
+
+use crate::config::Home;
+
+/// How long a front end waits for a daemon it started to answer.
+pub const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How to start the daemon of a home.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The binary (this one).
+    pub exe: PathBuf,
+    /// The home.
+    pub home: PathBuf,
+    /// The daemon's flags (`--listen`, `--no-listen`, `--http`).
+    pub args: Vec<OsString>,
+}
+
+impl Launch {
+    /// Starts the daemon with this process's binary.
+    pub fn current(home: PathBuf, args: Vec<OsString>) -> std::io::Result<Launch> {
+        Ok(Launch {
+            exe: std::env::current_exe()?,
+            home,
+            args,
+        })
+    }
+
+    /// Spawns the daemon, detached. The returned child is only for noticing an early exit.
+    pub fn spawn(&self) -> anyhow::Result<tokio::process::Child> {
+        let home = Home::open(&self.home)?;
+        let log = home.daemon_log();
+        let stderr = super::log::append(&log)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", log.display()))?;
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.arg("--home")
+            .arg(&self.home)
+            .arg("daemon")
+            .args(&self.args)
+            .arg("--log-file")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(false);
+        // SAFETY: setsid is async-signal-safe and touches no memory of this process.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", self.exe.display()))?;
+        tracing::info!(
+            pid = child.id(),
+            home = %self.home.display(),
+            log = %log.display(),
+            "started the switchboard daemon"
+        );
+        Ok(child)
+    }
+}
+
+/// Connects to the control socket of `home`, starting the daemon with `launch` when none
+/// answers, and waiting up to [`START_TIMEOUT`] for it. `Ok(None)` only without `launch`.
+pub async fn connect_or_start(
+    home: &Path,
+    launch: Option<&Launch>,
+) -> anyhow::Result<Option<UnixStream>> {
+    let socket = home.join("control.sock");
+    if let Ok(stream) = UnixStream::connect(&socket).await {
+        return Ok(Some(stream));
+    }
+    let Some(launch) = launch else {
+        return Ok(None);
+    };
+    let mut child = launch.spawn()?;
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Ok(stream) = UnixStream::connect(&socket).await {
+            return Ok(Some(stream));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            // Lost the race for the lock to another daemon (which will answer soon), or
+            // failed to start: its log says which.
+            if !status.success() && !lost_the_race(home) {
+                anyhow::bail!(
+                    "the switchboard daemon did not start ({status}); from {}:\n{}",
+                    home.join("daemon.log").display(),
+                    log_tail(home, 8)
+                );
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "the switchboard daemon did not answer on {} within {}s; from {}:\n{}",
+                socket.display(),
+                START_TIMEOUT.as_secs(),
+                home.join("daemon.log").display(),
+                log_tail(home, 8)
+            );
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Whether the last daemon start failed only because another daemon holds the lock.
+fn lost_the_race(home: &Path) -> bool {
+    log_tail(home, 3).contains("another switchboard")
+}
+
+/// The last `n` lines of the home's daemon log.
+pub fn log_tail(home: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(home.join("daemon.log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

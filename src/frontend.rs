@@ -1,0 +1,129 @@
+//! `switchboard serve`: an MCP front end on stdio, attached to the home's daemon.
+//!
+//! What a host launches. It holds no state of its own: every tool call goes to the daemon
+//! through a [`RemoteBackend`], which starts the daemon when none runs and re-attaches when it
+//! restarts. Each front end is its own MCP session, so N host windows are N consumers of one
+//! inbox. The front end ends when the host closes stdin (or on SIGINT/SIGTERM); the daemon
+//! keeps running, so webhooks keep landing.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backend::{Backend, RemoteBackend};
+use crate::control::DaemonListeners;
+use crate::daemon::launch::Launch;
+use crate::delivery::mcp::McpServer;
+
+/// What a front end asks of the daemon it starts, and how its session reads.
+#[derive(Clone, Debug, Default)]
+pub struct FrontendOptions {
+    /// `--http`: MCP over HTTP in the daemon.
+    pub mcp_http: Option<String>,
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--no-listen`.
+    pub no_listen: bool,
+    /// `--consumer`.
+    pub consumer: Option<String>,
+}
+
+impl FrontendOptions {
+    /// The daemon flags these options stand for.
+    pub fn daemon_args(&self) -> Vec<OsString> {
+        let mut args = Vec::new();
+        if let Some(addr) = &self.listen {
+            args.extend(["--listen".into(), addr.into()]);
+        }
+        if self.no_listen {
+            args.push("--no-listen".into());
+        }
+        if let Some(addr) = &self.mcp_http {
+            args.extend(["--http".into(), addr.into()]);
+        }
+        args
+    }
+
+    /// How the running daemon's listeners differ from what these options ask, in words.
+    pub fn differences(&self, daemon: &DaemonListeners) -> Vec<String> {
+        let mut out = Vec::new();
+        let shown = |a: &Option<String>| a.clone().unwrap_or_else(|| "off".into());
+        if self.no_listen && daemon.ingest.is_some() {
+            out.push(format!(
+                "ingest: asked off, the daemon listens on {}",
+                shown(&daemon.ingest)
+            ));
+        }
+        if let Some(addr) = &self.listen
+            && daemon.ingest.as_ref() != Some(addr)
+        {
+            out.push(format!(
+                "ingest: asked {addr}, the daemon has {}",
+                shown(&daemon.ingest)
+            ));
+        }
+        if let Some(addr) = &self.mcp_http
+            && daemon.mcp_http.as_ref() != Some(addr)
+        {
+            out.push(format!(
+                "--http: asked {addr}, the daemon has {}",
+                shown(&daemon.mcp_http)
+            ));
+        }
+        out
+    }
+}
+
+/// Serves one MCP session on stdio against the daemon of `home` until stdin closes or
+/// `shutdown` completes.
+pub async fn run(
+    home: PathBuf,
+    opts: FrontendOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let stop = CancellationToken::new();
+    let launch = Launch::current(home.clone(), opts.daemon_args())?;
+    let backend = RemoteBackend::attach(home, Some(launch), stop.clone()).await?;
+    if let Some(attached) = backend.attached() {
+        let differs = opts.differences(&attached.listeners);
+        if !differs.is_empty() {
+            tracing::warn!(
+                daemon = attached.pid,
+                "the running daemon was started with other flags ({}); it keeps them. \
+                 Run `switchboard stop` and start again to change them",
+                differs.join("; ")
+            );
+        }
+        if attached.version != env!("CARGO_PKG_VERSION") {
+            tracing::warn!(
+                daemon = attached.pid,
+                daemon_version = %attached.version,
+                "the running daemon is another version; `switchboard stop` makes the next \
+                 front end start this one"
+            );
+        }
+    }
+    let backend: Arc<dyn Backend> = Arc::new(backend);
+    let tasks = TaskTracker::new();
+    let server = McpServer::with_backend(backend, tasks.clone(), &stop, opts.consumer.clone());
+    let link = server.link();
+    tokio::select! {
+        result = crate::delivery::mcp::serve_stdio(server, stop.clone()) => {
+            if let Err(err) = result {
+                tracing::warn!(cause = %err, "stdio MCP session ended with an error");
+            }
+        }
+        _ = shutdown => {}
+    }
+    // The session ends: its close goes to the daemon before this process exits.
+    link.end();
+    tasks.close();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait()).await;
+    // Give the writer a moment to put the close on the wire.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    stop.cancel();
+    Ok(())
+}
