@@ -5,6 +5,7 @@ mod integration {
     pub mod util;
 
     mod cli;
+    mod daemon;
     mod faults;
     mod hostile;
     mod inbox;

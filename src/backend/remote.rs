@@ -66,6 +66,10 @@ struct Inner {
     tools: watch::Sender<u64>,
     /// Stops the supervisor.
     stop: CancellationToken,
+    /// The daemon said it stops on purpose: start it again only on demand.
+    stopped_on_purpose: std::sync::atomic::AtomicBool,
+    /// A call needs the daemon.
+    demand: tokio::sync::Notify,
 }
 
 /// One session as this front end knows it.
@@ -113,6 +117,8 @@ impl RemoteBackend {
             committed: watch::channel(0).0,
             tools: watch::channel(0).0,
             stop,
+            stopped_on_purpose: Default::default(),
+            demand: Default::default(),
         });
         let first = connect(&inner).await?;
         tokio::spawn(supervise(inner.clone(), first));
@@ -140,6 +146,9 @@ impl Inner {
     /// The live connection, waiting up to [`REATTACH_WAIT`] for one.
     async fn live(&self) -> Result<Arc<Conn>> {
         let mut rx = self.conn.subscribe();
+        if rx.borrow().is_none() {
+            self.demand.notify_one();
+        }
         let waited = tokio::time::timeout(REATTACH_WAIT, async {
             loop {
                 if let Some(conn) = rx.borrow_and_update().clone()
@@ -315,6 +324,9 @@ async fn connect(inner: &Arc<Inner>) -> anyhow::Result<Arc<Conn>> {
                     Down::ToolsChanged(_) => {
                         inner.tools.send_modify(|n| *n += 1);
                     }
+                    Down::Stopping => {
+                        inner.stopped_on_purpose.store(true, Ordering::Relaxed);
+                    }
                 }
             }
             conn.fail_all();
@@ -340,10 +352,31 @@ async fn supervise(inner: Arc<Inner>, first: Arc<Conn>) {
             _ = conn.closed.cancelled() => {}
         }
         inner.conn.send_replace(None);
-        tracing::warn!("the switchboard daemon went away; starting it again and re-attaching");
+        if inner.stopped_on_purpose.swap(false, Ordering::Relaxed) {
+            tracing::info!("the switchboard daemon stopped; it starts again when this session next needs it");
+            tokio::select! {
+                _ = inner.stop.cancelled() => return,
+                _ = inner.demand.notified() => {}
+            }
+        } else {
+            tracing::warn!("the switchboard daemon went away; starting it again and re-attaching");
+        }
         conn = loop {
             if inner.stop.is_cancelled() {
                 return;
+            }
+            if !inner.home.is_dir() {
+                // Never recreate a home someone deleted: that would start a second life of
+                // switchboard in an empty directory, silently.
+                tracing::error!(
+                    home = %inner.home.display(),
+                    "the home was deleted; not starting a daemon in its place. Restart the \
+                     MCP server (the host) to start afresh"
+                );
+                tokio::select! {
+                    _ = inner.stop.cancelled() => return,
+                    _ = tokio::time::sleep(RETRY_EVERY * 4) => continue,
+                }
             }
             match connect(&inner).await {
                 Ok(conn) => break conn,

@@ -88,6 +88,9 @@ pub struct InstallArgs {
     /// The file to write (default: ~/.copilot/mcp-config.json, or ./.mcp.json for Claude Code).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Print what would be written, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// An MCP host `install` knows.
@@ -452,19 +455,53 @@ fn toast(label: &str, rule: &str, text: &str) {
 }
 
 /// `switchboard install copilot|claude`: adds the MCP entry, keeping what is there.
-pub async fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
-    let exe = std::env::current_exe()?.display().to_string();
+pub async fn install(
+    home: PathBuf,
+    explicit_home: bool,
+    args: InstallArgs,
+) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe()?;
+    let exe_text = exe.display().to_string();
+    if is_build_output(&exe) {
+        eprintln!(
+            "warning: {exe_text} is a cargo build output: the next `cargo build` or `cargo clean` \
+             replaces or removes it under the host. Install the binary with `cargo install --path .` \
+             and run `switchboard install` from there"
+        );
+    }
+    // A home named on the command line or in SWITCHBOARD_HOME goes into the entry, so that the
+    // host's front ends use the same home.
+    let mut serve_args: Vec<String> = Vec::new();
+    if explicit_home {
+        let abs = std::path::absolute(&home).unwrap_or_else(|_| home.clone());
+        serve_args.extend(["--home".into(), abs.display().to_string()]);
+    }
+    serve_args.push("serve".into());
     let (path, entry) = match args.host {
-        Host::Copilot => (
-            args.config.unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                    .join(".copilot/mcp-config.json")
-            }),
-            serde_json::json!({"type": "local", "command": exe, "args": ["serve"], "tools": ["*"]}),
-        ),
+        Host::Copilot => {
+            // Copilot CLI cuts a tool call at the server's `timeout` (ms): above the wait cap.
+            let cap = crate::config::Home::open(&home)
+                .ok()
+                .and_then(|h| h.load_config().ok())
+                .map(|c| c.mcp.max_wait_s)
+                .unwrap_or(crate::config::McpSettings::default().max_wait_s);
+            (
+                args.config.unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                        .join(".copilot/mcp-config.json")
+                }),
+                serde_json::json!({
+                    "type": "local",
+                    "command": exe_text,
+                    "args": serve_args,
+                    "tools": ["*"],
+                    "timeout": copilot_timeout_ms(cap),
+                }),
+            )
+        }
         Host::Claude => (
             args.config.unwrap_or_else(|| PathBuf::from(".mcp.json")),
-            serde_json::json!({"type": "stdio", "command": exe, "args": ["serve"]}),
+            serde_json::json!({"type": "stdio", "command": exe_text, "args": serve_args}),
         ),
     };
     let path_text = path.display().to_string();
@@ -489,23 +526,57 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
         .ok_or_else(|| {
             anyhow::anyhow!("{path_text}: `mcpServers` is not an object; not changed")
         })?;
-    servers.insert("switchboard".into(), entry);
+    let previous = servers.insert("switchboard".into(), entry.clone());
+    let verb = match &previous {
+        None => "added `switchboard` to",
+        Some(old) if *old == entry => "`switchboard` is already up to date in",
+        Some(_) => "updated `switchboard` in",
+    };
+    let mut text = serde_json::to_string_pretty(&doc)?;
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    if args.dry_run {
+        writeln!(out, "would write {path_text} (dry run, nothing written):")?;
+        write!(out, "{text}")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let mut text = serde_json::to_string_pretty(&doc)?;
-    text.push('\n');
     crate::config::write_atomic(&path, text.as_bytes())?;
-    writeln!(
-        std::io::stdout().lock(),
-        "added `switchboard` to {path_text}"
-    )?;
+    writeln!(out, "{verb} {path_text}")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copilot CLI's per-server `timeout` (ms) for a wait cap of `cap_s` seconds: the cap plus
+/// half a minute for the reply to travel.
+fn copilot_timeout_ms(cap_s: u64) -> u64 {
+    (cap_s + 30) * 1000
+}
+
+/// Whether `exe` is inside a cargo `target/` directory.
+fn is_build_output(exe: &Path) -> bool {
+    let parts: Vec<_> = exe.components().map(|c| c.as_os_str()).collect();
+    parts.windows(2).any(|w| {
+        w[0] == "target"
+            && ["debug", "release"]
+                .iter()
+                .any(|p| w[1] == *p)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_outputs_are_recognised() {
+        assert!(is_build_output(Path::new("/src/sb/target/debug/switchboard")));
+        assert!(is_build_output(Path::new("/src/sb/target/release/switchboard")));
+        assert!(!is_build_output(Path::new("/home/me/.cargo/bin/switchboard")));
+        assert!(!is_build_output(Path::new("/opt/target/switchboard")));
+        assert_eq!(copilot_timeout_ms(55), 85_000);
+    }
 
     #[test]
     fn escape_makes_control_characters_visible() {

@@ -82,6 +82,8 @@ impl Cli {
 
 /// Runs a parsed command line; the error, if any, is printed by `main`.
 pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let explicit_home =
+        cli.home.is_some() || std::env::var_os(crate::config::HOME_ENV).is_some_and(|v| !v.is_empty());
     let home = crate::config::Home::resolve(cli.home);
     match cli.command {
         Command::Serve(args) => serve::execute(home, args).await,
@@ -99,6 +101,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Watch(args) => control_cmds::watch(home, args).await,
         Command::Rules { command } => rules::execute(home, command).await,
         Command::Config { command } => config::execute(home, command),
-        Command::Install(args) => control_cmds::install(args).await,
+        Command::Install(args) => control_cmds::install(home, explicit_home, args).await,
     }
 }

@@ -179,6 +179,9 @@ pub enum Down {
     Committed(Seq),
     /// The upstream tools changed.
     ToolsChanged(u64),
+    /// The daemon is stopping on purpose (`switchboard stop`, a signal, its lock lost): a
+    /// front end starts it again only when it next needs it.
+    Stopping,
 }
 
 /// The upstream tools as they travel (rmcp's `Tool`).
@@ -228,7 +231,10 @@ pub(super) async fn serve(
     loop {
         line.clear();
         let got = tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => {
+                let _ = tx.send(Down::Stopping).await;
+                break;
+            }
             _ = gone.cancelled() => break,
             got = read_line(&mut lines, &mut line) => got,
         };

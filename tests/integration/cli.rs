@@ -203,6 +203,7 @@ fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
+    let _daemon = DaemonGuard(home.path().to_path_buf());
     let command = format!(
         "{} --home {} serve --no-listen",
         bin().display(),
@@ -219,7 +220,7 @@ fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
         run.stdout
     );
     assert!(
-        first[1].contains("switchboard serve --no-stdio"),
+        first[1].contains("switchboard start"),
         "{}",
         run.stdout
     );

@@ -881,21 +881,28 @@ fn http_server_discover_gets_32601() {
     assert_eq!(body["id"], "server-discover-probe-1");
 }
 
+/// Claude Code stops its server with SIGINT: the front end exits at once and cleanly, its
+/// session closes in the daemon, and the daemon keeps running for the other windows.
 #[tokio::test(flavor = "multi_thread")]
-async fn sigint_stops_a_stdio_server_cleanly() {
+async fn sigint_stops_a_stdio_front_end_cleanly() {
     let h = Harness::new(false, None);
     let (client, _) = h.connect("claude-code").await;
     h.send("a", "x");
-    let pid: u32 = std::fs::read_to_string(h.sb.home.path().join("endpoint.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|v| v["pid"].as_u64())
-        .unwrap() as u32;
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let home = h.sb.home.path();
+    let front = processes_of(home, "serve");
+    assert_eq!(front.len(), 1, "{front:?}");
+    let daemon = daemon_pid(home).expect("the front end started a daemon");
+    unsafe { libc::kill(front[0] as i32, libc::SIGINT) };
     let quit = tokio::time::timeout(Duration::from_secs(5), client.waiting()).await;
     assert!(quit.is_ok(), "the session ends promptly after SIGINT");
-    assert!(
-        !h.sb.home.path().join("control.sock").exists(),
-        "cleaned up"
-    );
+    eventually(Duration::from_secs(5), "the front end to exit", || {
+        (!alive(front[0])).then_some(())
+    });
+    let status: Value = serde_json::from_str(&stdout(&h.sb.cli(&["status", "--json"]))).unwrap();
+    assert_eq!(status["pid"].as_u64(), Some(u64::from(daemon)));
+    eventually(Duration::from_secs(5), "the session to close", || {
+        let status: Value =
+            serde_json::from_str(&stdout(&h.sb.cli(&["status", "--json"]))).unwrap();
+        (status["stats"]["delivery"]["sessions"] == 0).then_some(())
+    });
 }

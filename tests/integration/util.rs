@@ -159,6 +159,87 @@ impl Switchboard {
 impl Drop for Switchboard {
     fn drop(&mut self) {
         self.kill9();
+        // Front ends (`serve` on stdio) start a daemon of their own in the background.
+        stop_daemon(self.home.path());
+    }
+}
+
+/// Stops whatever daemon holds the lock of `home` (the pid in its lock file): SIGTERM, then
+/// SIGKILL after 5 s. For tests whose front ends started a daemon in the background.
+pub fn stop_daemon(home: &Path) {
+    let Some(pid) = daemon_pid(home) else {
+        return;
+    };
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) {
+        if Instant::now() > deadline {
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The pid of the daemon that holds `home`'s lock, if one is alive.
+pub fn daemon_pid(home: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(home.join("lock"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    alive(pid).then_some(pid)
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The pids of every `switchboard ... daemon` process whose command line names `home`.
+pub fn daemons_of(home: &Path) -> Vec<u32> {
+    processes_of(home, "daemon")
+}
+
+/// The pids of every live process whose command line names `home` and has `word` as an
+/// argument (`serve`, `daemon`).
+pub fn processes_of(home: &Path, word: &str) -> Vec<u32> {
+    let home = home.to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == &home) && args.iter().any(|a| a == word) && alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Stops the daemon of a home when dropped (tests whose front ends start one).
+pub struct DaemonGuard(pub PathBuf);
+
+impl Drop for DaemonGuard {
+    fn drop(&mut self) {
+        stop_daemon(&self.0);
     }
 }
 

@@ -310,8 +310,26 @@ async def session(name: str, home: Home, url: str | None, errlog: TextIO) -> Asy
         # switchboard must exit on EOF by itself, and cleanly (it removes endpoint.json).
         took = time.monotonic() - closing
         check(took < STDIO_GRACE_S, f"{name}: the stdio server took {took:.2f} s to exit after EOF")
-        check(not (home.dir / "endpoint.json").exists(), f"{name}: the stdio server did not shut down cleanly")
-        passed(f"{name}: the stdio server exited cleanly {took * 1000:.0f} ms after EOF")
+        passed(f"{name}: the stdio front end exited {took * 1000:.0f} ms after EOF")
+        # The daemon it attached to keeps running (webhooks keep landing) with the session
+        # closed; `switchboard stop` stops it cleanly.
+        deadline = time.monotonic() + 5
+        while True:
+            status = json.loads(subprocess.run(
+                [str(home.bin), "--home", str(home.dir), "status", "--json"],
+                capture_output=True, text=True, env={**os.environ, **SERVER_ENV},
+            ).stdout)
+            if status.get("running") and status["stats"]["delivery"]["sessions"] == 0:
+                break
+            check(time.monotonic() < deadline, f"{name}: the daemon still counts the session: {status}")
+            await asyncio.sleep(0.05)
+        stopped = subprocess.run(
+            [str(home.bin), "--home", str(home.dir), "stop"],
+            capture_output=True, text=True, env={**os.environ, **SERVER_ENV},
+        )
+        check(stopped.returncode == 0, f"{name}: switchboard stop failed: {stopped.stderr}")
+        check(not (home.dir / "endpoint.json").exists(), f"{name}: the daemon did not shut down cleanly")
+        passed(f"{name}: the daemon kept running without the session, and stopped cleanly")
 
 
 def tool_json(result: CallToolResult, tool: str) -> dict[str, Any]:

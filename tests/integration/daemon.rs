@@ -1,0 +1,387 @@
+//! One daemon per home, any number of front ends: `serve` on stdio attaches to the home's
+//! daemon (starting it when none runs), several windows share it, and it survives and
+//! recovers from what real use does to it (kill -9, two starts at once, a deleted lock or
+//! home, a taken port). Front ends are driven by rmcp's client over stdio, as a host would.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+
+use super::util::*;
+
+type Client = RunningService<rmcp::RoleClient, ClientConfig>;
+
+const RULES: &str = r#"{"rules": [
+  {"name": "triage", "channel": "work/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]},
+  {"name": "ask", "channel": "ask/*", "mode": "confirm", "prompt": "Restart {{content}}?", "tools": ["bash"], "confirmTimeout": "1h"},
+  {"name": "tell", "channel": "news/*", "mode": "notify"}
+]}"#;
+
+/// A front end: `switchboard serve` on stdio with rmcp's client, as a host starts it.
+async fn front_end(home: &std::path::Path, name: &str, extra: &[&str]) -> Client {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(home.join("test-frontends.log"))
+        .unwrap();
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.arg("--home")
+        .arg(home)
+        .arg("serve")
+        .args(extra)
+        .env("RUST_LOG", "switchboard=debug,info");
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn front end");
+    let mut info = ClientConfig::default();
+    info.client_info = Implementation::new(name, "1.0.0");
+    info.serve(transport).await.expect("front end answers")
+}
+
+async fn tool(client: &Client, name: &str, args: Value) -> Value {
+    let mut params = CallToolRequestParams::new(name.to_string());
+    params.arguments = args.as_object().cloned();
+    client
+        .call_tool(params)
+        .await
+        .expect("tool call answered")
+        .structured_content
+        .expect("structured")
+}
+
+async fn wait_items(client: &Client, timeout_s: f64) -> Vec<Value> {
+    let r = tool(
+        client,
+        "wait_for_inbound_message",
+        json!({"timeout_s": timeout_s}),
+    )
+    .await;
+    r["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn send_one(home: &std::path::Path, channel: &str, content: &str) -> u64 {
+    send_messages(home, &[(channel, content)])[0]
+}
+
+/// POSTs one message to ingest; the status, or `None` when no daemon answers.
+fn try_post(addr: &str, token: &str, body: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn status_json(home: &std::path::Path) -> Value {
+    let out = cli_in(home, &["status", "--json"]);
+    serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null)
+}
+
+fn home_with_rules() -> (tempfile::TempDir, DaemonGuard) {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("triggers.json"), RULES).unwrap();
+    let guard = DaemonGuard(home.path().to_path_buf());
+    (home, guard)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_front_ends_share_one_daemon_each_its_own_consumer() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path();
+    let a = front_end(home, "copilot-cli", &["--no-listen"]).await;
+    let b = front_end(home, "copilot-cli", &["--no-listen"]).await;
+    let c = front_end(home, "claude-code", &["--no-listen"]).await;
+
+    // One daemon, three sessions.
+    assert_eq!(daemons_of(home).len(), 1, "{:?}", daemons_of(home));
+    let status = status_json(home);
+    assert_eq!(status["running"], true);
+    assert_eq!(status["stats"]["delivery"]["sessions"], 3, "{status}");
+
+    // Each is its own consumer.
+    let mut names = Vec::new();
+    for client in [&a, &b, &c] {
+        let s = tool(client, "inbox_stats", json!({})).await;
+        names.push(s["consumer"]["name"].as_str().unwrap().to_string());
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("claude-code#")), "{names:?}");
+
+    // A nudge reaches every window; work reaches exactly one.
+    send_one(home, "news/release", "v2 is out");
+    for client in [&a, &b, &c] {
+        let items = wait_items(client, 10.0).await;
+        assert_eq!(items.len(), 1, "{items:?}");
+        assert_eq!(items[0]["kind"], "nudge");
+        assert_eq!(items[0]["message"]["content"], "v2 is out");
+    }
+    send_one(home, "work/ci", "build 7 failed");
+    let (ra, rb, rc) = tokio::join!(
+        wait_items(&a, 3.0),
+        wait_items(&b, 3.0),
+        wait_items(&c, 3.0)
+    );
+    let auto: Vec<&Value> = ra
+        .iter()
+        .chain(&rb)
+        .chain(&rc)
+        .filter(|i| i["kind"] == "auto")
+        .collect();
+    assert_eq!(auto.len(), 1, "{ra:?} {rb:?} {rc:?}");
+    assert_eq!(auto[0]["prompt"], "Triage build 7 failed");
+
+    // Closing the windows leaves the daemon running: webhooks keep landing.
+    for client in [a, b, c] {
+        client.cancel().await.unwrap();
+    }
+    eventually(Duration::from_secs(10), "sessions to close", || {
+        (status_json(home)["stats"]["delivery"]["sessions"] == 0).then_some(())
+    });
+    assert_eq!(daemons_of(home).len(), 1);
+    let seq = send_one(home, "news/later", "still listening");
+    assert!(seq > 0);
+
+    // `stop` stops it, and removes its socket and endpoint.
+    let out = cli_in(home, &["stop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("stopped"), "{}", stdout(&out));
+    assert!(daemons_of(home).is_empty());
+    assert!(!home.join("control.sock").exists());
+    assert!(!home.join("endpoint.json").exists());
+    let out = cli_in(home, &["status"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_of_the_daemon_under_load_loses_nothing_and_a_front_end_restarts_it() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path().to_path_buf();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let a = front_end(&home, "copilot-cli", &["--listen", &listen]).await;
+    let b = front_end(&home, "copilot-cli", &["--listen", &listen]).await;
+    let first = daemon_pid(&home).expect("a daemon runs");
+
+    // A confirm pending before the crash.
+    send_one(&home, "ask/db", "db-1");
+    let asked = wait_items(&a, 10.0).await;
+    assert_eq!(asked[0]["kind"], "confirm_request", "{asked:?}");
+    let confirm_id = asked[0]["action_id"].as_u64().unwrap();
+    let _ = wait_items(&b, 10.0).await;
+
+    // Load: a sender that retries every message until it is acknowledged (202).
+    let token = std::fs::read_to_string(home.join("token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let stop_load = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let stop_load = stop_load.clone();
+        let listen = listen.clone();
+        std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut n = 0;
+            while !stop_load.load(std::sync::atomic::Ordering::Relaxed) {
+                let body = json!({"server": "load", "channel": "load/x", "content": format!("m{n}"), "id": format!("load-{n}")});
+                match try_post(&listen, &token, &body.to_string()) {
+                    Some(202) => {
+                        acked.push(format!("m{n}"));
+                        n += 1;
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+            acked
+        })
+    };
+
+    // A wait in flight when the daemon dies returns normally.
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let items = wait_items(&b, 4.0).await;
+        (items, started.elapsed(), b)
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    unsafe {
+        libc::kill(first as i32, libc::SIGKILL);
+    }
+    let (items, took, b) = waiting.await.unwrap();
+    assert!(took < Duration::from_secs(8), "the wait took {took:?}");
+    assert!(
+        items.iter().all(|i| i["kind"] != "auto"),
+        "nothing but load and nudges: {items:?}"
+    );
+
+    // A front end started a new daemon and re-attached within a second or so.
+    let second = eventually(Duration::from_secs(10), "a new daemon", || {
+        daemon_pid(&home).filter(|p| *p != first)
+    });
+    assert_eq!(daemons_of(&home), vec![second]);
+    let s = tool(&a, "inbox_stats", json!({})).await;
+    assert_eq!(s["delivery"]["sessions"], 2, "both front ends re-attached: {s}");
+
+    // Keep loading the new daemon a little, then stop and count.
+    std::thread::sleep(Duration::from_millis(500));
+    stop_load.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = sender.join().unwrap();
+    assert!(acked.len() > 5, "the load ran: {}", acked.len());
+    let stored: std::collections::BTreeSet<String> = std::fs::read_to_string(home.join("channels.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["channel"] == "load/x")
+        .map(|v| v["content"].as_str().unwrap().to_string())
+        .collect();
+    for m in &acked {
+        assert!(stored.contains(m), "acknowledged {m} is not in channels.jsonl");
+    }
+    let seqs: Vec<u64> = std::fs::read_to_string(home.join("channels.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["seq"].as_u64().unwrap())
+        .collect();
+    let mut sorted = seqs.clone();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seqs.len(), "no seq written twice");
+
+    // The pending confirm survived and can be answered from the other window.
+    let out = cli_in(&home, &["pending", "--json"]);
+    let pending: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert!(
+        pending
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["id"].as_u64() == Some(confirm_id)),
+        "{pending}"
+    );
+    let answer = tool(
+        &b,
+        "channel_confirm",
+        json!({"id": confirm_id, "decision": "yes"}),
+    )
+    .await;
+    assert_eq!(answer["approved"], true, "{answer}");
+    assert_eq!(answer["prompt"], "Restart db-1?");
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn front_ends_started_at_the_same_instant_make_one_daemon() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path().to_path_buf();
+    let clients = futures::future::join_all(
+        (0..4).map(|i| {
+            let home = home.clone();
+            async move { front_end(&home, &format!("w{i}"), &["--no-listen"]).await }
+        }),
+    )
+    .await;
+    assert_eq!(daemons_of(&home).len(), 1, "{:?}", daemons_of(&home));
+    for c in &clients {
+        let s = tool(c, "inbox_stats", json!({})).await;
+        assert_eq!(s["delivery"]["sessions"], 4, "{s}");
+    }
+    for c in clients {
+        c.cancel().await.unwrap();
+    }
+}
+
+#[test]
+fn a_deleted_lock_file_stops_the_daemon_before_a_second_one_can_write() {
+    let mut sb = Switchboard::new();
+    sb.spawn_with(&["daemon", "--no-listen"]);
+    let pid = sb.pid();
+    std::fs::remove_file(sb.home.path().join("lock")).unwrap();
+    eventually(Duration::from_secs(3), "the daemon to stop", || {
+        (!alive(pid)).then_some(())
+    });
+    assert!(
+        sb.log().contains("lock file was deleted or replaced"),
+        "{}",
+        sb.log()
+    );
+    // A new daemon takes the home cleanly.
+    sb.spawn_with(&["daemon", "--no-listen"]);
+    let seq = send_one(sb.home.path(), "x/y", "after");
+    assert_eq!(seq, 1);
+}
+
+#[test]
+fn a_deleted_home_stops_the_daemon() {
+    let mut sb = Switchboard::new();
+    sb.spawn_with(&["daemon", "--no-listen"]);
+    let pid = sb.pid();
+    let moved = tempfile::tempdir().unwrap();
+    let log = moved.path().join("log");
+    // Keep the log readable: the home is about to go.
+    std::fs::copy(sb.home.path().join("test-server.log"), &log).unwrap();
+    std::fs::remove_dir_all(sb.home.path()).unwrap();
+    eventually(Duration::from_secs(3), "the daemon to stop", || {
+        (!alive(pid)).then_some(())
+    });
+    std::fs::create_dir_all(sb.home.path()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_taken_ingest_port_is_a_warning_not_a_dead_session() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let client = front_end(home, "copilot-cli", &["--listen", &addr]).await;
+    let stats = tool(&client, "inbox_stats", json!({})).await;
+    let ingest = &stats["listeners"][0];
+    assert_eq!(ingest["what"], "ingest", "{stats}");
+    assert!(
+        ingest["error"].as_str().unwrap().contains(&addr),
+        "{stats}"
+    );
+    let out = cli_in(home, &["status"]);
+    assert!(
+        stdout(&out).contains("ingest: WARNING not listening"),
+        "{}",
+        stdout(&out)
+    );
+    // The session works: the CLI's messages still arrive.
+    send_one(home, "news/a", "hello");
+    let items = wait_items(&client, 10.0).await;
+    assert_eq!(items[0]["message"]["content"], "hello");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_front_end_with_other_flags_says_so_once_and_works() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path();
+    let first = front_end(home, "one", &["--no-listen"]).await;
+    let second = front_end(home, "two", &["--no-listen", "--http", "127.0.0.1:0"]).await;
+    let s = tool(&second, "inbox_stats", json!({})).await;
+    assert_eq!(s["delivery"]["sessions"], 2);
+    let log = std::fs::read_to_string(home.join("test-frontends.log")).unwrap();
+    assert_eq!(
+        log.matches("the running daemon was started with other flags").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("--http: asked 127.0.0.1:0, the daemon has off"), "{log}");
+    first.cancel().await.unwrap();
+    second.cancel().await.unwrap();
+}
