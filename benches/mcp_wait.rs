@@ -7,7 +7,10 @@
 //! same JSON-RPC framing as stdio, without a process boundary), with the built-in catch-all
 //! notify rule: `memory` = in-memory inbox and no actions journal (the code path alone);
 //! `disk_fsync_always` = a home on disk with the defaults, so the inbox commit and the
-//! actions journal write are each fsynced before the item is visible. Each sample: start a wait, see it in flight, append one
+//! actions journal write are each fsynced before the item is visible; `relay_disk_fsync_always`
+//! = the same, with the MCP session in a front end that reaches the app through the control
+//! socket (a `RemoteBackend` attached to the daemon's control socket, as `switchboard serve`
+//! does), so the difference to `disk_fsync_always` is what the relay adds. Each sample: start a wait, see it in flight, append one
 //! message, and time from the append until the tool result arrives (commit → dispatcher →
 //! engine → lifecycle → wait → JSON-RPC → client). Criterion reports the median; the p50/p99 of
 //! every sample taken are printed at the end for BENCHMARKS.md.
@@ -21,6 +24,7 @@ use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use switchboard::app::App;
+use switchboard::backend::{Backend, LocalBackend, RemoteBackend};
 use switchboard::config::{Config, Home};
 use switchboard::delivery::mcp::McpServer;
 use switchboard::message::NewMessage;
@@ -36,7 +40,14 @@ fn wake_up(c: &mut Criterion) {
     let mut group = c.benchmark_group("mcp_wait");
 
     let memory = rt.block_on(async { App::memory(Config::default(), RuleSet::builtin()) });
-    measure(&rt, &mut group, "wake_up_after_commit/memory", memory);
+    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(memory.clone()));
+    measure(
+        &rt,
+        &mut group,
+        "wake_up_after_commit/memory",
+        memory,
+        backend,
+    );
 
     // The real thing: a home on disk, fsync=always for the inbox and the actions journal.
     let dir = tempfile::tempdir().unwrap();
@@ -48,11 +59,44 @@ fn wake_up(c: &mut Criterion) {
             CancellationToken::new(),
         ))
         .unwrap();
+    let local: Arc<dyn Backend> = Arc::new(LocalBackend::new(disk.clone()));
     measure(
         &rt,
         &mut group,
         "wake_up_after_commit/disk_fsync_always",
         disk,
+        local,
+    );
+
+    // The same through a front end: the daemon's control socket, a RemoteBackend attached to it.
+    let dir2 = tempfile::tempdir().unwrap();
+    let home2 = Home::open(dir2.path()).unwrap();
+    let daemon = rt
+        .block_on(App::start(
+            home2.clone(),
+            Config::default(),
+            CancellationToken::new(),
+        ))
+        .unwrap();
+    let remote: Arc<dyn Backend> = rt.block_on(async {
+        let listener = switchboard::control::bind(&home2.control_socket()).unwrap();
+        tokio::spawn(switchboard::control::serve(
+            daemon.clone(),
+            listener,
+            Default::default(),
+        ));
+        Arc::new(
+            RemoteBackend::attach(dir2.path().to_path_buf(), None, CancellationToken::new())
+                .await
+                .expect("attach"),
+        )
+    });
+    measure(
+        &rt,
+        &mut group,
+        "wake_up_after_commit/relay_disk_fsync_always",
+        daemon,
+        remote,
     );
     group.finish();
 }
@@ -62,10 +106,16 @@ fn measure(
     group: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
     app: Arc<App>,
+    backend: Arc<dyn Backend>,
 ) {
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let client = rt.block_on(async {
-        let server = McpServer::new(app.clone(), None);
+        let server = McpServer::with_backend(
+            backend,
+            tokio_util::task::TaskTracker::new(),
+            &CancellationToken::new(),
+            None,
+        );
         tokio::spawn(async move {
             let running = server.serve(server_io).await.expect("server handshake");
             let _ = running.waiting().await;

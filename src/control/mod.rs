@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 
 use crate::actions::Event;
 use crate::app::App;
-use crate::backend::LocalBackend;
+use crate::backend::{Backend, LocalBackend};
 
 pub mod attach;
 
@@ -225,6 +225,7 @@ async fn handle(
         Ok(r) => r,
         Err(e) => return send(&mut write, &Response::err(e)).await,
     };
+    let backend = LocalBackend::new(app.clone());
     let response = match request {
         Request::Attach { version, pid } => {
             tracing::debug!(front_end = pid, %version, "front end attached");
@@ -236,7 +237,6 @@ async fn handle(
                      (`switchboard stop`) to run the installed version"
                 );
             }
-            let backend = LocalBackend::new(app.clone());
             let hello = Attached {
                 pid: std::process::id(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -268,7 +268,7 @@ async fn handle(
             app.shutdown.cancel();
             return reply;
         }
-        Request::Stats => Response::ok(app.stats()),
+        Request::Stats => reply(backend.stats(None).await.map(|s| s.stats)),
         Request::Pending => Response::ok(
             app.lifecycle
                 .pending_confirms()
@@ -276,12 +276,12 @@ async fn handle(
                 .map(PendingView::of)
                 .collect::<Vec<_>>(),
         ),
-        Request::Pause { paused } => {
-            app.set_paused(paused);
-            Response::ok(serde_json::json!({ "paused": paused }))
-        }
+        Request::Pause { paused } => reply(backend.pause(paused).await.map(|paused| Paused { paused })),
         Request::Reload => {
-            let report = app.reload_rules().await;
+            let report = match backend.reload().await {
+                Ok(report) => report,
+                Err(e) => return send(&mut write, &Response::err(e)).await,
+            };
             if report.ok {
                 Response::ok(report)
             } else {
@@ -292,36 +292,39 @@ async fn handle(
                 }
             }
         }
-        Request::Rules => Response::ok(crate::rules::summaries(&app.rules())),
+        Request::Rules => reply(backend.rules().await),
         Request::List { channel, limit } => {
-            Response::ok(app.inbox.recent(channel.as_deref(), limit))
+            reply(backend.list(channel, limit).await.map(|l| l.messages))
         }
-        Request::Confirm { id, approve } => {
-            match app.lifecycle.confirm(id, approve, "cli", None, Utc::now()) {
-                Ok(item) => {
-                    // The answer is on disk before the operator is told it took.
-                    app.lifecycle.flush().await;
-                    Response::ok(item)
-                }
-                Err(e) => Response::err(e),
-            }
-        }
+        Request::Confirm { id, approve } => reply(
+            backend
+                .confirm(crate::backend::ConfirmRequest {
+                    id,
+                    approve,
+                    by: "cli".into(),
+                    claim_for: None,
+                })
+                .await,
+        ),
         Request::Watch => return watch(app, write).await,
-        Request::Send { messages } => {
-            match app.inbox.append_batch(messages).await {
-                Ok(appended) => {
-                    // A repeat of a recent id is acknowledged but not stored: not counted.
-                    let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
-                    if stored > 0 {
-                        app.metrics.ingested("cli", stored);
-                    }
-                    Response::ok(appended)
-                }
-                Err(e) => Response::err(format!("not stored: {e}")),
-            }
-        }
+        Request::Send { messages } => reply(backend.append(messages, "cli".into()).await),
     };
     send(&mut write, &response).await
+}
+
+/// The answer to a backend call as a response line.
+fn reply<T: Serialize>(result: crate::backend::Result<T>) -> Response {
+    match result {
+        Ok(v) => Response::ok(v),
+        Err(e) => Response::err(e),
+    }
+}
+
+/// The reply of `pause` and `resume`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Paused {
+    /// Whether evaluation is paused now.
+    pub paused: bool,
 }
 
 /// An open confirm request as `switchboard pending` shows it.
