@@ -116,6 +116,15 @@ pub fn control_request(data: &[u8]) {
         let line = serde_json::to_vec(&request).expect("a request encodes");
         serde_json::from_slice::<crate::control::Request>(&line).expect("and decodes");
     }
+    // The lines of an attached connection, both ways.
+    if let Ok(up) = serde_json::from_slice::<crate::control::attach::Up>(data) {
+        let line = serde_json::to_vec(&up).expect("a call encodes");
+        serde_json::from_slice::<crate::control::attach::Up>(&line).expect("and decodes");
+    }
+    if let Ok(down) = serde_json::from_slice::<crate::control::attach::Down>(data) {
+        let line = serde_json::to_vec(&down).expect("a daemon line encodes");
+        serde_json::from_slice::<crate::control::attach::Down>(&line).expect("and decodes");
+    }
 }
 
 /// A line from an MCP host: as rmcp's stdio codec decodes it, and as the `/mcp`
