@@ -141,6 +141,7 @@ impl App {
         let booting = app.clone();
         tokio::task::spawn_blocking(move || booting.load_rules_at_boot()).await?;
         app.spawn_dispatcher(mark);
+        app.spawn_resolver(mark);
         app.spawn_expiry();
         app.spawn_state_flusher();
         Ok(app)
@@ -160,6 +161,7 @@ impl App {
         );
         app.engine.lock().unwrap().swap_rules(Arc::new(rules));
         app.spawn_dispatcher(0);
+        app.spawn_resolver(0);
         app.spawn_expiry();
         app
     }
@@ -444,6 +446,45 @@ impl App {
                 tokio::select! {
                     _ = app.shutdown.cancelled() => break,
                     changed = committed.changed() => if changed.is_err() { break },
+                }
+            }
+        });
+    }
+
+    /// The resolve pass: follows the dispatcher's mark (so the confirms a message created are
+    /// visible before a later message is checked against them) and closes the pending
+    /// confirms that a message resolves ([`crate::engine::resolve`]). It reads no message
+    /// while no live rule has a resolve key, and while paused it closes nothing.
+    fn spawn_resolver(self: &Arc<App>, mark: Seq) {
+        let app = self.clone();
+        self.tasks.spawn(async move {
+            let mut evaluated = app.lifecycle.evaluated();
+            let mut done = mark;
+            loop {
+                let upto = *evaluated.borrow_and_update();
+                while done < upto {
+                    let rules = app.rules();
+                    if !crate::engine::resolve::any(&rules) || app.is_paused() {
+                        done = upto;
+                        break;
+                    }
+                    let batch = app.inbox.read_after(done, DISPATCH_BATCH).await;
+                    let mut pending = app.lifecycle.pending_confirms();
+                    for msg in batch.iter().take_while(|m| m.seq <= upto) {
+                        if pending.is_empty() {
+                            break;
+                        }
+                        let ids = crate::engine::resolve::resolved_by(&rules, msg, &pending);
+                        if !ids.is_empty() {
+                            app.lifecycle.resolve(&ids, msg.seq, Utc::now());
+                            pending.retain(|i| !ids.contains(&i.action_id));
+                        }
+                    }
+                    done = batch.last().map_or(upto, |m| m.seq.min(upto));
+                }
+                tokio::select! {
+                    _ = app.shutdown.cancelled() => break,
+                    changed = evaluated.changed() => if changed.is_err() { break },
                 }
             }
         });

@@ -1,5 +1,5 @@
 //! The operator commands that talk to the running server over the control
-//! socket (`list`, `confirm`, `pause`, `resume`, `stats`, `watch`,
+//! socket (`list`, `confirm`, `pause`, `resume`, `stats`,
 //! `rules reload`, `rules list`), and `install`.
 //!
 //! Human output is for a terminal, and message text comes from outside: control
@@ -15,8 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use crate::actions::{Event, ItemKind};
-use crate::control::{Client, PendingView, Request, Response, WatchEvent};
+use crate::control::{Client, PendingView, Request, Response};
 
 /// Options of `list`.
 #[derive(Debug, Args)]
@@ -66,17 +65,6 @@ pub enum Decision {
     Yes,
     /// Deny.
     No,
-}
-
-/// Options of `watch`.
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// Also show a desktop notification (notify-send) for each action.
-    #[arg(long)]
-    pub toast: bool,
-    /// Print JSON lines instead of text.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// Options of `install`.
@@ -162,7 +150,9 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
         let mut out = std::io::stdout().lock();
         for m in messages {
             if args.json {
-                writeln!(out, "{}", serde_json::to_string(&m).unwrap_or_default())?;
+                // The shape the MCP tools use: `server`, not the journal's `serverName`.
+                let v = crate::delivery::mcp::tools::message_json(&m);
+                writeln!(out, "{v}")?;
             } else {
                 writeln!(out, "{}", message_line(&m))?;
             }
@@ -171,7 +161,7 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn message_line(m: &crate::message::Message) -> String {
+pub(crate) fn message_line(m: &crate::message::Message) -> String {
     format!(
         "#{} {} {}/{}: {}",
         m.seq,
@@ -315,7 +305,7 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
 }
 
 /// One open confirm: `#7 [oncall-critical] alerts/critical, 14m left: EXCERPT`.
-fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
+pub(crate) fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
     let left = p
         .expires_at
         .as_deref()
@@ -364,91 +354,6 @@ pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
 /// `switchboard rules list`.
 pub async fn rules_list(home: PathBuf) -> anyhow::Result<ExitCode> {
     finish(call(&home, Request::Rules).await?, print_json)
-}
-
-/// `switchboard watch`: one line per message and action until interrupted.
-pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
-    let mut client = Client::connect(&home).await?;
-    client.send(&Request::Watch).await?;
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let paint = |code: &str, text: String| {
-        if colour {
-            format!("\x1b[{code}m{text}\x1b[0m")
-        } else {
-            text
-        }
-    };
-    while let Some(value) = client.next_line::<serde_json::Value>().await? {
-        if value.get("ok") == Some(&serde_json::Value::Bool(false)) {
-            let refused: Response = serde_json::from_value(value)?;
-            anyhow::bail!(refused.error.unwrap_or_else(|| "watch refused".into()));
-        }
-        let event: WatchEvent = serde_json::from_value(value)?;
-        let line = match &event {
-            _ if args.json => serde_json::to_string(&event)?,
-            WatchEvent::Message(m) => paint("2", message_line(m)),
-            WatchEvent::Action(Event::Queued { item }) => {
-                let (code, label) = match item.kind {
-                    ItemKind::Nudge => ("36", "nudge"),
-                    ItemKind::ConfirmRequest => ("33", "confirm?"),
-                    ItemKind::Auto => ("35", "auto"),
-                    ItemKind::Approved => ("32", "approved"),
-                };
-                let first = escape(item.prompt.lines().next().unwrap_or_default());
-                let rule = escape(&item.rule);
-                if args.toast {
-                    toast(label, &rule, &first);
-                }
-                paint(
-                    code,
-                    format!("  {label} #{} [{rule}] {first}", item.action_id),
-                )
-            }
-            // Rule, consumer names and reasons can come from outside (a client's name): escaped.
-            WatchEvent::Action(e) => paint("2", format!("  {}", escape(&transition_line(e)))),
-        };
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}")?;
-        out.flush()?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// One line for an action transition other than `queued`.
-fn transition_line(e: &Event) -> String {
-    match e {
-        Event::Queued { item } => format!("queued #{} [{}]", item.action_id, item.rule),
-        Event::Answered {
-            id,
-            rule,
-            state,
-            by,
-        } => {
-            format!("{} #{id} [{rule}] by {by}", state.as_str())
-        }
-        Event::Expired { id, rule } => format!("expired #{id} [{rule}] unanswered"),
-        Event::Claimed { id, consumer } => format!("claimed #{id} by {consumer}"),
-        Event::Delivered { id, consumer } => format!("delivered #{id} to {consumer}"),
-        Event::Released {
-            id,
-            consumer,
-            reason,
-        } => {
-            format!("released #{id} from {consumer}: {reason}")
-        }
-        Event::Dropped {
-            id, rule, reason, ..
-        } => format!("dropped #{id} [{rule}]: {reason}"),
-    }
-}
-
-fn toast(label: &str, rule: &str, text: &str) {
-    let _ = std::process::Command::new("notify-send")
-        .arg(format!("switchboard: {label} ({rule})"))
-        .arg(text)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
 }
 
 /// `switchboard install copilot|claude`: adds the MCP entry, keeping what is there.

@@ -5,6 +5,7 @@ mod control_cmds;
 mod rules;
 mod send;
 mod serve;
+mod watch;
 
 use std::path::PathBuf;
 
@@ -42,7 +43,7 @@ pub enum Command {
     /// Inbox, rules and delivery counters of the running server.
     Stats(control_cmds::StatsArgs),
     /// Tail the inbox and actions, one line each.
-    Watch(control_cmds::WatchArgs),
+    Watch(watch::WatchArgs),
     /// Check, test, reload, list rules or print their schema.
     Rules {
         /// The rules subcommand.
@@ -71,7 +72,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Pause => control_cmds::pause(home, true).await,
         Command::Resume => control_cmds::pause(home, false).await,
         Command::Stats(args) => control_cmds::stats(home, args).await,
-        Command::Watch(args) => control_cmds::watch(home, args).await,
+        Command::Watch(args) => watch::execute(home, args).await,
         Command::Rules { command } => rules::execute(home, command).await,
         Command::Config { command } => config::execute(home, command),
         Command::Install(args) => control_cmds::install(args).await,
