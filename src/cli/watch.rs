@@ -134,7 +134,11 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
         };
         if toast && let WatchEvent::Action(Event::Queued { item }) = &event {
             let first = escape(item.prompt.lines().next().unwrap_or_default()).into_owned();
-            show_toast(kind_label(item.kind), &escape(&item.rule), &cut(&first, 200));
+            show_toast(
+                kind_label(item.kind),
+                &escape(&item.rule),
+                &cut(&first, 200),
+            );
         }
         let mut out = stdout.lock();
         writeln!(out, "{line}")?;
@@ -337,7 +341,10 @@ mod tests {
                 width: Some(200),
             },
         );
-        assert!(line.starts_with("\x1b[2m") && line.ends_with("\x1b[0m"), "{line:?}");
+        assert!(
+            line.starts_with("\x1b[2m") && line.ends_with("\x1b[0m"),
+            "{line:?}"
+        );
         let inner = &line[4..line.len() - 4];
         assert!(!inner.chars().any(|c| c.is_control()), "{inner:?}");
         assert!(inner.contains("\\x1b[2Jboom\\nforged"), "{inner:?}");

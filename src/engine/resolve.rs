@@ -103,10 +103,22 @@ mod tests {
         let rules = RuleSet::parse(RULES).unwrap();
         assert!(any(&rules));
         let pending = vec![
-            confirm(1, "crit", msg(1, "alertmanager", "[FIRING] Disk", Some("aaa"))),
-            confirm(2, "crit", msg(2, "alertmanager", "[FIRING] Cpu", Some("bbb"))),
+            confirm(
+                1,
+                "crit",
+                msg(1, "alertmanager", "[FIRING] Disk", Some("aaa")),
+            ),
+            confirm(
+                2,
+                "crit",
+                msg(2, "alertmanager", "[FIRING] Cpu", Some("bbb")),
+            ),
             // Another rule without a resolve key: never closed.
-            confirm(3, "plain", msg(3, "alertmanager", "[FIRING] Disk", Some("aaa"))),
+            confirm(
+                3,
+                "plain",
+                msg(3, "alertmanager", "[FIRING] Disk", Some("aaa")),
+            ),
         ];
         let resolved = msg(4, "alertmanager", "[RESOLVED] Disk", Some("aaa"));
         assert_eq!(resolved_by(&rules, &resolved, &pending), vec![1]);
@@ -121,11 +133,26 @@ mod tests {
             msg(5, "alertmanager", "[FIRING] Disk", Some("aaa")),
         )];
         let table = [
-            ("a repeat firing", msg(6, "alertmanager", "[FIRING] Disk", Some("aaa"))),
-            ("another fingerprint", msg(6, "alertmanager", "[RESOLVED] Disk", Some("zzz"))),
-            ("another server", msg(6, "github", "[RESOLVED] Disk", Some("aaa"))),
-            ("no fingerprint on either side", msg(6, "alertmanager", "[RESOLVED] Disk", None)),
-            ("an earlier message", msg(4, "alertmanager", "[RESOLVED] Disk", Some("aaa"))),
+            (
+                "a repeat firing",
+                msg(6, "alertmanager", "[FIRING] Disk", Some("aaa")),
+            ),
+            (
+                "another fingerprint",
+                msg(6, "alertmanager", "[RESOLVED] Disk", Some("zzz")),
+            ),
+            (
+                "another server",
+                msg(6, "github", "[RESOLVED] Disk", Some("aaa")),
+            ),
+            (
+                "no fingerprint on either side",
+                msg(6, "alertmanager", "[RESOLVED] Disk", None),
+            ),
+            (
+                "an earlier message",
+                msg(4, "alertmanager", "[RESOLVED] Disk", Some("aaa")),
+            ),
         ];
         for (what, m) in table {
             assert!(resolved_by(&rules, &m, &pending).is_empty(), "{what}");

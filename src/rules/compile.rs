@@ -12,9 +12,7 @@ use super::error::{ErrorCode, RuleError, suggest};
 use super::file::{KeyPos, Locator, Pos, RULE_KEYS, RawRule, TOP_KEYS};
 use super::pattern::{NamePattern, compile_glob};
 use super::template::Template;
-use super::{
-    ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet, duration,
-};
+use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet, duration};
 use crate::actions::Mode;
 
 /// Compiles the text of a rules file.

@@ -305,7 +305,9 @@ fn load_reports_missing_and_invalid() {
 fn resolve_keys_come_in_pairs_on_confirm_rules() {
     use ErrorCode::*;
     const C: &str = r#""name":"a","mode":"confirm","prompt":"p""#;
-    let ok = format!(r#"{{"rules":[{{{C},"resolveRegex":"^\\[RESOLVED\\]","resolveKey":"{{{{meta.fingerprint}}}}"}}]}}"#);
+    let ok = format!(
+        r#"{{"rules":[{{{C},"resolveRegex":"^\\[RESOLVED\\]","resolveKey":"{{{{meta.fingerprint}}}}"}}]}}"#
+    );
     let set = RuleSet::parse(&ok).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
     assert!(set.rules()[0].resolve.is_some());
     assert!(RuleSet::builtin().rules()[0].resolve.is_none());

@@ -420,9 +420,17 @@ async fn a_resolved_confirm_is_closed_told_journalled_and_stays_closed() {
             now,
         )
         .await;
-        assert_eq!(*mark.borrow_and_update(), 2, "the mark follows visible confirms");
+        assert_eq!(
+            *mark.borrow_and_update(),
+            2,
+            "the mark follows visible confirms"
+        );
         events(&mut rx);
-        assert_eq!(lc.resolve(&[1, 99], 7, now), vec![1], "unknown ids are skipped");
+        assert_eq!(
+            lc.resolve(&[1, 99], 7, now),
+            vec![1],
+            "unknown ids are skipped"
+        );
         assert_eq!(
             events(&mut rx),
             [Event::Resolved {
