@@ -48,6 +48,9 @@ pub struct PendingArgs {
     /// Print a JSON array instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print what a Copilot CLI hook injects (`{"additionalContext": ...}`); never fails.
+    #[arg(long, conflicts_with = "json")]
+    pub hook: bool,
 }
 
 /// Options of `stats`.
@@ -76,6 +79,10 @@ pub struct InstallArgs {
     /// The file to write (default: ~/.copilot/mcp-config.json, or ./.mcp.json for Claude Code).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Copilot only: also write hooks (`hooks/switchboard.json` beside the config) that show
+    /// pending items at session start and on each prompt.
+    #[arg(long)]
+    pub hooks: bool,
 }
 
 /// An MCP host `install` knows.
@@ -283,6 +290,9 @@ fn stats_text(s: &serde_json::Value) -> String {
 
 /// `switchboard pending`: open confirm requests with rule, channel, excerpt and time left.
 pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCode> {
+    if args.hook {
+        return super::hooks::pending_hook(home).await;
+    }
     let response = call(&home, Request::Pending).await?;
     finish(response, |result| {
         if args.json {
@@ -358,6 +368,9 @@ pub async fn rules_list(home: PathBuf) -> anyhow::Result<ExitCode> {
 
 /// `switchboard install copilot|claude`: adds the MCP entry, keeping what is there.
 pub async fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
+    if args.hooks && !matches!(args.host, Host::Copilot) {
+        anyhow::bail!("`--hooks` is for `install copilot`; Claude Code gets pushes instead");
+    }
     let exe = std::env::current_exe()?.display().to_string();
     let (path, entry) = match args.host {
         Host::Copilot => (
@@ -405,6 +418,9 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
         std::io::stdout().lock(),
         "added `switchboard` to {path_text}"
     )?;
+    if args.hooks {
+        super::hooks::install_copilot(&exe, &path)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -2,6 +2,7 @@
 
 mod config;
 mod control_cmds;
+mod hooks;
 mod rules;
 mod send;
 mod serve;
