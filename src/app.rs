@@ -66,6 +66,10 @@ pub struct Stats {
     pub upstreams: Vec<crate::sources::upstream::UpstreamState>,
     /// Open confirm requests.
     pub pending_confirms: Vec<PendingConfirm>,
+    /// The last change of `switchboard.json` seen while running: what was applied, what needs
+    /// a restart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_reload: Option<crate::config::ConfigReload>,
 }
 
 /// The shared handle.
@@ -90,6 +94,8 @@ pub struct App {
     pub rules_loaded_at: Mutex<Option<DateTime<Utc>>>,
     /// Held by a reload from reading the file to the swap, so reloads apply in order.
     reloading: Mutex<()>,
+    /// The last change of `switchboard.json` seen while running (see [`crate::watch`]).
+    pub config_reload: Mutex<Option<crate::config::ConfigReload>>,
     /// Cancelled when the process shuts down.
     pub shutdown: CancellationToken,
     /// Every background task, so shutdown can wait for them.
@@ -187,6 +193,7 @@ impl App {
             last_reload: Mutex::new(None),
             rules_loaded_at: Mutex::new(None),
             reloading: Mutex::new(()),
+            config_reload: Mutex::new(None),
             shutdown,
             tasks: TaskTracker::new(),
             upstreams: Default::default(),
@@ -394,6 +401,7 @@ impl App {
                 .load(std::sync::atomic::Ordering::Relaxed),
             upstreams: self.upstreams.states(),
             pending_confirms: self.lifecycle.pending_summary(),
+            config_reload: self.config_reload.lock().unwrap().clone(),
         }
     }
 

@@ -322,7 +322,8 @@ struct Inner {
     /// The dispatcher's evaluation mark, once the confirms it created are visible (the
     /// resolve pass follows it).
     evaluated: tokio::sync::watch::Sender<Seq>,
-    capacity: usize,
+    /// Each queue's capacity; `actions.queueCapacity`, changed live by a config reload.
+    capacity: std::sync::atomic::AtomicUsize,
 }
 
 /// The lifecycle handle (cheap to clone).
@@ -348,7 +349,7 @@ impl Lifecycle {
                 wake: Notify::new(),
                 expiry: Notify::new(),
                 evaluated: tokio::sync::watch::Sender::new(0),
-                capacity: capacity.max(1),
+                capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),
             }),
         }
     }
@@ -408,7 +409,7 @@ impl Lifecycle {
         let mut records = Vec::with_capacity(actions.len() + 1);
         let mut events = Vec::new();
         let mut staged = Vec::new();
-        let cap = self.inner.capacity;
+        let cap = self.capacity();
         {
             let mut s = self.inner.state.lock().unwrap();
             let mut undelivered = s.nudges.iter().filter(|n| !n.delivered).count();
@@ -520,6 +521,21 @@ impl Lifecycle {
         self.inner.wake.notify_waiters();
         self.mark_evaluated(evaluated);
         out
+    }
+
+    /// Each queue's capacity.
+    pub fn capacity(&self) -> usize {
+        self.inner
+            .capacity
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Changes each queue's capacity from now on (a config reload). Items already queued
+    /// stay; a smaller queue refuses (or, for nudges, evicts) until it is below the new size.
+    pub fn set_capacity(&self, capacity: usize) {
+        self.inner
+            .capacity
+            .store(capacity.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     fn mark_evaluated(&self, evaluated: Option<Seq>) {
@@ -1006,7 +1022,7 @@ impl Lifecycle {
     pub fn stats(&self) -> LifecycleStats {
         let s = self.inner.state.lock().unwrap();
         LifecycleStats {
-            capacity: self.inner.capacity,
+            capacity: self.capacity(),
             nudges_undelivered: s.nudges.iter().filter(|n| !n.delivered).count(),
             pending_confirms: s.confirms.len(),
             queued_work: s.work.len(),

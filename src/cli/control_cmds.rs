@@ -282,6 +282,13 @@ fn stats_text(s: &serde_json::Value) -> String {
             d["actions_journal"].as_str().unwrap_or("?")
         ),
     ];
+    if let Some(m) = s["config_reload"]["message"].as_str() {
+        out.push(format!(
+            "config    {} (at {})",
+            m,
+            s["config_reload"]["at"].as_str().unwrap_or("?")
+        ));
+    }
     if n(&d["pending_confirms"]) > 0 {
         out.push("(`switchboard pending` lists the open confirms)".into());
     }

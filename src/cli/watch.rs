@@ -106,6 +106,15 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
             };
             writeln!(out, "{line}")?;
         }
+        if !args.json {
+            let header = format!(
+                "watching {}: {} pending; messages, actions and suppressions as they happen \
+                 (Ctrl-C stops)",
+                escape(&home.display().to_string()),
+                open.len()
+            );
+            writeln!(out, "{}", style.paint("2", header))?;
+        }
         out.flush()?;
     }
     loop {
