@@ -476,8 +476,14 @@ impl App {
                         done = upto;
                         break;
                     }
-                    let batch = app.inbox.read_after(done, DISPATCH_BATCH).await;
+                    // Every confirm a message up to `upto` made is visible by now: with none
+                    // pending, there is nothing to read.
                     let mut pending = app.lifecycle.pending_confirms();
+                    if pending.is_empty() {
+                        done = upto;
+                        break;
+                    }
+                    let batch = app.inbox.read_after(done, DISPATCH_BATCH).await;
                     for msg in batch.iter().take_while(|m| m.seq <= upto) {
                         if pending.is_empty() {
                             break;

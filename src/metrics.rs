@@ -255,6 +255,7 @@ impl Metrics {
             ("approved", lifecycle.approved),
             ("denied", lifecycle.denied),
             ("expired", lifecycle.expired),
+            ("resolved", lifecycle.resolved),
         ];
         for (state, n) in transitions {
             let _ = writeln!(

@@ -427,3 +427,114 @@ fn copilot_hooks_inject_what_waits_and_never_break_the_session() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_changed_switchboard_json_applies_queue_capacity_and_names_what_needs_a_restart() {
+    let sb = Switchboard::start();
+    let stats =
+        || -> Value { serde_json::from_slice(&sb.cli(&["stats", "--json"]).stdout).unwrap() };
+    assert_eq!(stats()["delivery"]["capacity"], 64);
+    assert!(stats().get("config_reload").is_none());
+    sb.write(
+        "switchboard.json",
+        r#"{"actions": {"queueCapacity": 3}, "http": {"rateLimit": "5/1s"}}"#,
+    );
+    let reload = eventually(Duration::from_secs(10), "the config reload", || {
+        let s = stats();
+        (s["delivery"]["capacity"] == 3).then(|| s["config_reload"].clone())
+    });
+    assert_eq!(
+        reload["applied"],
+        serde_json::json!(["actions.queueCapacity"])
+    );
+    assert_eq!(
+        reload["restart_needed"],
+        serde_json::json!(["http.rateLimit"])
+    );
+    let text = stdout(&sb.cli(&["stats"]));
+    assert!(
+        text.contains("restart needed for http.rateLimit: they are read only at start"),
+        "{text}"
+    );
+    assert!(
+        sb.log().contains("restart needed for http.rateLimit"),
+        "{}",
+        sb.log()
+    );
+
+    // An invalid file changes nothing and says why.
+    sb.write(
+        "switchboard.json",
+        r#"{"actions": {"queueCapacity": "many"}}"#,
+    );
+    let reload = eventually(Duration::from_secs(10), "the refused reload", || {
+        let s = stats();
+        (s["config_reload"]["ok"] == false).then(|| s["config_reload"].clone())
+    });
+    assert!(
+        reload["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("switchboard.json not reloaded: "),
+        "{reload}"
+    );
+    assert_eq!(stats()["delivery"]["capacity"], 3);
+}
+
+#[test]
+fn a_confirm_closes_itself_when_its_resolve_arrives_and_a_late_answer_is_refused() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "crit", "channel": "alerts/*", "contentRegex": "^\\[FIRING\\]",
+            "mode": "confirm", "prompt": "look {{content}}",
+            "resolveRegex": "^\\[RESOLVED\\]", "resolveKey": "{{meta.fingerprint}}"}]}"#,
+    );
+    sb.spawn();
+    let send_meta = |text: &str, fingerprint: &str| {
+        let meta = format!("fingerprint={fingerprint}");
+        let out = sb.cli(&[
+            "send",
+            "--channel",
+            "alerts/critical",
+            "--meta",
+            &meta,
+            text,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    send_meta("[FIRING] disk", "aaa");
+    send_meta("[FIRING] cpu", "bbb");
+    eventually(Duration::from_secs(5), "two confirms", || {
+        let p = stdout(&sb.cli(&["pending"]));
+        (p.contains("#1 [crit]") && p.contains("#2 [crit]")).then_some(())
+    });
+    send_meta("[RESOLVED] disk", "aaa");
+    let resolved = eventually(Duration::from_secs(5), "the disk confirm resolved", || {
+        action_records(sb.home.path())
+            .into_iter()
+            .find(|r| r["id"] == 1 && r["state"] == "resolved")
+    });
+    assert_eq!(resolved["reason"], "resolved by message 3");
+    let pending = stdout(&sb.cli(&["pending"]));
+    assert!(
+        !pending.contains("#1 [crit]") && pending.contains("#2 [crit]"),
+        "{pending}"
+    );
+    let out = sb.cli(&["confirm", "1", "no"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("confirm 1 was already answered: resolved"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Closed for good: a restart does not bring it back.
+    sb.terminate();
+    sb.spawn();
+    let pending = stdout(&sb.cli(&["pending"]));
+    assert!(
+        !pending.contains("#1 [crit]") && pending.contains("#2 [crit]"),
+        "{pending}"
+    );
+}
