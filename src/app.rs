@@ -96,6 +96,8 @@ pub struct App {
     reloading: Mutex<()>,
     /// The last change of `switchboard.json` seen while running (see [`crate::watch`]).
     pub config_reload: Mutex<Option<crate::config::ConfigReload>>,
+    /// HTTP ingest settings that a `switchboard.json` change applies live.
+    pub http_settings: crate::config::LiveHttp,
     /// Cancelled when the process shuts down.
     pub shutdown: CancellationToken,
     /// Every background task, so shutdown can wait for them.
@@ -182,6 +184,7 @@ impl App {
     ) -> Arc<App> {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
+        let http_settings = crate::config::LiveHttp::new(config.http.clone());
         Arc::new(App {
             lifecycle,
             home,
@@ -194,6 +197,7 @@ impl App {
             rules_loaded_at: Mutex::new(None),
             reloading: Mutex::new(()),
             config_reload: Mutex::new(None),
+            http_settings,
             shutdown,
             tasks: TaskTracker::new(),
             upstreams: Default::default(),

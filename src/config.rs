@@ -446,7 +446,11 @@ impl Default for ActionSettings {
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other
 /// key is read only at start.
-pub const LIVE_KEYS: &[&str] = &["actions.queueCapacity"];
+pub const LIVE_KEYS: &[&str] = &[
+    "actions.queueCapacity",
+    "http.githubSecret",
+    "http.rateLimit",
+];
 
 /// What a change of `switchboard.json` means for the running daemon, for the log and `stats`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -500,6 +504,48 @@ fn leaves(config: &Config) -> std::collections::BTreeMap<String, serde_json::Val
     out
 }
 
+/// The HTTP ingest settings a config reload can change while ingest runs (`http.rateLimit`,
+/// `http.githubSecret`), with a generation so ingest notices a change with one atomic read.
+#[derive(Debug, Default)]
+pub struct LiveHttp {
+    settings: std::sync::RwLock<HttpSettings>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl LiveHttp {
+    /// Starts from the settings the process started with.
+    pub fn new(settings: HttpSettings) -> LiveHttp {
+        LiveHttp {
+            settings: std::sync::RwLock::new(settings),
+            generation: Default::default(),
+        }
+    }
+
+    /// The current generation (bumped by every change).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The generation and the settings.
+    pub fn get(&self) -> (u64, HttpSettings) {
+        let s = self.settings.read().unwrap();
+        (self.generation(), s.clone())
+    }
+
+    /// Replaces the settings when `change` alters them; returns whether it did.
+    pub fn update(&self, change: impl FnOnce(&mut HttpSettings)) -> bool {
+        let mut s = self.settings.write().unwrap();
+        let before = serde_json::to_value(&*s).unwrap_or_default();
+        change(&mut s);
+        let changed = serde_json::to_value(&*s).unwrap_or_default() != before;
+        if changed {
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        changed
+    }
+}
+
 /// The keys whose values differ between `old` and `new`, sorted.
 pub fn changed_keys(old: &Config, new: &Config) -> Vec<String> {
     let (a, b) = (leaves(old), leaves(new));
@@ -550,7 +596,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_reload_applies_queue_capacity_and_names_what_needs_a_restart() {
+    fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
         let boot = Config::default();
         let new = check(
             r#"{"actions": {"queueCapacity": 8}, "http": {"listen": "127.0.0.1:9999",
@@ -558,14 +604,15 @@ mod tests {
         )
         .unwrap();
         let plan = plan_reload(&boot, &new);
-        assert_eq!(plan.applied, ["actions.queueCapacity"]);
+        assert_eq!(plan.applied, ["actions.queueCapacity", "http.rateLimit"]);
         assert_eq!(
             plan.restart_needed,
-            ["http.listen", "http.rateLimit", "inbox.limits.contentBytes"]
+            ["http.listen", "inbox.limits.contentBytes"]
         );
         assert!(
             plan.message.contains(
-                "restart needed for http.listen, http.rateLimit, inbox.limits.contentBytes"
+                "applied actions.queueCapacity, http.rateLimit; restart needed for http.listen, \
+                 inbox.limits.contentBytes: they are read only at start"
             ),
             "{}",
             plan.message

@@ -13,8 +13,9 @@
 //!
 //! `switchboard.json` is watched the same way. A change is validated (an invalid file changes
 //! nothing and says why), then compared with the settings the daemon started with: what can
-//! change live (`actions.queueCapacity`, [`crate::config::LIVE_KEYS`]) is applied, and every
-//! other changed key is named in one "restart needed for X" log line, kept for `stats`.
+//! change live ([`crate::config::LIVE_KEYS`]: `actions.queueCapacity`, `http.rateLimit`,
+//! `http.githubSecret`) is applied, and every other changed key is named in one "restart
+//! needed for X" log line, kept for `stats`.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -103,12 +104,35 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
 fn reload_config(app: &App, boot: &crate::config::Config) {
     let Some(home) = &app.home else { return };
     let report = match home.load_config() {
+        Ok(new) if crate::sources::http::parse_rate_limit(&new.http.rate_limit).is_err() => {
+            let message = format!(
+                "switchboard.json not reloaded: invalid `http.rateLimit` \"{}\"; the running \
+                 settings stay",
+                new.http.rate_limit
+            );
+            tracing::error!("{message}");
+            crate::config::ConfigReload {
+                at: crate::message::format_timestamp(chrono::Utc::now()),
+                ok: false,
+                message,
+                ..Default::default()
+            }
+        }
         Ok(new) => {
             let plan = crate::config::plan_reload(boot, &new);
             let capacity = new.actions.queue_capacity.max(1);
             if app.lifecycle.capacity() != capacity {
                 app.lifecycle.set_capacity(capacity);
             }
+            // `SWITCHBOARD_GITHUB_SECRET` wins over the file, as at start.
+            let secret_from_env =
+                std::env::var(crate::config::GITHUB_SECRET_ENV).is_ok_and(|v| !v.trim().is_empty());
+            app.http_settings.update(|http| {
+                http.rate_limit = new.http.rate_limit.clone();
+                if !secret_from_env {
+                    http.github_secret = new.http.github_secret.clone();
+                }
+            });
             if plan.restart_needed.is_empty() {
                 tracing::info!("{}", plan.message);
             } else {

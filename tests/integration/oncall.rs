@@ -428,16 +428,34 @@ fn copilot_hooks_inject_what_waits_and_never_break_the_session() {
     );
 }
 
+/// `POST /v1/messages` of one message with the bearer token; the status.
+fn ingest_one(sb: &Switchboard) -> u16 {
+    let auth = format!("Bearer {}", sb.token());
+    http_request(
+        sb.ingest.as_deref().unwrap(),
+        "POST",
+        "/v1/messages",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        br#"{"channel": "x", "content": "hi"}"#,
+    )
+    .status
+}
+
 #[test]
-fn a_changed_switchboard_json_applies_queue_capacity_and_names_what_needs_a_restart() {
+fn a_changed_switchboard_json_applies_what_it_can_live_and_names_what_needs_a_restart() {
     let sb = Switchboard::start();
     let stats =
         || -> Value { serde_json::from_slice(&sb.cli(&["stats", "--json"]).stdout).unwrap() };
     assert_eq!(stats()["delivery"]["capacity"], 64);
     assert!(stats().get("config_reload").is_none());
+    assert_eq!(ingest_one(&sb), 202);
+    assert_eq!(ingest_one(&sb), 202, "the default limit is far away");
     sb.write(
         "switchboard.json",
-        r#"{"actions": {"queueCapacity": 3}, "http": {"rateLimit": "5/1s"}}"#,
+        r#"{"actions": {"queueCapacity": 3}, "http": {"rateLimit": "1/1h", "listen": "127.0.0.1:1"}}"#,
     );
     let reload = eventually(Duration::from_secs(10), "the config reload", || {
         let s = stats();
@@ -445,28 +463,25 @@ fn a_changed_switchboard_json_applies_queue_capacity_and_names_what_needs_a_rest
     });
     assert_eq!(
         reload["applied"],
-        serde_json::json!(["actions.queueCapacity"])
+        serde_json::json!(["actions.queueCapacity", "http.rateLimit"])
     );
-    assert_eq!(
-        reload["restart_needed"],
-        serde_json::json!(["http.rateLimit"])
-    );
+    assert_eq!(reload["restart_needed"], serde_json::json!(["http.listen"]));
+    // The new rate limit holds at once: one request an hour.
+    assert_eq!(ingest_one(&sb), 202);
+    assert_eq!(ingest_one(&sb), 429);
     let text = stdout(&sb.cli(&["stats"]));
     assert!(
-        text.contains("restart needed for http.rateLimit: they are read only at start"),
+        text.contains("restart needed for http.listen: they are read only at start"),
         "{text}"
     );
     assert!(
-        sb.log().contains("restart needed for http.rateLimit"),
+        sb.log().contains("restart needed for http.listen"),
         "{}",
         sb.log()
     );
 
     // An invalid file changes nothing and says why.
-    sb.write(
-        "switchboard.json",
-        r#"{"actions": {"queueCapacity": "many"}}"#,
-    );
+    sb.write("switchboard.json", r#"{"http": {"rateLimit": "lots"}}"#);
     let reload = eventually(Duration::from_secs(10), "the refused reload", || {
         let s = stats();
         (s["config_reload"]["ok"] == false).then(|| s["config_reload"].clone())
@@ -475,10 +490,11 @@ fn a_changed_switchboard_json_applies_queue_capacity_and_names_what_needs_a_rest
         reload["message"]
             .as_str()
             .unwrap()
-            .starts_with("switchboard.json not reloaded: "),
+            .starts_with("switchboard.json not reloaded: invalid `http.rateLimit` \"lots\""),
         "{reload}"
     );
     assert_eq!(stats()["delivery"]["capacity"], 3);
+    assert_eq!(ingest_one(&sb), 429, "the running limit stays");
 }
 
 #[test]
