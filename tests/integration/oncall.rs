@@ -439,7 +439,7 @@ fn ingest_one(sb: &Switchboard) -> u16 {
             ("Authorization", &auth),
             ("Content-Type", "application/json"),
         ],
-        br#"{"channel": "x", "content": "hi"}"#,
+        br#"{"server": "probe", "channel": "x", "content": "hi"}"#,
     )
     .status
 }
