@@ -69,6 +69,10 @@ pub struct Stats {
     /// The daemon's HTTP listeners (ingest, MCP): bound, or why not.
     #[serde(default)]
     pub listeners: Vec<ListenerState>,
+    /// The last change of `switchboard.json` seen while running: what was applied, what needs
+    /// a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_reload: Option<crate::config::ConfigReload>,
 }
 
 /// One HTTP listener of the daemon, for `status` and `inbox_stats`.
@@ -108,6 +112,10 @@ pub struct App {
     pub rules_loaded_at: Mutex<Option<DateTime<Utc>>>,
     /// Held by a reload from reading the file to the swap, so reloads apply in order.
     reloading: Mutex<()>,
+    /// The last change of `switchboard.json` seen while running (see [`crate::watch`]).
+    pub config_reload: Mutex<Option<crate::config::ConfigReload>>,
+    /// HTTP ingest settings that a `switchboard.json` change applies live.
+    pub http_settings: crate::config::LiveHttp,
     /// Cancelled when the process shuts down.
     pub shutdown: CancellationToken,
     /// Every background task, so shutdown can wait for them.
@@ -165,6 +173,7 @@ impl App {
         let booting = app.clone();
         tokio::task::spawn_blocking(move || booting.load_rules_at_boot()).await?;
         app.spawn_dispatcher(mark);
+        app.spawn_resolver(mark);
         app.spawn_expiry();
         app.spawn_state_flusher();
         Ok(app)
@@ -184,6 +193,7 @@ impl App {
         );
         app.engine.lock().unwrap().swap_rules(Arc::new(rules));
         app.spawn_dispatcher(0);
+        app.spawn_resolver(0);
         app.spawn_expiry();
         app
     }
@@ -198,6 +208,7 @@ impl App {
     ) -> Arc<App> {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
+        let http_settings = crate::config::LiveHttp::new(config.http.clone());
         Arc::new(App {
             lifecycle,
             home,
@@ -209,6 +220,8 @@ impl App {
             last_reload: Mutex::new(None),
             rules_loaded_at: Mutex::new(None),
             reloading: Mutex::new(()),
+            config_reload: Mutex::new(None),
+            http_settings,
             shutdown,
             tasks: TaskTracker::new(),
             upstreams: Default::default(),
@@ -420,6 +433,7 @@ impl App {
             upstreams: self.upstreams.states(),
             pending_confirms: self.lifecycle.pending_summary(),
             listeners: self.listeners.lock().unwrap().clone(),
+            config_reload: self.config_reload.lock().unwrap().clone(),
         }
     }
 
@@ -472,6 +486,51 @@ impl App {
                 tokio::select! {
                     _ = app.shutdown.cancelled() => break,
                     changed = committed.changed() => if changed.is_err() { break },
+                }
+            }
+        });
+    }
+
+    /// The resolve pass: follows the dispatcher's mark (so the confirms a message created are
+    /// visible before a later message is checked against them) and closes the pending
+    /// confirms that a message resolves ([`crate::engine::resolve`]). It reads no message
+    /// while no live rule has a resolve key, and while paused it closes nothing.
+    fn spawn_resolver(self: &Arc<App>, mark: Seq) {
+        let app = self.clone();
+        self.tasks.spawn(async move {
+            let mut evaluated = app.lifecycle.evaluated();
+            let mut done = mark;
+            loop {
+                let upto = *evaluated.borrow_and_update();
+                while done < upto {
+                    let rules = app.rules();
+                    if !crate::engine::resolve::any(&rules) || app.is_paused() {
+                        done = upto;
+                        break;
+                    }
+                    // Every confirm a message up to `upto` made is visible by now: with none
+                    // pending, there is nothing to read.
+                    let mut pending = app.lifecycle.pending_confirms();
+                    if pending.is_empty() {
+                        done = upto;
+                        break;
+                    }
+                    let batch = app.inbox.read_after(done, DISPATCH_BATCH).await;
+                    for msg in batch.iter().take_while(|m| m.seq <= upto) {
+                        if pending.is_empty() {
+                            break;
+                        }
+                        let ids = crate::engine::resolve::resolved_by(&rules, msg, &pending);
+                        if !ids.is_empty() {
+                            app.lifecycle.resolve(&ids, msg.seq, Utc::now());
+                            pending.retain(|i| !ids.contains(&i.action_id));
+                        }
+                    }
+                    done = batch.last().map_or(upto, |m| m.seq.min(upto));
+                }
+                tokio::select! {
+                    _ = app.shutdown.cancelled() => break,
+                    changed = evaluated.changed() => if changed.is_err() { break },
                 }
             }
         });

@@ -470,9 +470,184 @@ impl Default for ActionSettings {
     }
 }
 
+/// The `switchboard.json` keys a running daemon applies when the file changes; every other
+/// key is read only at start.
+pub const LIVE_KEYS: &[&str] = &[
+    "actions.queueCapacity",
+    "http.githubSecret",
+    "http.rateLimit",
+];
+
+/// What a change of `switchboard.json` means for the running daemon, for the log and `stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigReload {
+    /// When the change was seen (RFC 3339).
+    pub at: String,
+    /// False when the new file is invalid (nothing was applied).
+    pub ok: bool,
+    /// Keys applied live (`actions.queueCapacity`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<String>,
+    /// Keys that differ from the running settings and take effect only after a restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart_needed: Vec<String>,
+    /// One line for people.
+    pub message: String,
+}
+
+/// Every leaf of `config` as `section.key` (camelCase, as written) → value; upstreams by name.
+fn leaves(config: &Config) -> std::collections::BTreeMap<String, serde_json::Value> {
+    fn walk(
+        prefix: &str,
+        v: &serde_json::Value,
+        depth: usize,
+        out: &mut std::collections::BTreeMap<String, serde_json::Value>,
+    ) {
+        match v {
+            // Sections and nested settings (`inbox.limits`) by key; an upstream is one leaf.
+            serde_json::Value::Object(map) if depth < 2 || prefix.starts_with("inbox.") => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, depth + 1, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_string(), other.clone());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(
+        "",
+        &serde_json::to_value(config).unwrap_or_default(),
+        0,
+        &mut out,
+    );
+    out
+}
+
+/// The HTTP ingest settings a config reload can change while ingest runs (`http.rateLimit`,
+/// `http.githubSecret`), with a generation so ingest notices a change with one atomic read.
+#[derive(Debug, Default)]
+pub struct LiveHttp {
+    settings: std::sync::RwLock<HttpSettings>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl LiveHttp {
+    /// Starts from the settings the process started with.
+    pub fn new(settings: HttpSettings) -> LiveHttp {
+        LiveHttp {
+            settings: std::sync::RwLock::new(settings),
+            generation: Default::default(),
+        }
+    }
+
+    /// The current generation (bumped by every change).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The generation and the settings.
+    pub fn get(&self) -> (u64, HttpSettings) {
+        let s = self.settings.read().unwrap();
+        (self.generation(), s.clone())
+    }
+
+    /// Replaces the settings when `change` alters them; returns whether it did.
+    pub fn update(&self, change: impl FnOnce(&mut HttpSettings)) -> bool {
+        let mut s = self.settings.write().unwrap();
+        let before = serde_json::to_value(&*s).unwrap_or_default();
+        change(&mut s);
+        let changed = serde_json::to_value(&*s).unwrap_or_default() != before;
+        if changed {
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        changed
+    }
+}
+
+/// The keys whose values differ between `old` and `new`, sorted.
+pub fn changed_keys(old: &Config, new: &Config) -> Vec<String> {
+    let (a, b) = (leaves(old), leaves(new));
+    let mut keys: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Splits the changes from the settings the daemon started with (`boot`) to `new` into what
+/// can be applied live and what needs a restart, and says so in one line.
+pub fn plan_reload(boot: &Config, new: &Config) -> ConfigReload {
+    let changed = changed_keys(boot, new);
+    let (applied, restart_needed): (Vec<String>, Vec<String>) = changed
+        .into_iter()
+        .partition(|k| LIVE_KEYS.contains(&k.as_str()));
+    let mut parts = Vec::new();
+    if !applied.is_empty() {
+        parts.push(format!("applied {}", applied.join(", ")));
+    }
+    if !restart_needed.is_empty() {
+        parts.push(format!(
+            "restart needed for {}: they are read only at start",
+            restart_needed.join(", ")
+        ));
+    }
+    let message = if parts.is_empty() {
+        "switchboard.json reloaded: nothing differs from the running settings".to_string()
+    } else {
+        format!("switchboard.json reloaded: {}", parts.join("; "))
+    };
+    ConfigReload {
+        at: crate::message::format_timestamp(chrono::Utc::now()),
+        ok: true,
+        applied,
+        restart_needed,
+        message,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
+        let boot = Config::default();
+        let new = check(
+            r#"{"actions": {"queueCapacity": 8}, "http": {"listen": "127.0.0.1:9999",
+                "rateLimit": "5/1s"}, "inbox": {"limits": {"contentBytes": 10}}}"#,
+        )
+        .unwrap();
+        let plan = plan_reload(&boot, &new);
+        assert_eq!(plan.applied, ["actions.queueCapacity", "http.rateLimit"]);
+        assert_eq!(
+            plan.restart_needed,
+            ["http.listen", "inbox.limits.contentBytes"]
+        );
+        assert!(
+            plan.message.contains(
+                "applied actions.queueCapacity, http.rateLimit; restart needed for http.listen, \
+                 inbox.limits.contentBytes: they are read only at start"
+            ),
+            "{}",
+            plan.message
+        );
+        let same = plan_reload(&boot, &Config::default());
+        assert!(same.applied.is_empty() && same.restart_needed.is_empty());
+        let up = check(r#"{"upstreams": {"teams": {"command": "x"}}}"#).unwrap();
+        assert_eq!(changed_keys(&boot, &up), ["upstreams.teams"]);
+    }
 
     #[test]
     fn token_is_generated_once_as_hex_and_kept_private() {

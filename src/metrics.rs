@@ -22,6 +22,68 @@ pub struct Metrics {
     suppressed: Mutex<BTreeMap<(String, SuppressReason), u64>>,
     rejected: Mutex<BTreeMap<(&'static str, u16), u64>>,
     reloads: Mutex<BTreeMap<ReloadResult, u64>>,
+    /// Suppressions as they happen, for `watch`.
+    pub suppressions: SuppressionTap,
+}
+
+/// One suppression as `watch` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Suppression {
+    /// The rule that matched but did not fire.
+    pub rule: String,
+    /// `dedup` or `rate_limited`.
+    pub reason: String,
+}
+
+/// Suppressions published to whoever watches. With no watcher (the usual case) a suppression
+/// costs one atomic load here, so the dispatcher pays nothing for `watch`.
+#[derive(Debug)]
+pub struct SuppressionTap {
+    watchers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tx: tokio::sync::broadcast::Sender<Suppression>,
+}
+
+impl Default for SuppressionTap {
+    fn default() -> Self {
+        SuppressionTap {
+            watchers: Default::default(),
+            tx: tokio::sync::broadcast::channel(1024).0,
+        }
+    }
+}
+
+/// A subscription to [`SuppressionTap`]; publishing stops when the last one is dropped.
+#[derive(Debug)]
+pub struct SuppressionWatch {
+    watchers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The suppressions from now on.
+    pub rx: tokio::sync::broadcast::Receiver<Suppression>,
+}
+
+impl Drop for SuppressionWatch {
+    fn drop(&mut self) {
+        self.watchers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl SuppressionTap {
+    /// Every suppression from now on, while the returned watch lives.
+    pub fn subscribe(&self) -> SuppressionWatch {
+        self.watchers.fetch_add(1, Ordering::Relaxed);
+        SuppressionWatch {
+            watchers: self.watchers.clone(),
+            rx: self.tx.subscribe(),
+        }
+    }
+
+    fn publish(&self, rule: &str, reason: SuppressReason) {
+        if self.watchers.load(Ordering::Relaxed) > 0 {
+            let _ = self.tx.send(Suppression {
+                rule: rule.to_string(),
+                reason: reason.as_str().to_string(),
+            });
+        }
+    }
 }
 
 /// How a rules reload (SIGHUP, `rules reload`, the file watcher; not the boot load) ended.
@@ -83,6 +145,7 @@ impl Metrics {
 
     /// A matching rule was suppressed.
     pub fn suppressed(&self, rule: &str, reason: SuppressReason) {
+        self.suppressions.publish(rule, reason);
         *self
             .suppressed
             .lock()
@@ -192,6 +255,7 @@ impl Metrics {
             ("approved", lifecycle.approved),
             ("denied", lifecycle.denied),
             ("expired", lifecycle.expired),
+            ("resolved", lifecycle.resolved),
         ];
         for (state, n) in transitions {
             let _ = writeln!(

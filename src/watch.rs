@@ -10,6 +10,12 @@
 //! one reload and a `touch` is none. The watcher only signals: the reload itself is
 //! [`App::reload_rules`], the same one SIGHUP and `rules reload` use, so a deleted or
 //! invalid file keeps the live rules.
+//!
+//! `switchboard.json` is watched the same way. A change is validated (an invalid file changes
+//! nothing and says why), then compared with the settings the daemon started with: what can
+//! change live ([`crate::config::LIVE_KEYS`]: `actions.queueCapacity`, `http.rateLimit`,
+//! `http.githubSecret`) is applied, and every other changed key is named in one "restart
+//! needed for X" log line, kept for `stats`.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -40,18 +46,33 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
         return Ok(());
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let (config_tx, mut config_rx) = mpsc::unbounded_channel::<()>();
     let mut seen = fingerprint(&path);
     let watched = path.clone();
+    let config_path = home.config_file();
+    let config_name = config_path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    let mut config_seen = fingerprint(&config_path);
+    // The settings the daemon started with, as the file gave them.
+    let boot = home.load_config().unwrap_or_default();
     // The callback runs on the debouncer's own thread, so hashing the file blocks no async worker.
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
         let Ok(events) = result else { return };
-        if !events.iter().any(|e| changes(e, &file_name)) {
-            return;
+        if events.iter().any(|e| changes(e, &file_name)) {
+            let now = fingerprint(&watched);
+            if now != seen {
+                seen = now;
+                let _ = tx.send(());
+            }
         }
-        let now = fingerprint(&watched);
-        if now != seen {
-            seen = now;
-            let _ = tx.send(());
+        if events.iter().any(|e| changes(e, &config_name)) {
+            let now = fingerprint(&config_path);
+            if now != config_seen {
+                config_seen = now;
+                let _ = config_tx.send(());
+            }
         }
     })?;
     debouncer.watch(Path::new(&dir), RecursiveMode::NonRecursive)?;
@@ -67,11 +88,71 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
                     while rx.try_recv().is_ok() {}
                     app2.reload_rules().await;
                 }
+                got = config_rx.recv() => {
+                    if got.is_none() { break }
+                    while config_rx.try_recv().is_ok() {}
+                    reload_config(&app2, &boot);
+                }
             }
         }
     });
-    tracing::info!(dir = %dir.display(), "watching for triggers.json changes");
+    tracing::info!(dir = %dir.display(), "watching for triggers.json and switchboard.json changes");
     Ok(())
+}
+
+/// Reads `switchboard.json` again: applies what can change live, names what needs a restart.
+fn reload_config(app: &App, boot: &crate::config::Config) {
+    let Some(home) = &app.home else { return };
+    let report = match home.load_config() {
+        Ok(new) if crate::sources::http::parse_rate_limit(&new.http.rate_limit).is_err() => {
+            let message = format!(
+                "switchboard.json not reloaded: invalid `http.rateLimit` \"{}\"; the running \
+                 settings stay",
+                new.http.rate_limit
+            );
+            tracing::error!("{message}");
+            crate::config::ConfigReload {
+                at: crate::message::format_timestamp(chrono::Utc::now()),
+                ok: false,
+                message,
+                ..Default::default()
+            }
+        }
+        Ok(new) => {
+            let plan = crate::config::plan_reload(boot, &new);
+            let capacity = new.actions.queue_capacity.max(1);
+            if app.lifecycle.capacity() != capacity {
+                app.lifecycle.set_capacity(capacity);
+            }
+            // `SWITCHBOARD_GITHUB_SECRET` wins over the file, as at start.
+            let secret_from_env =
+                std::env::var(crate::config::GITHUB_SECRET_ENV).is_ok_and(|v| !v.trim().is_empty());
+            app.http_settings.update(|http| {
+                http.rate_limit = new.http.rate_limit.clone();
+                if !secret_from_env {
+                    http.github_secret = new.http.github_secret.clone();
+                }
+            });
+            if plan.restart_needed.is_empty() {
+                tracing::info!("{}", plan.message);
+            } else {
+                tracing::warn!("{}", plan.message);
+            }
+            plan
+        }
+        Err(e) => {
+            let message =
+                format!("switchboard.json not reloaded: {e:#}; the running settings stay");
+            tracing::error!("{message}");
+            crate::config::ConfigReload {
+                at: crate::message::format_timestamp(chrono::Utc::now()),
+                ok: false,
+                message,
+                ..Default::default()
+            }
+        }
+    };
+    *app.config_reload.lock().unwrap() = Some(report);
 }
 
 /// Whether `event` can have changed the file named `file_name`: a create, a write (or the close

@@ -13,6 +13,7 @@ mod integration {
     mod lifecycle;
     mod mcp;
     mod npm;
+    mod oncall;
     mod python_sdk;
     mod rules;
     mod sessions;

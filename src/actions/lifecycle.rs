@@ -147,6 +147,15 @@ pub enum Event {
         /// The rule.
         rule: String,
     },
+    /// A pending confirm was closed by a later message before anyone answered.
+    Resolved {
+        /// The action id.
+        id: ActionId,
+        /// The rule.
+        rule: String,
+        /// The seq of the message that resolved it.
+        by_seq: Seq,
+    },
     /// Work was claimed by a session's wait.
     Claimed {
         /// The action id.
@@ -253,6 +262,9 @@ pub struct Counters {
     pub denied: u64,
     /// Confirms expired.
     pub expired: u64,
+    /// Confirms resolved by a later message.
+    #[serde(default)]
+    pub resolved: u64,
 }
 
 /// Queue depths and counters, for `inbox_stats`, `stats` and `/metrics`.
@@ -307,7 +319,11 @@ struct Inner {
     wake: Notify,
     /// Woken when the earliest confirm expiry may have changed.
     expiry: Notify,
-    capacity: usize,
+    /// The dispatcher's evaluation mark, once the confirms it created are visible (the
+    /// resolve pass follows it).
+    evaluated: tokio::sync::watch::Sender<Seq>,
+    /// Each queue's capacity; `actions.queueCapacity`, changed live by a config reload.
+    capacity: std::sync::atomic::AtomicUsize,
 }
 
 /// The lifecycle handle (cheap to clone).
@@ -332,7 +348,8 @@ impl Lifecycle {
                 events: broadcast::channel(4096).0,
                 wake: Notify::new(),
                 expiry: Notify::new(),
-                capacity: capacity.max(1),
+                evaluated: tokio::sync::watch::Sender::new(0),
+                capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),
             }),
         }
     }
@@ -392,7 +409,7 @@ impl Lifecycle {
         let mut records = Vec::with_capacity(actions.len() + 1);
         let mut events = Vec::new();
         let mut staged = Vec::new();
-        let cap = self.inner.capacity;
+        let cap = self.capacity();
         {
             let mut s = self.inner.state.lock().unwrap();
             let mut undelivered = s.nudges.iter().filter(|n| !n.delivered).count();
@@ -483,6 +500,7 @@ impl Lifecycle {
             self.inner.wake.notify_waiters();
         }
         if staged.is_empty() {
+            self.mark_evaluated(evaluated);
             return out;
         }
         // Confirm ids are shown to people: visible only once their record is on disk.
@@ -501,7 +519,74 @@ impl Lifecycle {
         self.publish(events);
         self.inner.expiry.notify_one();
         self.inner.wake.notify_waiters();
+        self.mark_evaluated(evaluated);
         out
+    }
+
+    /// Each queue's capacity.
+    pub fn capacity(&self) -> usize {
+        self.inner
+            .capacity
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Changes each queue's capacity from now on (a config reload). Items already queued
+    /// stay; a smaller queue refuses (or, for nudges, evicts) until it is below the new size.
+    pub fn set_capacity(&self, capacity: usize) {
+        self.inner
+            .capacity
+            .store(capacity.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn mark_evaluated(&self, evaluated: Option<Seq>) {
+        if let Some(seq) = evaluated {
+            self.inner.evaluated.send_if_modified(|mark| {
+                let newer = seq > *mark;
+                *mark = (*mark).max(seq);
+                newer
+            });
+        }
+    }
+
+    /// The dispatcher's evaluation mark: every confirm created by a message up to it is
+    /// visible in [`Lifecycle::pending_confirms`].
+    pub fn evaluated(&self) -> tokio::sync::watch::Receiver<Seq> {
+        self.inner.evaluated.subscribe()
+    }
+
+    /// Closes the pending confirms `ids` as `resolved` by message `by_seq`, before anyone
+    /// answered; ids no longer pending (answered, expired) are skipped. Returns the ids closed.
+    pub fn resolve(&self, ids: &[ActionId], by_seq: Seq, now: DateTime<Utc>) -> Vec<ActionId> {
+        let mut records = Vec::new();
+        let mut events = Vec::new();
+        let mut closed = Vec::new();
+        {
+            let mut s = self.inner.state.lock().unwrap();
+            for &id in ids {
+                let Some(item) = s.confirms.remove(&id) else {
+                    continue;
+                };
+                s.remember_answer(id, ActionState::Resolved, item.expires_at);
+                s.counters.resolved += 1;
+                records.push(Record {
+                    reason: Some(format!("resolved by message {by_seq}")),
+                    ..Record::transition(id, ActionState::Resolved, now)
+                });
+                tracing::info!(action_id = id, rule = %item.rule, by_seq, "confirm resolved");
+                events.push(Event::Resolved {
+                    id,
+                    rule: item.rule,
+                    by_seq,
+                });
+                closed.push(id);
+            }
+            self.inner.journal.submit(records);
+        }
+        self.publish(events);
+        if !closed.is_empty() {
+            self.inner.expiry.notify_one();
+        }
+        closed
     }
 
     /// Opens a session reading as `consumer`. `named` says the consumer was named explicitly
@@ -943,7 +1028,7 @@ impl Lifecycle {
     pub fn stats(&self) -> LifecycleStats {
         let s = self.inner.state.lock().unwrap();
         LifecycleStats {
-            capacity: self.inner.capacity,
+            capacity: self.capacity(),
             nudges_undelivered: s.nudges.iter().filter(|n| !n.delivered).count(),
             pending_confirms: s.confirms.len(),
             queued_work: s.work.len(),

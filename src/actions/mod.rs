@@ -105,6 +105,8 @@ pub enum ActionState {
     Denied,
     /// Confirm not answered in time.
     Expired,
+    /// Confirm closed by a later message (the alert's `[RESOLVED]`) before anyone answered.
+    Resolved,
     /// Auto: the agent ran it.
     Done,
     /// Exec runner started it.
@@ -129,6 +131,7 @@ impl ActionState {
             ActionState::Approved => "approved",
             ActionState::Denied => "denied",
             ActionState::Expired => "expired",
+            ActionState::Resolved => "resolved",
             ActionState::Done => "done",
             ActionState::Running => "running",
             ActionState::Succeeded => "succeeded",

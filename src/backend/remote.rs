@@ -353,7 +353,9 @@ async fn supervise(inner: Arc<Inner>, first: Arc<Conn>) {
         }
         inner.conn.send_replace(None);
         if inner.stopped_on_purpose.swap(false, Ordering::Relaxed) {
-            tracing::info!("the switchboard daemon stopped; it starts again when this session next needs it");
+            tracing::info!(
+                "the switchboard daemon stopped; it starts again when this session next needs it"
+            );
             tokio::select! {
                 _ = inner.stop.cancelled() => return,
                 _ = inner.demand.notified() => {}

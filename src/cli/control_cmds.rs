@@ -1,5 +1,5 @@
 //! The operator commands that talk to the running server over the control
-//! socket (`list`, `confirm`, `pause`, `resume`, `stats`, `watch`,
+//! socket (`list`, `confirm`, `pause`, `resume`, `stats`,
 //! `rules reload`, `rules list`), and `install`.
 //!
 //! Human output is for a terminal, and message text comes from outside: control
@@ -15,8 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use crate::actions::{Event, ItemKind};
-use crate::control::{Client, PendingView, Request, Response, WatchEvent};
+use crate::control::{Client, PendingView, Request, Response};
 
 /// Options of `list`.
 #[derive(Debug, Args)]
@@ -49,6 +48,9 @@ pub struct PendingArgs {
     /// Print a JSON array instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print what a Copilot CLI hook injects (`{"additionalContext": ...}`); never fails.
+    #[arg(long, conflicts_with = "json")]
+    pub hook: bool,
 }
 
 /// Options of `stats`.
@@ -68,17 +70,6 @@ pub enum Decision {
     No,
 }
 
-/// Options of `watch`.
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// Also show a desktop notification (notify-send) for each action.
-    #[arg(long)]
-    pub toast: bool,
-    /// Print JSON lines instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
-
 /// Options of `install`.
 #[derive(Debug, Args)]
 pub struct InstallArgs {
@@ -91,6 +82,10 @@ pub struct InstallArgs {
     /// Print what would be written, and write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Copilot only: also write hooks (`hooks/switchboard.json` beside the config) that show
+    /// pending items at session start and on each prompt.
+    #[arg(long)]
+    pub hooks: bool,
 }
 
 /// An MCP host `install` knows.
@@ -165,7 +160,9 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
         let mut out = std::io::stdout().lock();
         for m in messages {
             if args.json {
-                writeln!(out, "{}", serde_json::to_string(&m).unwrap_or_default())?;
+                // The shape the MCP tools use: `server`, not the journal's `serverName`.
+                let v = crate::delivery::mcp::tools::message_json(&m);
+                writeln!(out, "{v}")?;
             } else {
                 writeln!(out, "{}", message_line(&m))?;
             }
@@ -174,7 +171,7 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn message_line(m: &crate::message::Message) -> String {
+pub(crate) fn message_line(m: &crate::message::Message) -> String {
     format!(
         "#{} {} {}/{}: {}",
         m.seq,
@@ -288,6 +285,13 @@ fn stats_text(s: &serde_json::Value) -> String {
             d["actions_journal"].as_str().unwrap_or("?")
         ),
     ];
+    if let Some(m) = s["config_reload"]["message"].as_str() {
+        out.push(format!(
+            "config    {} (at {})",
+            m,
+            s["config_reload"]["at"].as_str().unwrap_or("?")
+        ));
+    }
     if n(&d["pending_confirms"]) > 0 {
         out.push("(`switchboard pending` lists the open confirms)".into());
     }
@@ -296,6 +300,9 @@ fn stats_text(s: &serde_json::Value) -> String {
 
 /// `switchboard pending`: open confirm requests with rule, channel, excerpt and time left.
 pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCode> {
+    if args.hook {
+        return super::hooks::pending_hook(home).await;
+    }
     let response = call(&home, Request::Pending).await?;
     finish(response, |result| {
         if args.json {
@@ -318,7 +325,7 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
 }
 
 /// One open confirm: `#7 [oncall-critical] alerts/critical, 14m left: EXCERPT`.
-fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
+pub(crate) fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
     let left = p
         .expires_at
         .as_deref()
@@ -369,97 +376,15 @@ pub async fn rules_list(home: PathBuf) -> anyhow::Result<ExitCode> {
     finish(call(&home, Request::Rules).await?, print_json)
 }
 
-/// `switchboard watch`: one line per message and action until interrupted.
-pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
-    let mut client = Client::connect(&home).await?;
-    client.send(&Request::Watch).await?;
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let paint = |code: &str, text: String| {
-        if colour {
-            format!("\x1b[{code}m{text}\x1b[0m")
-        } else {
-            text
-        }
-    };
-    while let Some(value) = client.next_line::<serde_json::Value>().await? {
-        if value.get("ok") == Some(&serde_json::Value::Bool(false)) {
-            let refused: Response = serde_json::from_value(value)?;
-            anyhow::bail!(refused.error.unwrap_or_else(|| "watch refused".into()));
-        }
-        let event: WatchEvent = serde_json::from_value(value)?;
-        let line = match &event {
-            _ if args.json => serde_json::to_string(&event)?,
-            WatchEvent::Message(m) => paint("2", message_line(m)),
-            WatchEvent::Action(Event::Queued { item }) => {
-                let (code, label) = match item.kind {
-                    ItemKind::Nudge => ("36", "nudge"),
-                    ItemKind::ConfirmRequest => ("33", "confirm?"),
-                    ItemKind::Auto => ("35", "auto"),
-                    ItemKind::Approved => ("32", "approved"),
-                };
-                let first = escape(item.prompt.lines().next().unwrap_or_default());
-                let rule = escape(&item.rule);
-                if args.toast {
-                    toast(label, &rule, &first);
-                }
-                paint(
-                    code,
-                    format!("  {label} #{} [{rule}] {first}", item.action_id),
-                )
-            }
-            // Rule, consumer names and reasons can come from outside (a client's name): escaped.
-            WatchEvent::Action(e) => paint("2", format!("  {}", escape(&transition_line(e)))),
-        };
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}")?;
-        out.flush()?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// One line for an action transition other than `queued`.
-fn transition_line(e: &Event) -> String {
-    match e {
-        Event::Queued { item } => format!("queued #{} [{}]", item.action_id, item.rule),
-        Event::Answered {
-            id,
-            rule,
-            state,
-            by,
-        } => {
-            format!("{} #{id} [{rule}] by {by}", state.as_str())
-        }
-        Event::Expired { id, rule } => format!("expired #{id} [{rule}] unanswered"),
-        Event::Claimed { id, consumer } => format!("claimed #{id} by {consumer}"),
-        Event::Delivered { id, consumer } => format!("delivered #{id} to {consumer}"),
-        Event::Released {
-            id,
-            consumer,
-            reason,
-        } => {
-            format!("released #{id} from {consumer}: {reason}")
-        }
-        Event::Dropped {
-            id, rule, reason, ..
-        } => format!("dropped #{id} [{rule}]: {reason}"),
-    }
-}
-
-fn toast(label: &str, rule: &str, text: &str) {
-    let _ = std::process::Command::new("notify-send")
-        .arg(format!("switchboard: {label} ({rule})"))
-        .arg(text)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-}
-
 /// `switchboard install copilot|claude`: adds the MCP entry, keeping what is there.
 pub async fn install(
     home: PathBuf,
     explicit_home: bool,
     args: InstallArgs,
 ) -> anyhow::Result<ExitCode> {
+    if args.hooks && !matches!(args.host, Host::Copilot) {
+        anyhow::bail!("`--hooks` is for `install copilot`; Claude Code gets pushes instead");
+    }
     let exe = std::env::current_exe()?;
     let exe_text = exe.display().to_string();
     if is_build_output(&exe) {
@@ -545,6 +470,10 @@ pub async fn install(
     }
     crate::config::write_atomic(&path, text.as_bytes())?;
     writeln!(out, "{verb} {path_text}")?;
+    drop(out);
+    if args.hooks {
+        super::hooks::install_copilot(&exe_text, &path)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -557,12 +486,9 @@ fn copilot_timeout_ms(cap_s: u64) -> u64 {
 /// Whether `exe` is inside a cargo `target/` directory.
 fn is_build_output(exe: &Path) -> bool {
     let parts: Vec<_> = exe.components().map(|c| c.as_os_str()).collect();
-    parts.windows(2).any(|w| {
-        w[0] == "target"
-            && ["debug", "release"]
-                .iter()
-                .any(|p| w[1] == *p)
-    })
+    parts
+        .windows(2)
+        .any(|w| w[0] == "target" && ["debug", "release"].iter().any(|p| w[1] == *p))
 }
 
 #[cfg(test)]
@@ -571,9 +497,15 @@ mod tests {
 
     #[test]
     fn build_outputs_are_recognised() {
-        assert!(is_build_output(Path::new("/src/sb/target/debug/switchboard")));
-        assert!(is_build_output(Path::new("/src/sb/target/release/switchboard")));
-        assert!(!is_build_output(Path::new("/home/me/.cargo/bin/switchboard")));
+        assert!(is_build_output(Path::new(
+            "/src/sb/target/debug/switchboard"
+        )));
+        assert!(is_build_output(Path::new(
+            "/src/sb/target/release/switchboard"
+        )));
+        assert!(!is_build_output(Path::new(
+            "/home/me/.cargo/bin/switchboard"
+        )));
         assert!(!is_build_output(Path::new("/opt/target/switchboard")));
         assert_eq!(copilot_timeout_ms(55), 85_000);
     }

@@ -2,9 +2,11 @@
 
 mod config;
 mod control_cmds;
+mod hooks;
 mod rules;
 mod send;
 mod serve;
+mod watch;
 
 use std::path::PathBuf;
 
@@ -51,7 +53,7 @@ pub enum Command {
     /// Inbox, rules and delivery counters of the running server.
     Stats(control_cmds::StatsArgs),
     /// Tail the inbox and actions, one line each.
-    Watch(control_cmds::WatchArgs),
+    Watch(watch::WatchArgs),
     /// Check, test, reload, list rules or print their schema.
     Rules {
         /// The rules subcommand.
@@ -82,8 +84,8 @@ impl Cli {
 
 /// Runs a parsed command line; the error, if any, is printed by `main`.
 pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    let explicit_home =
-        cli.home.is_some() || std::env::var_os(crate::config::HOME_ENV).is_some_and(|v| !v.is_empty());
+    let explicit_home = cli.home.is_some()
+        || std::env::var_os(crate::config::HOME_ENV).is_some_and(|v| !v.is_empty());
     let home = crate::config::Home::resolve(cli.home);
     match cli.command {
         Command::Serve(args) => serve::execute(home, args).await,
@@ -98,7 +100,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Pause => control_cmds::pause(home, true).await,
         Command::Resume => control_cmds::pause(home, false).await,
         Command::Stats(args) => control_cmds::stats(home, args).await,
-        Command::Watch(args) => control_cmds::watch(home, args).await,
+        Command::Watch(args) => watch::execute(home, args).await,
         Command::Rules { command } => rules::execute(home, command).await,
         Command::Config { command } => config::execute(home, command),
         Command::Install(args) => control_cmds::install(home, explicit_home, args).await,

@@ -242,17 +242,26 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
     if !bad.is_empty() {
         return Err(bad);
     }
-    let mut engine = Engine::new(Arc::new(rules));
+    let rules = Arc::new(rules);
+    let mut engine = Engine::new(rules.clone());
     let mut out = Vec::new();
     for (index, (msg, arrival)) in messages.into_iter().enumerate() {
         if explain {
             let (eval, decisions) = engine.evaluate_explained(&msg, arrival);
             let mut actions = eval.actions.into_iter();
-            for (rule, decision) in decisions {
+            for ((rule, decision), compiled) in decisions.into_iter().zip(rules.rules()) {
                 match decision {
                     Decision::Fired(_) => {
                         let action = actions.next().expect("one action per fired rule");
                         out.push(action_line(index, &action));
+                    }
+                    Decision::NoMatch => {
+                        let mut line = json!({"msg": index, "rule": rule, "reason": "no_match"});
+                        if let Some((failed, detail)) = mismatch(compiled, &msg) {
+                            line["failed"] = failed.into();
+                            line["detail"] = detail.into();
+                        }
+                        out.push(line);
                     }
                     other => out.push(json!({
                         "msg": index,
@@ -268,6 +277,44 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
         }
     }
     Ok(out)
+}
+
+/// Which matcher of `rule` turned `msg` away, in the order they are tried (`server`,
+/// `channel`, `contentRegex`), with a sentence naming the value and the pattern.
+fn mismatch(
+    rule: &crate::rules::Rule,
+    msg: &crate::message::Message,
+) -> Option<(&'static str, String)> {
+    let shown = |p: &Option<String>| p.as_deref().unwrap_or("").to_string();
+    if !rule.server.is_match(&msg.server) {
+        return Some((
+            "server",
+            format!(
+                "server \"{}\" does not match `server` \"{}\"",
+                msg.server,
+                shown(&rule.raw.server)
+            ),
+        ));
+    }
+    if !rule.channel.is_match(&msg.channel) {
+        return Some((
+            "channel",
+            format!(
+                "channel \"{}\" does not match `channel` \"{}\"",
+                msg.channel,
+                shown(&rule.raw.channel)
+            ),
+        ));
+    }
+    if let Some(re) = &rule.content_regex
+        && !re.is_match(&msg.content)
+    {
+        return Some((
+            "content",
+            format!("content does not match `contentRegex` \"{}\"", re.as_str()),
+        ));
+    }
+    None
 }
 
 fn action_line(index: usize, action: &crate::actions::Action) -> Value {
@@ -320,6 +367,11 @@ mod tests {
         assert_eq!(out[1]["msg"], 2);
         assert_eq!(out[1]["id"], 2);
         let explained = replay(rules, &lines, true).unwrap();
+        assert_eq!(
+            explained[1],
+            json!({"msg": 0, "rule": "ci", "reason": "no_match", "failed": "channel",
+                   "detail": "channel \"alerts/critical\" does not match `channel` \"ci/*\""})
+        );
         let reasons: Vec<_> = explained
             .iter()
             .map(|l| {
@@ -340,6 +392,33 @@ mod tests {
                 (2, "crit", None),
                 (2, "ci", Some("no_match")),
             ]
+        );
+    }
+
+    #[test]
+    fn explain_names_the_matcher_that_failed() {
+        let rules = RuleSet::parse(
+            r#"{"rules": [{"name": "am", "server": "alertmanager", "channel": "alerts/*",
+                            "contentRegex": "^\\[FIRING\\]"}]}"#,
+        )
+        .unwrap();
+        let lines: Vec<String> = [
+            ("github", "alerts/x", "[FIRING] a"),
+            ("alertmanager", "ci/main", "[FIRING] a"),
+            ("alertmanager", "alerts/x", "[RESOLVED] a"),
+        ]
+        .iter()
+        .map(|(s, c, t)| {
+            json!({"server": s, "channel": c, "content": t, "timestamp": "2026-11-22T10:00:00Z"})
+                .to_string()
+        })
+        .collect();
+        let out = replay(rules, &lines, true).unwrap();
+        let failed: Vec<_> = out.iter().map(|l| l["failed"].as_str().unwrap()).collect();
+        assert_eq!(failed, ["server", "channel", "content"]);
+        assert_eq!(
+            out[2]["detail"],
+            "content does not match `contentRegex` \"^\\[FIRING\\]\""
         );
     }
 

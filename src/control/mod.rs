@@ -16,7 +16,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -276,7 +275,9 @@ async fn handle(
                 .map(PendingView::of)
                 .collect::<Vec<_>>(),
         ),
-        Request::Pause { paused } => reply(backend.pause(paused).await.map(|paused| Paused { paused })),
+        Request::Pause { paused } => {
+            reply(backend.pause(paused).await.map(|paused| Paused { paused }))
+        }
         Request::Reload => {
             let report = match backend.reload().await {
                 Ok(report) => report,
@@ -370,13 +371,17 @@ impl PendingView {
 pub enum WatchEvent {
     /// A committed message.
     Message(crate::message::Message),
-    /// An action transition (queued, answered, expired, claimed, delivered, released, dropped).
+    /// An action transition (queued, answered, expired, resolved, claimed, delivered,
+    /// released, dropped).
     Action(Event),
+    /// A matching rule that did not fire (dedup, rate limit).
+    Suppressed(crate::metrics::Suppression),
 }
 
 async fn watch(app: Arc<App>, mut write: tokio::net::unix::OwnedWriteHalf) -> std::io::Result<()> {
     let mut committed = app.inbox.committed();
     let mut items = app.lifecycle.subscribe();
+    let mut suppressions = app.metrics.suppressions.subscribe();
     let mut after = app.inbox.last_seq();
     loop {
         tokio::select! {
@@ -390,6 +395,11 @@ async fn watch(app: Arc<App>, mut write: tokio::net::unix::OwnedWriteHalf) -> st
             }
             item = items.recv() => match item {
                 Ok(item) => send(&mut write, &WatchEvent::Action(item)).await?,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => return Ok(()),
+            },
+            s = suppressions.rx.recv() => match s {
+                Ok(s) => send(&mut write, &WatchEvent::Suppressed(s)).await?,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(_) => return Ok(()),
             },

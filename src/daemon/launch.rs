@@ -94,6 +94,7 @@ pub async fn connect_or_start(
         return Ok(None);
     };
     let mut child = launch.spawn()?;
+    let child_pid = child.id();
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
     let mut pause = Duration::from_millis(5);
     loop {
@@ -103,7 +104,7 @@ pub async fn connect_or_start(
         if let Ok(Some(status)) = child.try_wait() {
             // Lost the race for the lock to another daemon (which will answer soon), or
             // failed to start: its log says which.
-            if !status.success() && !lost_the_race(home) {
+            if !status.success() && !lost_the_race(home, child_pid) {
                 anyhow::bail!(
                     "the switchboard daemon did not start ({status}); from {}:\n{}",
                     home.join("daemon.log").display(),
@@ -125,9 +126,21 @@ pub async fn connect_or_start(
     }
 }
 
-/// Whether the last daemon start failed only because another daemon holds the lock.
-fn lost_the_race(home: &Path) -> bool {
-    log_tail(home, 3).contains("another switchboard")
+/// Whether our daemon failed only because another daemon holds the lock (it started at the
+/// same instant, and will answer soon).
+fn lost_the_race(home: &Path, ours: Option<u32>) -> bool {
+    let owner: Option<u32> = std::fs::read_to_string(home.join("lock"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    match owner {
+        Some(pid) if Some(pid) != ours => {
+            // SAFETY: signal 0 checks for existence and delivers nothing.
+            let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+            r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        }
+        // The winner locked but has not written its pid yet: its log line says so.
+        _ => log_tail(home, 20).contains("another switchboard"),
+    }
 }
 
 /// The last `n` lines of the home's daemon log.

@@ -13,6 +13,7 @@
 mod index;
 mod limits;
 mod literals;
+pub mod resolve;
 
 use std::collections::HashMap;
 use std::sync::Arc;

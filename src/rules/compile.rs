@@ -12,7 +12,7 @@ use super::error::{ErrorCode, RuleError, suggest};
 use super::file::{KeyPos, Locator, Pos, RULE_KEYS, RawRule, TOP_KEYS};
 use super::pattern::{NamePattern, compile_glob};
 use super::template::Template;
-use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Rule, RuleSet, duration};
+use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet, duration};
 use crate::actions::Mode;
 
 /// Compiles the text of a rules file.
@@ -455,6 +455,8 @@ impl RuleCx<'_> {
             }
         }
 
+        let resolve = self.resolve(&raw, mode);
+
         if self.errors.len() != before {
             return None;
         }
@@ -472,8 +474,64 @@ impl RuleCx<'_> {
             confirm_timeout,
             enabled: raw.enabled.unwrap_or(true),
             description: raw.description.clone().unwrap_or_default(),
+            resolve,
             raw,
         })
+    }
+
+    /// `resolveRegex` and `resolveKey`: both or neither, on a confirm rule only.
+    fn resolve(&mut self, raw: &RawRule, mode: Mode) -> Option<Resolve> {
+        let regex = raw.resolve_regex.as_deref().filter(|r| !r.is_empty());
+        let key = raw.resolve_key.as_deref().filter(|k| !k.trim().is_empty());
+        if regex.is_none() && key.is_none() {
+            return None;
+        }
+        let (given, missing) = if regex.is_some() {
+            ("resolveRegex", "resolveKey")
+        } else {
+            ("resolveKey", "resolveRegex")
+        };
+        if mode != Mode::Confirm {
+            let at = self.key_pos(given).unwrap_or(self.start);
+            self.error(
+                ErrorCode::InvalidResolve,
+                Some(given),
+                at,
+                format!(
+                    "`{given}` closes pending confirms, but this rule's mode is `{mode}`; use it \
+                     on a `confirm` rule"
+                ),
+            );
+            return None;
+        }
+        let (Some(regex), Some(key)) = (regex, key) else {
+            let at = self.key_pos(given).unwrap_or(self.start);
+            self.error(
+                ErrorCode::InvalidResolve,
+                Some(missing),
+                at,
+                format!(
+                    "`{given}` needs `{missing}`: a confirm is closed by a later message matching \
+                     `resolveRegex` whose `resolveKey` renders like the confirm's message"
+                ),
+            );
+            return None;
+        };
+        let regex = match ContentRegex::new(regex) {
+            Ok(re) => re,
+            Err(e) => {
+                let at = self.value_pos("resolveRegex");
+                self.error(
+                    ErrorCode::InvalidRegex,
+                    Some("resolveRegex"),
+                    at,
+                    format!("invalid `resolveRegex` \"{regex}\": {}", regex_reason(&e)),
+                );
+                return None;
+            }
+        };
+        let key = self.template("resolveKey", key)?;
+        Some(Resolve { regex, key })
     }
 
     fn pattern(&mut self, key: &str, src: Option<&str>) -> NamePattern {

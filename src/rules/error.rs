@@ -40,6 +40,9 @@ pub enum ErrorCode {
     InvalidTemplate,
     /// Occurs when another duration (`confirmTimeout`) does not parse.
     InvalidDuration,
+    /// Occurs when `resolveRegex` or `resolveKey` is given without the other, or on a rule
+    /// that is not a `confirm` rule.
+    InvalidResolve,
 }
 
 impl ErrorCode {
@@ -59,6 +62,7 @@ impl ErrorCode {
             ErrorCode::InvalidDedupWindow => "invalid_dedup_window",
             ErrorCode::InvalidTemplate => "invalid_template",
             ErrorCode::InvalidDuration => "invalid_duration",
+            ErrorCode::InvalidResolve => "invalid_resolve",
         }
     }
 }

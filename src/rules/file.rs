@@ -73,6 +73,15 @@ pub struct RawRule {
     /// `session` (default): delivered to the agent through the wait tool and push.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<String>,
+    /// Confirm rules: a later message matching the rule's `server` and `channel` and this
+    /// regex closes the rule's pending confirms whose source message renders the same
+    /// `resolveKey` (e.g. `"^\\[RESOLVED\\]"`). Needs `resolveKey`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_regex: Option<String>,
+    /// Confirm rules: the template both messages must render alike for one to close the
+    /// other's confirm (e.g. `"{{meta.fingerprint}}"`). Needs `resolveRegex`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_key: Option<String>,
 }
 
 /// The keys a rule may have, in the order the documentation lists them.
@@ -91,6 +100,8 @@ pub const RULE_KEYS: &[&str] = &[
     "enabled",
     "description",
     "delivery",
+    "resolveRegex",
+    "resolveKey",
 ];
 
 /// The keys the top level may have.

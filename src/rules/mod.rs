@@ -75,8 +75,21 @@ pub struct Rule {
     pub enabled: bool,
     /// Free text.
     pub description: String,
+    /// What closes this confirm rule's pending confirms, when it says (`resolveRegex` +
+    /// `resolveKey`).
+    pub resolve: Option<Resolve>,
     /// The rule as written (for `rules list`).
     pub raw: RawRule,
+}
+
+/// What resolves a confirm rule's pending confirms: a later message that matches the rule's
+/// `server` and `channel` and `regex`, and renders `key` the same as the confirm's message.
+#[derive(Clone, Debug)]
+pub struct Resolve {
+    /// `resolveRegex`, searched unanchored in the later message's content.
+    pub regex: ContentRegex,
+    /// `resolveKey`, rendered for both messages; an empty rendering matches nothing.
+    pub key: Template,
 }
 
 impl Rule {

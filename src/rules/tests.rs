@@ -300,3 +300,40 @@ fn load_reports_missing_and_invalid() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn resolve_keys_come_in_pairs_on_confirm_rules() {
+    use ErrorCode::*;
+    const C: &str = r#""name":"a","mode":"confirm","prompt":"p""#;
+    let ok = format!(
+        r#"{{"rules":[{{{C},"resolveRegex":"^\\[RESOLVED\\]","resolveKey":"{{{{meta.fingerprint}}}}"}}]}}"#
+    );
+    let set = RuleSet::parse(&ok).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+    assert!(set.rules()[0].resolve.is_some());
+    assert!(RuleSet::builtin().rules()[0].resolve.is_none());
+    let cases: &[(String, &[Want])] = &[
+        (
+            format!(r#"{{"rules":[{{{C},"resolveRegex":"x"}}]}}"#),
+            &[(InvalidResolve, Some(0), Some("resolveKey"), 1, 53)],
+        ),
+        (
+            format!(r#"{{"rules":[{{{C},"resolveKey":"{{{{seq}}}}"}}]}}"#),
+            &[(InvalidResolve, Some(0), Some("resolveRegex"), 1, 53)],
+        ),
+        (
+            r#"{"rules":[{"name":"a","resolveRegex":"x","resolveKey":"k"}]}"#.into(),
+            &[(InvalidResolve, Some(0), Some("resolveRegex"), 1, 23)],
+        ),
+        (
+            format!(r#"{{"rules":[{{{C},"resolveRegex":"(","resolveKey":"k"}}]}}"#),
+            &[(InvalidRegex, Some(0), Some("resolveRegex"), 1, 68)],
+        ),
+        (
+            format!(r#"{{"rules":[{{{C},"resolveRegex":"x","resolveKey":"{{{{meta."}}]}}"#),
+            &[(InvalidTemplate, Some(0), Some("resolveKey"), 1, 85)],
+        ),
+    ];
+    for (text, want) in cases {
+        check(text, want);
+    }
+}

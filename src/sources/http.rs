@@ -135,14 +135,21 @@ impl Source {
 struct Ingest {
     app: Arc<App>,
     auth: Bearer,
+    /// The settings a `switchboard.json` change applies live (`App::http_settings`).
+    live: std::sync::RwLock<LiveIngest>,
+    /// The generation of `App::http_settings` that `live` was built from.
+    built: std::sync::atomic::AtomicU64,
+}
+
+/// The rate limit and GitHub secret, rebuilt when a config reload changes them.
+struct LiveIngest {
+    rate_limit: String,
     github_secret: Option<Vec<u8>>,
     limiter: Option<DefaultKeyedRateLimiter<Source>>,
 }
 
-impl Ingest {
-    fn new(app: Arc<App>) -> Ingest {
-        let http = &app.config.http;
-        let auth = Bearer::from_settings(http);
+impl LiveIngest {
+    fn new(http: &crate::config::HttpSettings) -> LiveIngest {
         let limiter = match parse_rate_limit(&http.rate_limit) {
             Ok(quota) => quota.map(RateLimiter::keyed),
             Err(e) => {
@@ -158,12 +165,39 @@ impl Ingest {
             .as_ref()
             .filter(|s| !s.is_empty())
             .map(|s| s.as_bytes().to_vec());
-        Ingest {
-            app,
-            auth,
+        LiveIngest {
+            rate_limit: http.rate_limit.trim().to_string(),
             github_secret,
             limiter,
         }
+    }
+}
+
+impl Ingest {
+    fn new(app: Arc<App>) -> Ingest {
+        let auth = Bearer::from_settings(&app.config.http);
+        let (generation, http) = app.http_settings.get();
+        Ingest {
+            app,
+            auth,
+            live: std::sync::RwLock::new(LiveIngest::new(&http)),
+            built: std::sync::atomic::AtomicU64::new(generation),
+        }
+    }
+
+    /// The live settings; rebuilt first when a config reload changed them (one atomic read
+    /// otherwise). A rebuilt rate limiter starts with full quotas.
+    fn live(&self) -> std::sync::RwLockReadGuard<'_, LiveIngest> {
+        use std::sync::atomic::Ordering;
+        if self.app.http_settings.generation() != self.built.load(Ordering::Acquire) {
+            let mut live = self.live.write().unwrap();
+            let (generation, http) = self.app.http_settings.get();
+            if generation != self.built.load(Ordering::Acquire) {
+                *live = LiveIngest::new(&http);
+                self.built.store(generation, Ordering::Release);
+            }
+        }
+        self.live.read().unwrap()
     }
 
     fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -174,7 +208,8 @@ impl Ingest {
 
     /// Spends one request of `source`'s quota, or says when to come back.
     fn admit(&self, source: Source) -> Result<(), ApiError> {
-        let Some(limiter) = &self.limiter else {
+        let live = self.live();
+        let Some(limiter) = &live.limiter else {
             return Ok(());
         };
         limiter.check_key(&source).map_err(|not_until| {
@@ -186,7 +221,7 @@ impl Ingest {
                 format!(
                     "too many requests for source `{}` (limit \"{}\"); retry in {secs}s",
                     source.as_str(),
-                    self.app.config.http.rate_limit.trim()
+                    live.rate_limit
                 ),
             )
             .retry_after(secs)
@@ -374,7 +409,8 @@ async fn post_github(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let Some(secret) = &ingest.github_secret else {
+    let secret = ingest.live().github_secret.clone();
+    let Some(secret) = &secret else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "github_secret_missing",

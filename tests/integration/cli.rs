@@ -86,7 +86,11 @@ fn send_then_list_shows_the_message() {
     let line = stdout(&out);
     let msg: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
     assert_eq!(msg["channel"], "ci/main");
-    assert_eq!(msg["serverName"], "cli");
+    assert_eq!(msg["server"], "cli");
+    assert!(
+        msg.get("serverName").is_none(),
+        "one shape everywhere: {msg}"
+    );
     assert_eq!(msg["metadata"]["run"], "42");
     assert_eq!(msg["content"], "build failed");
 }
@@ -219,11 +223,7 @@ fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
         "{}",
         run.stdout
     );
-    assert!(
-        first[1].contains("switchboard start"),
-        "{}",
-        run.stdout
-    );
+    assert!(first[1].contains("switchboard start"), "{}", run.stdout);
     // Not on a terminal (as a host starts it): nothing of the kind.
     let sb = Switchboard::start();
     assert!(!sb.log().contains("speaks MCP"));

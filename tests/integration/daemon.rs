@@ -120,7 +120,10 @@ async fn three_front_ends_share_one_daemon_each_its_own_consumer() {
     names.sort();
     names.dedup();
     assert_eq!(names.len(), 3, "{names:?}");
-    assert!(names.iter().any(|n| n.starts_with("claude-code#")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("claude-code#")),
+        "{names:?}"
+    );
 
     // A nudge reaches every window; work reaches exactly one.
     send_one(home, "news/release", "v2 is out");
@@ -233,22 +236,29 @@ async fn kill_9_of_the_daemon_under_load_loses_nothing_and_a_front_end_restarts_
     });
     assert_eq!(daemons_of(&home), vec![second]);
     let s = tool(&a, "inbox_stats", json!({})).await;
-    assert_eq!(s["delivery"]["sessions"], 2, "both front ends re-attached: {s}");
+    assert_eq!(
+        s["delivery"]["sessions"], 2,
+        "both front ends re-attached: {s}"
+    );
 
     // Keep loading the new daemon a little, then stop and count.
     std::thread::sleep(Duration::from_millis(500));
     stop_load.store(true, std::sync::atomic::Ordering::Relaxed);
     let acked = sender.join().unwrap();
     assert!(acked.len() > 5, "the load ran: {}", acked.len());
-    let stored: std::collections::BTreeSet<String> = std::fs::read_to_string(home.join("channels.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["channel"] == "load/x")
-        .map(|v| v["content"].as_str().unwrap().to_string())
-        .collect();
+    let stored: std::collections::BTreeSet<String> =
+        std::fs::read_to_string(home.join("channels.jsonl"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["channel"] == "load/x")
+            .map(|v| v["content"].as_str().unwrap().to_string())
+            .collect();
     for m in &acked {
-        assert!(stored.contains(m), "acknowledged {m} is not in channels.jsonl");
+        assert!(
+            stored.contains(m),
+            "acknowledged {m} is not in channels.jsonl"
+        );
     }
     let seqs: Vec<u64> = std::fs::read_to_string(home.join("channels.jsonl"))
         .unwrap()
@@ -287,12 +297,10 @@ async fn kill_9_of_the_daemon_under_load_loses_nothing_and_a_front_end_restarts_
 async fn front_ends_started_at_the_same_instant_make_one_daemon() {
     let (home, _guard) = home_with_rules();
     let home = home.path().to_path_buf();
-    let clients = futures::future::join_all(
-        (0..4).map(|i| {
-            let home = home.clone();
-            async move { front_end(&home, &format!("w{i}"), &["--no-listen"]).await }
-        }),
-    )
+    let clients = futures::future::join_all((0..4).map(|i| {
+        let home = home.clone();
+        async move { front_end(&home, &format!("w{i}"), &["--no-listen"]).await }
+    }))
     .await;
     assert_eq!(daemons_of(&home).len(), 1, "{:?}", daemons_of(&home));
     for c in &clients {
@@ -350,10 +358,7 @@ async fn a_taken_ingest_port_is_a_warning_not_a_dead_session() {
     let stats = tool(&client, "inbox_stats", json!({})).await;
     let ingest = &stats["listeners"][0];
     assert_eq!(ingest["what"], "ingest", "{stats}");
-    assert!(
-        ingest["error"].as_str().unwrap().contains(&addr),
-        "{stats}"
-    );
+    assert!(ingest["error"].as_str().unwrap().contains(&addr), "{stats}");
     let out = cli_in(home, &["status"]);
     assert!(
         stdout(&out).contains("ingest: WARNING not listening"),
@@ -377,11 +382,15 @@ async fn a_front_end_with_other_flags_says_so_once_and_works() {
     assert_eq!(s["delivery"]["sessions"], 2);
     let log = std::fs::read_to_string(home.join("test-frontends.log")).unwrap();
     assert_eq!(
-        log.matches("the running daemon was started with other flags").count(),
+        log.matches("the running daemon was started with other flags")
+            .count(),
         1,
         "{log}"
     );
-    assert!(log.contains("--http: asked 127.0.0.1:0, the daemon has off"), "{log}");
+    assert!(
+        log.contains("--http: asked 127.0.0.1:0, the daemon has off"),
+        "{log}"
+    );
     first.cancel().await.unwrap();
     second.cancel().await.unwrap();
 }

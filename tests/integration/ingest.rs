@@ -109,7 +109,7 @@ fn a_fresh_home_gets_a_private_token_that_ingest_requires_and_a_202_is_on_disk()
     );
     let listed = list(&sb, None);
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0]["serverName"], "deploy-bot");
+    assert_eq!(listed[0]["server"], "deploy-bot");
     assert_eq!(listed[0]["channel"], "ci/deploys");
     assert_eq!(listed[0]["content"], "api v42 is live");
 
@@ -224,7 +224,7 @@ fn webhooks_over_a_real_socket_land_on_their_channels_and_fire_rules() {
     let ci = list(&sb, Some("ci/*"));
     assert_eq!(ci.len(), 2);
     assert_eq!(ci[0]["channel"], "ci/workflow_run");
-    assert_eq!(ci[0]["serverName"], "github");
+    assert_eq!(ci[0]["server"], "github");
     assert_eq!(ci[0]["id"], "72d3162e-cc78-11e3-81ab-4c9367dc0958");
     assert_eq!(ci[1]["channel"], "ci/check_run");
 
@@ -446,13 +446,20 @@ fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// The confirm rule of the end-to-end test closes itself when its alert resolves.
+const AM_RULES: &str = r#"{"rules": [
+  {"name": "oncall", "channel": "alerts/*", "contentRegex": "^\\[FIRING\\]", "mode": "confirm",
+   "prompt": "Investigate {{channel}}: {{content}}",
+   "resolveRegex": "^\\[RESOLVED\\]", "resolveKey": "{{meta.fingerprint}}"}
+]}"#;
+
 #[test]
 fn alertmanager_delivers_firing_and_resolved_alerts_end_to_end() {
     let Some((alertmanager, amtool)) = alertmanager_binaries() else {
         return;
     };
     let mut sb = Switchboard::new();
-    sb.write("triggers.json", RULES);
+    sb.write("triggers.json", AM_RULES);
     sb.spawn();
     let home = sb.home.path().to_path_buf();
 
@@ -535,7 +542,7 @@ fn alertmanager_delivers_firing_and_resolved_alerts_end_to_end() {
         "the firing alert in alerts/critical",
         || e2e("firing").into_iter().next(),
     );
-    assert_eq!(firing["serverName"], "alertmanager");
+    assert_eq!(firing["server"], "alertmanager");
     assert_eq!(
         firing["content"],
         "[FIRING] SwitchboardE2E: disk almost full on test-1"
@@ -575,4 +582,38 @@ fn alertmanager_delivers_firing_and_resolved_alerts_end_to_end() {
     assert_eq!(resolved["timestamp"], rfc3339(ended));
     assert_eq!(e2e("firing").len(), 1, "the firing alert is stored once");
     assert_eq!(e2e("resolved").len(), 1);
+
+    // The alert's confirm was never answered: the resolve closed it, on disk and for people.
+    let confirm_id = action_records(&home)
+        .iter()
+        .find(|r| r["action"]["seq"] == firing_seq)
+        .and_then(|r| r["id"].as_u64())
+        .expect("the confirm's creation record");
+    let closed = eventually(Duration::from_secs(10), "the confirm ends resolved", || {
+        action_records(&home)
+            .into_iter()
+            .find(|r| r["id"] == confirm_id && r["state"] == "resolved")
+    });
+    assert_eq!(
+        closed["reason"],
+        format!("resolved by message {}", resolved["seq"])
+    );
+    let out = sb.cli(&["pending"]);
+    assert_eq!(
+        stdout(&out).trim(),
+        "no pending confirms",
+        "{}",
+        stderr(&out)
+    );
+    let out = sb.cli(&["confirm", &confirm_id.to_string(), "yes"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(&format!(
+            "confirm {confirm_id} was already answered: resolved"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let stats: Value = serde_json::from_slice(&sb.cli(&["stats", "--json"]).stdout).unwrap();
+    assert_eq!(stats["delivery"]["counters"]["resolved"], 1);
 }

@@ -403,3 +403,63 @@ async fn journal_restores_pending_undelivered_and_claimed() {
     );
     assert_eq!(items[2].expires_at, expires, "original expiry kept");
 }
+
+#[tokio::test]
+async fn a_resolved_confirm_is_closed_told_journalled_and_stays_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("actions.jsonl");
+    let now = Utc::now();
+    {
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let lc = Lifecycle::new(64, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+        let mut rx = lc.subscribe();
+        let mut mark = lc.evaluated();
+        lc.offer(
+            vec![action(1, Mode::Confirm, now), action(2, Mode::Confirm, now)],
+            Some(2),
+            now,
+        )
+        .await;
+        assert_eq!(
+            *mark.borrow_and_update(),
+            2,
+            "the mark follows visible confirms"
+        );
+        events(&mut rx);
+        assert_eq!(
+            lc.resolve(&[1, 99], 7, now),
+            vec![1],
+            "unknown ids are skipped"
+        );
+        assert_eq!(
+            events(&mut rx),
+            [Event::Resolved {
+                id: 1,
+                rule: "r".into(),
+                by_seq: 7
+            }]
+        );
+        assert_eq!(
+            lc.confirm(1, true, "cli", None, now),
+            Err(ConfirmError::AlreadyAnswered {
+                id: 1,
+                state: "resolved".into()
+            })
+        );
+        assert!(lc.resolve(&[1], 8, now).is_empty(), "closed once");
+        assert_eq!(lc.stats().counters.resolved, 1);
+        assert_eq!(lc.pending_summary().len(), 1);
+        lc.flush().await;
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(r#""state":"resolved""#) && text.contains("resolved by message 7"),
+        "{text}"
+    );
+    let (_, replay) = ActionLog::open(&path).unwrap();
+    assert_eq!(
+        replay.live.keys().copied().collect::<Vec<_>>(),
+        [2],
+        "a resolved confirm is not restored"
+    );
+}

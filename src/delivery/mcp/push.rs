@@ -96,6 +96,26 @@ pub(super) fn spawn(
                             break;
                         }
                     }
+                    Ok(Event::Resolved { id, rule, by_seq }) => {
+                        let quiet = session.lock().unwrap().quiet;
+                        let text = format!(
+                            "Confirm #{id} ({rule}) was resolved by message #{by_seq} before \
+                             anyone answered: do not ask the user about it any more."
+                        );
+                        if !push_notice(&peer, id, &rule, "resolved", text, claude, quiet).await {
+                            break;
+                        }
+                    }
+                    Ok(Event::Expired { id, rule }) => {
+                        let quiet = session.lock().unwrap().quiet;
+                        let text = format!(
+                            "Confirm #{id} ({rule}) expired unanswered: do not ask the user \
+                             about it any more."
+                        );
+                        if !push_notice(&peer, id, &rule, "expired", text, claude, quiet).await {
+                            break;
+                        }
+                    }
                     Err(RecvError::Lagged(n)) => {
                         tracing::debug!(client = %client, skipped = n, "push lagged; the wait tool still has every item");
                     }
@@ -118,6 +138,48 @@ pub(super) fn spawn(
         }
         tracing::debug!(client = %client, "push task ended");
     });
+}
+
+/// Tells the session that confirm `id` closed without it (resolved by a later message, or
+/// expired), so that the agent stops asking the user about it; false when the client is gone.
+async fn push_notice(
+    peer: &Peer<RoleServer>,
+    id: crate::actions::ActionId,
+    rule: &str,
+    state: &str,
+    text: String,
+    claude: bool,
+    quiet: bool,
+) -> bool {
+    if claude {
+        let params = serde_json::json!({
+            "content": text,
+            "meta": {"action_id": id.to_string(), "rule": rule, "state": state, "kind": "confirm_closed"},
+        });
+        let note = ServerNotification::CustomNotification(CustomNotification::new(
+            CLAUDE_CHANNEL,
+            Some(params),
+        ));
+        if peer.send_notification(note).await.is_err() {
+            return false;
+        }
+    }
+    if quiet {
+        return true;
+    }
+    let data = serde_json::json!({
+        "kind": "confirm_closed",
+        "action_id": id,
+        "rule": rule,
+        "state": state,
+        "text": text,
+    });
+    peer.notify_logging_message(
+        LoggingMessageNotificationParam::new(LoggingLevel::Info, data)
+            .with_logger("switchboard.inbox"),
+    )
+    .await
+    .is_ok()
 }
 
 /// Pushes one item; false when the client is gone.
