@@ -66,6 +66,8 @@ pub struct Stats {
     pub upstreams: Vec<crate::sources::upstream::UpstreamState>,
     /// Open confirm requests.
     pub pending_confirms: Vec<PendingConfirm>,
+    /// Exec delivery: host, readiness, runs.
+    pub exec: crate::delivery::exec::ExecStats,
 }
 
 /// The shared handle.
@@ -96,6 +98,8 @@ pub struct App {
     pub tasks: TaskTracker,
     /// Upstream MCP servers: their state, tools and calls (empty until `serve` starts them).
     pub upstreams: crate::sources::upstream::Upstreams,
+    /// The exec runner: headless runs of `"delivery": "exec"` rules.
+    pub exec: Arc<crate::delivery::exec::Exec>,
 }
 
 impl App {
@@ -143,6 +147,7 @@ impl App {
         app.spawn_dispatcher(mark);
         app.spawn_expiry();
         app.spawn_state_flusher();
+        app.spawn_exec();
         Ok(app)
     }
 
@@ -161,6 +166,7 @@ impl App {
         app.engine.lock().unwrap().swap_rules(Arc::new(rules));
         app.spawn_dispatcher(0);
         app.spawn_expiry();
+        app.spawn_exec();
         app
     }
 
@@ -174,7 +180,9 @@ impl App {
     ) -> Arc<App> {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
+        let exec = Arc::new(crate::delivery::exec::Exec::new(config.exec.clone()));
         Arc::new(App {
+            exec,
             lifecycle,
             home,
             config,
@@ -379,13 +387,15 @@ impl App {
 
     /// Everything `inbox_stats` and `switchboard stats` show.
     pub fn stats(&self) -> Stats {
+        let delivery = self.lifecycle.stats();
         Stats {
+            exec: self.exec.stats(&delivery),
             inbox: self.inbox.stats(),
             paused: self.is_paused(),
             rules_loaded: self.rules().len(),
             last_reload: self.last_reload.lock().unwrap().clone(),
             evaluated: self.state.evaluated(),
-            delivery: self.lifecycle.stats(),
+            delivery,
             wait_calls_in_flight: self
                 .metrics
                 .wait_calls_in_flight
@@ -454,6 +464,15 @@ impl App {
         let token = self.shutdown.clone();
         self.tasks
             .spawn(async move { lifecycle.run_expiry(token).await });
+    }
+
+    /// The exec runner: takes `"delivery": "exec"` work as slots free up, until shutdown.
+    fn spawn_exec(self: &Arc<App>) {
+        self.exec.spawn(
+            self.lifecycle.clone(),
+            self.tasks.clone(),
+            self.shutdown.clone(),
+        );
     }
 
     fn spawn_state_flusher(self: &Arc<App>) {

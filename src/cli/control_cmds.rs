@@ -279,6 +279,7 @@ fn stats_text(s: &serde_json::Value) -> String {
             n(&d["sessions"]),
             dropped
         ),
+        exec_line(&s["exec"]),
         format!(
             "          {} waits in flight; actions journal {}",
             n(&s["wait_calls_in_flight"]),
@@ -414,6 +415,30 @@ pub async fn watch(home: PathBuf, args: WatchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The `exec` line of `stats`: host, readiness, runs.
+fn exec_line(e: &serde_json::Value) -> String {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let failed: u64 = e["failed"]
+        .as_object()
+        .map(|m| m.values().map(n).sum())
+        .unwrap_or(0);
+    format!(
+        "exec      {} (`{}`{}), preflight {}; {} running of {}, {} queued, {} succeeded, {} not",
+        e["host"].as_str().unwrap_or("?"),
+        e["command"].as_str().unwrap_or("?"),
+        e["version"]
+            .as_str()
+            .map(|v| format!(" {v}"))
+            .unwrap_or_default(),
+        e["preflight"].as_str().unwrap_or("?"),
+        n(&e["running"]),
+        n(&e["max_concurrent"]),
+        n(&e["queued"]),
+        n(&e["succeeded"]),
+        failed
+    )
+}
+
 /// One line for an action transition other than `queued`.
 fn transition_line(e: &Event) -> String {
     match e {
@@ -439,6 +464,28 @@ fn transition_line(e: &Event) -> String {
         Event::Dropped {
             id, rule, reason, ..
         } => format!("dropped #{id} [{rule}]: {reason}"),
+        Event::Running { id, rule } => format!("running #{id} [{rule}] in the exec host"),
+        Event::Finished {
+            id,
+            rule,
+            state,
+            kind,
+            reason,
+            duration_ms,
+            tool_calls,
+        } => {
+            let why = match (kind, reason) {
+                (Some(k), Some(r)) => format!(" {k}: {r}"),
+                (Some(k), None) => format!(" {k}"),
+                (None, Some(r)) => format!(": {r}"),
+                (None, None) => String::new(),
+            };
+            format!(
+                "{} #{id} [{rule}] after {:.1}s, {tool_calls} tool calls{why}",
+                state.as_str(),
+                *duration_ms as f64 / 1000.0
+            )
+        }
     }
 }
 

@@ -188,6 +188,10 @@ fn validation_codes_table() {
             r#"{"rules":[{"name":"a","delivery":"exec"}]}"#,
             &[(ParseError, Some(0), Some("delivery"), 1, 34)],
         ),
+        (
+            r#"{"rules":[{"name":"a","delivery":"later"}]}"#,
+            &[(ParseError, Some(0), Some("delivery"), 1, 34)],
+        ),
     ];
     for (text, want) in cases {
         check(text, want);

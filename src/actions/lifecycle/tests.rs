@@ -15,6 +15,7 @@ fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>
         tools: vec!["t".into()],
         created: now,
         expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
+        delivery: Default::default(),
     };
     (a, Arc::new(msg))
 }
