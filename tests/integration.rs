@@ -5,12 +5,14 @@ mod integration {
     pub mod util;
 
     mod cli;
+    mod exec;
     mod faults;
     mod hostile;
     mod inbox;
     mod ingest;
     mod lifecycle;
     mod mcp;
+    mod model_double;
     mod npm;
     mod python_sdk;
     mod rules;
