@@ -540,3 +540,61 @@ fn claude_code_runs_an_exec_rule_offline_against_the_model_double() {
         },
     );
 }
+
+#[test]
+fn standin_exec_transitions_show_in_watch() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let host = standin(dir.path(), COPILOT_LINES);
+    let sb = daemon(standin_exec(&host, json!({})));
+    let home = sb.home.path();
+    let mut child = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(home)
+        .arg("watch")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn watch");
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let out = child.stdout.take().unwrap();
+    let _reap = Reap(child);
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Streams once a message sent after it subscribed shows up.
+    eventually(Duration::from_secs(20), "watch streams", || {
+        send_messages(home, &[("sync", "sync")]);
+        lines.recv_timeout(Duration::from_millis(200)).ok()
+    });
+    send_messages(home, &[("ops/canary", "watched")]);
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + STANDIN_LIMIT;
+    while !seen.iter().any(|l: &String| l.contains("succeeded #")) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("watch showed no end of the run: {seen:#?}"),
+        }
+    }
+    let running = seen.iter().position(|l| l.contains("running #") && l.contains("[canary]"));
+    let ended = seen
+        .iter()
+        .position(|l| l.contains("succeeded #") && l.contains("[canary]") && l.contains("1 tool calls"));
+    assert!(
+        running.is_some() && ended.is_some() && running < ended,
+        "{seen:#?}"
+    );
+}
