@@ -582,9 +582,9 @@ impl Lifecycle {
                             || (action.mode == Mode::Auto
                                 && action.delivery == Delivery::Wait
                                 && s.work.len() >= cap)
-                        || (action.mode == Mode::Auto
-                            && action.delivery == Delivery::Exec
-                            && s.exec.len() >= cap) =>
+                            || (action.mode == Mode::Auto
+                                && action.delivery == Delivery::Exec
+                                && s.exec.len() >= cap) =>
                     {
                         let reason = format!("{} queue full ({cap}): newest refused", action.mode);
                         s.drop_one(

@@ -65,9 +65,7 @@ impl std::fmt::Display for Mode {
 }
 
 /// How a rule's auto prompt is run.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Delivery {
     /// Queued for the in-session agent's `wait_for_inbound_message` (and push).

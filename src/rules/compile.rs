@@ -458,7 +458,9 @@ impl RuleCx<'_> {
                     ErrorCode::ParseError,
                     Some("delivery"),
                     at,
-                    format!("unsupported `delivery` \"{other}\"; use \"wait\" (default) or \"exec\""),
+                    format!(
+                        "unsupported `delivery` \"{other}\"; use \"wait\" (default) or \"exec\""
+                    ),
                 );
                 Delivery::Wait
             }

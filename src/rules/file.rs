@@ -74,6 +74,7 @@ pub struct RawRule {
     /// in-session agent's wait tool. `exec`: it runs in a fresh headless host (the `exec`
     /// section of `switchboard.json`); auto rules only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::actions::Delivery>")]
     pub delivery: Option<String>,
 }
 

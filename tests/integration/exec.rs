@@ -36,10 +36,7 @@ const STANDIN_LIMIT: Duration = Duration::from_secs(30);
 fn daemon(exec: Value) -> Switchboard {
     let mut sb = Switchboard::new();
     sb.write("triggers.json", RULES);
-    sb.write(
-        "switchboard.json",
-        &json!({ "exec": exec }).to_string(),
-    );
+    sb.write("switchboard.json", &json!({ "exec": exec }).to_string());
     sb.spawn();
     sb
 }
@@ -83,12 +80,16 @@ fn record_in(home: &Path, id: u64, states: &[&str], limit: Duration) -> Value {
 
 /// The id of the action the message with seq `seq` caused.
 fn action_of(home: &Path, seq: u64) -> u64 {
-    eventually(Duration::from_secs(10), "the exec action is created", || {
-        action_records(home)
-            .into_iter()
-            .find(|r| r["action"]["seq"] == seq)
-            .and_then(|r| r["id"].as_u64())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the exec action is created",
+        || {
+            action_records(home)
+                .into_iter()
+                .find(|r| r["action"]["seq"] == seq)
+                .and_then(|r| r["id"].as_u64())
+        },
+    )
 }
 
 fn stats(home: &Path) -> Value {
@@ -103,11 +104,15 @@ fn pid_gone(pid: i32) -> bool {
 }
 
 fn read_pid(dir: &Path) -> i32 {
-    eventually(Duration::from_secs(10), "the stand-in wrote its pid", || {
-        std::fs::read_to_string(dir.join("pid"))
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the stand-in wrote its pid",
+        || {
+            std::fs::read_to_string(dir.join("pid"))
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+        },
+    )
 }
 
 const COPILOT_LINES: &str = r#"echo 'this is not json'
@@ -124,9 +129,17 @@ fn standin_events_become_the_record_and_malformed_lines_are_counted_not_fatal() 
     let host = standin(dir.path(), COPILOT_LINES);
     let sb = daemon(standin_exec(&host, json!({})));
     let home = sb.home.path();
-    let seqs = send_messages(home, &[("ops/canary", "disk on web-1"), ("work/x", "later")]);
+    let seqs = send_messages(
+        home,
+        &[("ops/canary", "disk on web-1"), ("work/x", "later")],
+    );
     let id = action_of(home, seqs[0]);
-    let done = record_in(home, id, &["succeeded", "failed", "cancelled"], STANDIN_LIMIT);
+    let done = record_in(
+        home,
+        id,
+        &["succeeded", "failed", "cancelled"],
+        STANDIN_LIMIT,
+    );
     assert_eq!(done["state"], "succeeded", "{done}\n{}", sb.log());
     let exec = &done["exec"];
     assert_eq!(exec["host"], "copilot-cli");
@@ -140,15 +153,23 @@ fn standin_events_become_the_record_and_malformed_lines_are_counted_not_fatal() 
     // `running` came first; the wait rule's action stays queued for a session.
     let records = action_records(home);
     assert!(
-        records.iter().any(|r| r["id"] == id && r["state"] == "running"),
+        records
+            .iter()
+            .any(|r| r["id"] == id && r["state"] == "running"),
         "{records:?}"
     );
     let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
     let args: Vec<&str> = args.lines().collect();
-    assert!(args.contains(&"--prompt=Check the canary: disk on web-1"), "{args:?}");
+    assert!(
+        args.contains(&"--prompt=Check the canary: disk on web-1"),
+        "{args:?}"
+    );
     assert!(args.contains(&"--available-tools=view"), "{args:?}");
     assert!(args.contains(&"--allow-tool=view"), "{args:?}");
-    assert!(args.contains(&"--no-ask-user") && args.contains(&"-s"), "{args:?}");
+    assert!(
+        args.contains(&"--no-ask-user") && args.contains(&"-s"),
+        "{args:?}"
+    );
     assert!(
         !args
             .iter()
@@ -159,7 +180,10 @@ fn standin_events_become_the_record_and_malformed_lines_are_counted_not_fatal() 
     assert_eq!(s["exec"]["succeeded"], 1, "{s}");
     assert_eq!(s["exec"]["preflight"], "ok");
     assert_eq!(s["exec"]["version"], "standin 1.0");
-    assert_eq!(s["delivery"]["queued_work"], 1, "the wait rule's work is not run");
+    assert_eq!(
+        s["delivery"]["queued_work"], 1,
+        "the wait rule's work is not run"
+    );
     let text = stdout(&sb.cli(&["stats"]));
     assert!(text.contains("exec      copilot-cli"), "{text}");
     assert!(text.contains("1 succeeded"), "{text}");
@@ -196,9 +220,15 @@ fn standin_stall_is_stopped_with_sigterm_then_sigkill() {
     let done = record_in(home, id, &["failed", "succeeded"], STANDIN_LIMIT);
     assert_eq!(done["state"], "failed", "{done}");
     assert_eq!(done["exec"]["kind"], "stalled", "{done}");
-    assert!(done["reason"].as_str().unwrap().contains("stallTimeout"), "{done}");
+    assert!(
+        done["reason"].as_str().unwrap().contains("stallTimeout"),
+        "{done}"
+    );
     let ms = done["exec"]["duration_ms"].as_u64().unwrap();
-    assert!((5_000..20_000).contains(&ms), "1 s stall + 5 s grace, got {ms} ms");
+    assert!(
+        (5_000..20_000).contains(&ms),
+        "1 s stall + 5 s grace, got {ms} ms"
+    );
     assert!(pid_gone(pid), "the stand-in outlived SIGKILL");
     assert!(sb.log().contains("ignored SIGTERM"), "{}", sb.log());
 }
@@ -236,7 +266,10 @@ fn standin_crash_is_failed_with_the_signal() {
     let done = record_in(home, id, &["failed", "succeeded"], STANDIN_LIMIT);
     assert_eq!(done["exec"]["kind"], "failed", "{done}");
     let reason = done["reason"].as_str().unwrap();
-    assert!(reason.contains("signal 11") && reason.contains("boom"), "{reason}");
+    assert!(
+        reason.contains("signal 11") && reason.contains("boom"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -422,7 +455,11 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
     let work = tempfile::tempdir().unwrap();
     let canary = work.path().join("canary.txt");
     std::fs::write(&canary, "canary-ok\n").unwrap();
-    let arg_key = if kind == "copilot-cli" { "path" } else { "file_path" };
+    let arg_key = if kind == "copilot-cli" {
+        "path"
+    } else {
+        "file_path"
+    };
     let double = ModelDouble::start(Script {
         model: "double-model".into(),
         tool: Some((tool.into(), json!({ arg_key: canary }))),
@@ -465,7 +502,10 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
     assert_eq!(done["state"], "succeeded", "{report}");
     // From the model's side: the prompt arrived, and only the whitelist was offered.
     let posts = double.posts();
-    assert!(posts.len() >= 2, "a tool round trip takes two requests\n{report}");
+    assert!(
+        posts.len() >= 2,
+        "a tool round trip takes two requests\n{report}"
+    );
     let prompt = format!("Check the canary file {}", canary.display());
     assert!(
         posts[0].body.to_string().contains(&prompt),
@@ -589,10 +629,12 @@ fn standin_exec_transitions_show_in_watch() {
             Err(_) => panic!("watch showed no end of the run: {seen:#?}"),
         }
     }
-    let running = seen.iter().position(|l| l.contains("running #") && l.contains("[canary]"));
-    let ended = seen
+    let running = seen
         .iter()
-        .position(|l| l.contains("succeeded #") && l.contains("[canary]") && l.contains("1 tool calls"));
+        .position(|l| l.contains("running #") && l.contains("[canary]"));
+    let ended = seen.iter().position(|l| {
+        l.contains("succeeded #") && l.contains("[canary]") && l.contains("1 tool calls")
+    });
     assert!(
         running.is_some() && ended.is_some() && running < ended,
         "{seen:#?}"

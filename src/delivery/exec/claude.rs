@@ -89,10 +89,11 @@ impl Normaliser for ClaudeEvents {
             "result" => {
                 let is_error = v["is_error"].as_bool().unwrap_or(false)
                     || v["subtype"].as_str().is_some_and(|s| s != "success");
-                let text = v["result"]
-                    .as_str()
-                    .map(String::from)
-                    .or_else(|| v["errors"].as_array().map(|e| Value::from(e.clone()).to_string()));
+                let text = v["result"].as_str().map(String::from).or_else(|| {
+                    v["errors"]
+                        .as_array()
+                        .map(|e| Value::from(e.clone()).to_string())
+                });
                 out.push(ExecEvent::Result {
                     is_error,
                     exit_code: None,
@@ -157,6 +158,10 @@ mod tests {
         assert_eq!(&args[args.len() - 2..], &["--", "-x look"]);
         assert!(args.contains(&"--tools=Read".to_string()));
         assert!(args.contains(&"--allowedTools=Read".to_string()));
-        assert!(!args.iter().any(|a| a.contains("dangerously") || a.contains("bypass")));
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.contains("dangerously") || a.contains("bypass"))
+        );
     }
 }

@@ -130,6 +130,10 @@ mod tests {
         assert_eq!(args[0], "--prompt=-x look");
         assert!(args.contains(&"--available-tools=view,grep".to_string()));
         assert!(args.contains(&"--allow-tool=view,grep".to_string()));
-        assert!(!args.iter().any(|a| a.starts_with("--allow-all") || a == "--yolo"));
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.starts_with("--allow-all") || a == "--yolo")
+        );
     }
 }

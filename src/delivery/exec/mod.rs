@@ -205,8 +205,7 @@ impl Exec {
             model: self.settings.model.clone(),
             args: self.settings.args.clone(),
         };
-        let (args, mut normaliser): (Vec<String>, Box<dyn Normaliser>) = match self.settings.kind
-        {
+        let (args, mut normaliser): (Vec<String>, Box<dyn Normaliser>) = match self.settings.kind {
             ExecKind::CopilotCli => (
                 copilot::command(&spec, &item.prompt, &item.tools),
                 Box::new(copilot::CopilotEvents),
@@ -449,9 +448,14 @@ mod tests {
         let h = home.path().display().to_string();
         let bare = [("HOME".to_string(), h.clone())];
         // The test process may have real variables; only assert when none is set.
-        if ["COPILOT_PROVIDER_API_KEY", "COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"]
-            .iter()
-            .all(|v| std::env::var(v).is_err())
+        if [
+            "COPILOT_PROVIDER_API_KEY",
+            "COPILOT_GITHUB_TOKEN",
+            "GH_TOKEN",
+            "GITHUB_TOKEN",
+        ]
+        .iter()
+        .all(|v| std::env::var(v).is_err())
         {
             let (kind, reason) = preflight(ExecKind::CopilotCli, &bare).unwrap_err();
             assert_eq!(kind, ExecFailure::AuthMissing);

@@ -263,7 +263,11 @@ pub async fn run(
         .map(|l| cut(l.trim(), 512));
     let said = host_error
         .clone()
-        .or_else(|| result.as_ref().and_then(|(e, t)| e.then(|| t.clone()).flatten()))
+        .or_else(|| {
+            result
+                .as_ref()
+                .and_then(|(e, t)| e.then(|| t.clone()).flatten())
+        })
         .or(last_stderr)
         .unwrap_or_default();
     let failure = match (status, code) {
@@ -286,7 +290,10 @@ pub async fn run(
                 ),
             ))
         }
-        (None, _) => Some((ExecFailure::Failed, "the host's exit status was lost".into())),
+        (None, _) => Some((
+            ExecFailure::Failed,
+            "the host's exit status was lost".into(),
+        )),
         (_, Some(0)) if !result.as_ref().is_some_and(|(e, _)| *e) => None,
         (_, Some(c)) => {
             let kind = if looks_like_auth(&said) || looks_like_auth(&tail) {
@@ -453,13 +460,19 @@ mod tests {
         }
         assert_eq!(
             got,
-            vec![Some("{\"a\":1}".to_string()), None, Some("last".to_string())]
+            vec![
+                Some("{\"a\":1}".to_string()),
+                None,
+                Some("last".to_string())
+            ]
         );
     }
 
     #[test]
     fn auth_failures_are_recognised() {
-        assert!(looks_like_auth("Error: Invalid API key · Please run /login"));
+        assert!(looks_like_auth(
+            "Error: Invalid API key · Please run /login"
+        ));
         assert!(looks_like_auth("401 Unauthorized"));
         assert!(!looks_like_auth("tool view failed: no such file"));
     }
