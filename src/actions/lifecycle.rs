@@ -175,6 +175,11 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// Auto work of an exec rule was queued for the exec runner (never offered to sessions).
+    ExecQueued {
+        /// The item.
+        item: Item,
+    },
     /// The exec runner started a headless host on auto work.
     Running {
         /// The action id.
@@ -628,7 +633,12 @@ impl Lifecycle {
                     }
                     _ => s.work.push_back(item.clone()),
                 }
-                events.push(Event::Queued { item: item.clone() });
+                if item.delivery == Delivery::Exec {
+                    // Its own event: nothing that pushes `queued` work to sessions sees it.
+                    events.push(Event::ExecQueued { item: item.clone() });
+                } else {
+                    events.push(Event::Queued { item: item.clone() });
+                }
                 out.queued.push(item);
             }
             s.trim_delivered_nudges(cap);

@@ -464,6 +464,12 @@ fn transition_line(e: &Event) -> String {
         Event::Dropped {
             id, rule, reason, ..
         } => format!("dropped #{id} [{rule}]: {reason}"),
+        Event::ExecQueued { item } => format!(
+            "queued #{} [{}] for the exec host: {}",
+            item.action_id,
+            item.rule,
+            item.prompt.lines().next().unwrap_or_default()
+        ),
         Event::Running { id, rule } => format!("running #{id} [{rule}] in the exec host"),
         Event::Finished {
             id,

@@ -629,6 +629,10 @@ fn standin_exec_transitions_show_in_watch() {
             Err(_) => panic!("watch showed no end of the run: {seen:#?}"),
         }
     }
+    let queued = seen
+        .iter()
+        .position(|l| l.contains("queued #") && l.contains("for the exec host: Check the canary"));
+    assert!(queued.is_some(), "{seen:#?}");
     let running = seen
         .iter()
         .position(|l| l.contains("running #") && l.contains("[canary]"));
@@ -636,7 +640,7 @@ fn standin_exec_transitions_show_in_watch() {
         l.contains("succeeded #") && l.contains("[canary]") && l.contains("1 tool calls")
     });
     assert!(
-        running.is_some() && ended.is_some() && running < ended,
+        running.is_some() && ended.is_some() && queued < running && running < ended,
         "{seen:#?}"
     );
 }

@@ -418,6 +418,7 @@ async fn exec_work_goes_to_the_runner_never_to_a_wait_and_a_crash_mid_run_is_int
     {
         let (log, _) = ActionLog::open(&path).unwrap();
         let lc = Lifecycle::new(8, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+        let mut rx = lc.subscribe();
         let s = lc.open_session("copilot#1", false, None);
         lc.offer(
             vec![exec_action(1), exec_action(2), action(3, Mode::Auto, now)],
@@ -432,6 +433,16 @@ async fn exec_work_goes_to_the_runner_never_to_a_wait_and_a_crash_mid_run_is_int
         );
         let stats = lc.stats();
         assert_eq!((stats.exec_queued, stats.queued_work), (2, 0));
+        let mut published = events(&mut rx);
+        published.retain(|e| matches!(e, Event::Queued { .. } | Event::ExecQueued { .. }));
+        assert!(
+            matches!(
+                &published[..],
+                [Event::ExecQueued { .. }, Event::ExecQueued { .. }, Event::Queued { item }]
+                    if item.action_id == 3
+            ),
+            "exec work is never published as `queued` (push would offer it): {published:?}"
+        );
         let token = CancellationToken::new();
         let first = lc.next_exec(&token).await.unwrap();
         assert_eq!(first.action_id, 1);
