@@ -476,8 +476,14 @@ impl Lifecycle {
     }
 
     /// Waits for exec work and marks it `running` (journalled, published); `None` once
-    /// `shutdown` fires. The caller holds a concurrency slot before it asks.
-    pub async fn next_exec(&self, shutdown: &CancellationToken) -> Option<Item> {
+    /// `shutdown` fires. The caller holds a concurrency slot before it asks; `on_start` runs
+    /// before the `running` event is published (so a cancel prompted by the event finds the run).
+    pub async fn next_exec(
+        &self,
+        shutdown: &CancellationToken,
+        on_start: impl FnOnce(&Item),
+    ) -> Option<Item> {
+        let mut on_start = Some(on_start);
         loop {
             let notified = self.inner.exec_wake.notified();
             tokio::pin!(notified);
@@ -498,6 +504,9 @@ impl Lifecycle {
                 })
             };
             if let Some(item) = started {
+                if let Some(f) = on_start.take() {
+                    f(&item);
+                }
                 self.publish(vec![Event::Running {
                     id: item.action_id,
                     rule: item.rule.clone(),

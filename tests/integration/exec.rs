@@ -469,6 +469,23 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
         {"name": "canary", "channel": "ops/*", "mode": "auto", "delivery": "exec",
          "prompt": "Check the canary file {{content}}", "tools": [tool]}
     ]});
+    let env = env(&double);
+    // A fresh HOME: Copilot CLI unpacks itself into `~/.cache/copilot/pkg` on its first start
+    // (about 4 s here, more on a loaded machine), which the 5 s canary is not meant to absorb.
+    // An installed host has done that long before; so does this test, once, without a limit.
+    let mut warm = std::process::Command::new(command);
+    warm.arg("--version");
+    for (k, v) in env.as_object().unwrap() {
+        warm.env(k, v.as_str().unwrap());
+    }
+    let warmed = run_limited(&mut warm, Duration::from_secs(120));
+    assert!(
+        warmed.status.is_some_and(|s| s.success()),
+        "{} --version: {}\n{}",
+        command.display(),
+        warmed.describe(),
+        warmed.stderr
+    );
     let mut sb = Switchboard::new();
     sb.write("triggers.json", &rules.to_string());
     sb.write(
@@ -480,7 +497,7 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
             "cwd": work.path(),
             "stallTimeout": "60s",
             "turnTimeout": "150s",
-            "env": env(&double),
+            "env": env,
         }})
         .to_string(),
     );

@@ -444,9 +444,9 @@ async fn exec_work_goes_to_the_runner_never_to_a_wait_and_a_crash_mid_run_is_int
             "exec work is never published as `queued` (push would offer it): {published:?}"
         );
         let token = CancellationToken::new();
-        let first = lc.next_exec(&token).await.unwrap();
+        let first = lc.next_exec(&token, |_| {}).await.unwrap();
         assert_eq!(first.action_id, 1);
-        let second = lc.next_exec(&token).await.unwrap();
+        let second = lc.next_exec(&token, |_| {}).await.unwrap();
         lc.finish_exec(
             second.action_id,
             ActionState::Succeeded,
@@ -456,7 +456,7 @@ async fn exec_work_goes_to_the_runner_never_to_a_wait_and_a_crash_mid_run_is_int
         assert_eq!(lc.stats().counters.succeeded, 1);
         assert_eq!(lc.stats().exec_running, 1);
         token.cancel();
-        assert!(lc.next_exec(&token).await.is_none());
+        assert!(lc.next_exec(&token, |_| {}).await.is_none());
         lc.flush().await;
         // Action 1 is still `running` on disk: the process "dies" here.
     }

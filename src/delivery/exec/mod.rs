@@ -130,14 +130,16 @@ impl Exec {
                         Err(_) => break,
                     },
                 };
-                let Some(item) = lifecycle.next_exec(&shutdown).await else {
+                let cancel = shutdown.child_token();
+                let registered = cancel.clone();
+                let Some(item) = lifecycle
+                    .next_exec(&shutdown, |item| {
+                        exec.runs.lock().unwrap().insert(item.action_id, registered);
+                    })
+                    .await
+                else {
                     break;
                 };
-                let cancel = shutdown.child_token();
-                exec.runs
-                    .lock()
-                    .unwrap()
-                    .insert(item.action_id, cancel.clone());
                 let exec = exec.clone();
                 let lifecycle = lifecycle.clone();
                 let shutdown = shutdown.clone();
@@ -441,6 +443,77 @@ fn logged_in(kind: ExecKind, file: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actions::Event;
+    use crate::app::App;
+    use crate::config::Config;
+    use crate::message::NewMessage;
+    use crate::rules::RuleSet;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// In process: a stand-in host that never ends is cancelled by id, gets SIGTERM, and the
+    /// run ends `cancelled`; the next one gets the freed slot.
+    #[tokio::test]
+    async fn standin_run_cancelled_by_id_frees_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host");
+        std::fs::write(
+            &host,
+            "#!/bin/sh\n[ \"$1\" = --version ] && { echo standin; exit 0; }\nexec sleep 30\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut config = Config::default();
+        config.exec.command = Some(host.display().to_string());
+        config.exec.max_concurrent = 1;
+        config
+            .exec
+            .env
+            .insert("COPILOT_PROVIDER_API_KEY".into(), "k".into());
+        let rules = RuleSet::parse(
+            r#"{"rules":[{"name":"x","mode":"auto","delivery":"exec","prompt":"p","tools":["view"]}]}"#,
+        )
+        .unwrap();
+        let app = App::memory(config, rules);
+        let mut events = app.lifecycle.subscribe();
+        app.inbox
+            .append(NewMessage::new("s", "c", "one"))
+            .await
+            .unwrap();
+        app.inbox
+            .append(NewMessage::new("s", "c", "two"))
+            .await
+            .unwrap();
+        let mut running = Vec::new();
+        let mut ended = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while ended.len() < 2 {
+                match events.recv().await.unwrap() {
+                    Event::Running { id, .. } => {
+                        assert_eq!(app.stats().exec.running, 1, "max_concurrent is 1");
+                        running.push(id);
+                        // The host may not have started yet: cancelling must still stop it.
+                        assert!(app.exec.cancel(id));
+                    }
+                    Event::Finished {
+                        id, state, kind, ..
+                    } => {
+                        assert_eq!(state, ActionState::Cancelled);
+                        assert_eq!(kind, Some(ExecFailure::Cancelled));
+                        ended.push(id);
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .await
+        .expect("both runs end");
+        assert_eq!(running, ended, "each run ends before the next starts");
+        assert!(!app.exec.cancel(running[0]), "not running any more");
+        let stats = app.stats().exec;
+        assert_eq!(stats.failed.get(&ExecFailure::Cancelled), Some(&2));
+        assert_eq!((stats.running, stats.queued), (0, 0));
+        app.shutdown.cancel();
+    }
 
     #[test]
     fn preflight_finds_credentials_in_exec_env_or_refuses_with_a_hint() {
