@@ -464,6 +464,7 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
         model: "double-model".into(),
         tool: Some((tool.into(), json!({ arg_key: canary }))),
         answer: "The canary is fine.".into(),
+        reject: false,
     });
     let rules = json!({"rules": [
         {"name": "canary", "channel": "ops/*", "mode": "auto", "delivery": "exec",
@@ -549,28 +550,44 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
     sb.terminate();
 }
 
+/// Copilot CLI's environment: offline, BYOK provider = the double, its own HOME.
+fn copilot_env(modules: &Path, user_home: &Path, double: &ModelDouble) -> Value {
+    json!({
+        "HOME": user_home,
+        "XDG_CONFIG_HOME": user_home.join(".config"),
+        "XDG_STATE_HOME": user_home.join(".state"),
+        "XDG_CACHE_HOME": user_home.join(".cache"),
+        "PATH": node22_path(modules),
+        "COPILOT_OFFLINE": "true",
+        "COPILOT_PROVIDER_BASE_URL": format!("http://127.0.0.1:{}/v1", double.port),
+        "COPILOT_PROVIDER_API_KEY": "double-key-not-a-secret-4f1c9",
+        "COPILOT_MODEL": "double-model",
+    })
+}
+
+/// Claude Code's environment: the double as the API, its own HOME and config dir.
+fn claude_env(modules: &Path, user_home: &Path, double: &ModelDouble) -> Value {
+    json!({
+        "HOME": user_home,
+        "CLAUDE_CONFIG_DIR": user_home.join(".claude"),
+        "XDG_CONFIG_HOME": user_home.join(".config"),
+        "PATH": node22_path(modules),
+        "ANTHROPIC_BASE_URL": format!("http://127.0.0.1:{}", double.port),
+        "ANTHROPIC_API_KEY": "double-key-not-a-secret-7d2e0",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    })
+}
+
 #[test]
 fn copilot_cli_runs_an_exec_rule_offline_against_the_model_double() {
     let Some(modules) = hosts() else { return };
     let user_home = tempfile::tempdir().unwrap();
-    let path = node22_path(&modules);
     real_host_run(
         "copilot-cli",
         &modules.join(".bin/copilot"),
         "view",
-        |double| {
-            json!({
-                "HOME": user_home.path(),
-                "XDG_CONFIG_HOME": user_home.path().join(".config"),
-                "XDG_STATE_HOME": user_home.path().join(".state"),
-                "XDG_CACHE_HOME": user_home.path().join(".cache"),
-                "PATH": path,
-                "COPILOT_OFFLINE": "true",
-                "COPILOT_PROVIDER_BASE_URL": format!("http://127.0.0.1:{}/v1", double.port),
-                "COPILOT_PROVIDER_API_KEY": "double-key-not-a-secret-4f1c9",
-                "COPILOT_MODEL": "double-model",
-            })
-        },
+        |double| copilot_env(&modules, user_home.path(), double),
     );
 }
 
@@ -578,24 +595,78 @@ fn copilot_cli_runs_an_exec_rule_offline_against_the_model_double() {
 fn claude_code_runs_an_exec_rule_offline_against_the_model_double() {
     let Some(modules) = hosts() else { return };
     let user_home = tempfile::tempdir().unwrap();
-    let path = node22_path(&modules);
     real_host_run(
         "claude-code",
         &modules.join(".bin/claude"),
         "Read",
-        |double| {
-            json!({
-                "HOME": user_home.path(),
-                "CLAUDE_CONFIG_DIR": user_home.path().join(".claude"),
-                "XDG_CONFIG_HOME": user_home.path().join(".config"),
-                "PATH": path,
-                "ANTHROPIC_BASE_URL": format!("http://127.0.0.1:{}", double.port),
-                "ANTHROPIC_API_KEY": "double-key-not-a-secret-7d2e0",
-                "DISABLE_AUTOUPDATER": "1",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            })
-        },
+        |double| claude_env(&modules, user_home.path(), double),
     );
+}
+
+/// A real host whose provider refuses the key: the run ends `auth_missing` at the first refusal
+/// (Claude Code would otherwise retry for minutes).
+fn real_host_rejected(kind: &str, command: &Path, env: impl Fn(&ModelDouble) -> Value) {
+    let double = ModelDouble::start(Script {
+        model: "double-model".into(),
+        tool: None,
+        answer: String::new(),
+        reject: true,
+    });
+    let env = env(&double);
+    let mut warm = std::process::Command::new(command);
+    warm.arg("--version");
+    for (k, v) in env.as_object().unwrap() {
+        warm.env(k, v.as_str().unwrap());
+    }
+    assert!(
+        run_limited(&mut warm, Duration::from_secs(120))
+            .status
+            .is_some_and(|s| s.success())
+    );
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", RULES);
+    sb.write(
+        "switchboard.json",
+        &json!({"exec": {"kind": kind, "command": command, "model": "double-model",
+            "stallTimeout": "60s", "turnTimeout": "150s", "env": env}})
+        .to_string(),
+    );
+    sb.spawn();
+    let home = sb.home.path();
+    let seqs = send_messages(home, &[("ops/canary", "x")]);
+    let id = action_of(home, seqs[0]);
+    let done = record_in(home, id, &["succeeded", "failed"], Duration::from_secs(120));
+    let report = format!("{done}\n{}\n{}", double.describe(), sb.log());
+    assert_eq!(done["exec"]["kind"], "auth_missing", "{report}");
+    assert!(
+        done["exec"]["duration_ms"].as_u64().unwrap() < 60_000,
+        "stopped at the first refusal\n{report}"
+    );
+    assert!(
+        !double.posts().is_empty(),
+        "the host asked the model\n{report}"
+    );
+    let s = stats(home);
+    assert_eq!(s["exec"]["failed"]["auth_missing"], 1, "{s}");
+    sb.terminate();
+}
+
+#[test]
+fn copilot_cli_with_a_refused_key_is_auth_missing() {
+    let Some(modules) = hosts() else { return };
+    let user_home = tempfile::tempdir().unwrap();
+    real_host_rejected("copilot-cli", &modules.join(".bin/copilot"), |double| {
+        copilot_env(&modules, user_home.path(), double)
+    });
+}
+
+#[test]
+fn claude_code_with_a_refused_key_is_auth_missing() {
+    let Some(modules) = hosts() else { return };
+    let user_home = tempfile::tempdir().unwrap();
+    real_host_rejected("claude-code", &modules.join(".bin/claude"), |double| {
+        claude_env(&modules, user_home.path(), double)
+    });
 }
 
 #[test]

@@ -28,6 +28,8 @@ pub struct Script {
     pub tool: Option<(String, Value)>,
     /// The final answer.
     pub answer: String,
+    /// Refuse every model request with 401, as a provider does a wrong key.
+    pub reject: bool,
 }
 
 /// One request the double received.
@@ -141,6 +143,15 @@ fn serve(conn: TcpStream, script: &Script, seen: &Mutex<Vec<Seen>>) -> std::io::
         body: body.clone(),
     });
     let route = path.split('?').next().unwrap_or_default();
+    if script.reject && method == "POST" {
+        let error = if route.ends_with("/messages") {
+            json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
+        } else {
+            json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                "code": "invalid_api_key"}})
+        };
+        return reply_json(&mut out, 401, &error);
+    }
     if method == "GET" && route.ends_with("/models") {
         let list = json!({"object": "list", "data": [
             {"id": script.model, "object": "model", "type": "model", "display_name": script.model}

@@ -86,6 +86,16 @@ impl Normaliser for ClaudeEvents {
                     }
                 }
             }
+            // The API refused the key: Claude Code retries (10 times, minutes apart) anyway.
+            "system" if v["subtype"] == "api_retry" && v["error"] == "authentication_failed" => {
+                out.push(ExecEvent::Error {
+                    text: format!(
+                        "the model API refused the credentials (HTTP {})",
+                        v["error_status"].as_u64().unwrap_or(401)
+                    ),
+                    auth: true,
+                });
+            }
             "result" => {
                 let is_error = v["is_error"].as_bool().unwrap_or(false)
                     || v["subtype"].as_str().is_some_and(|s| s != "success");
@@ -120,6 +130,7 @@ mod tests {
             json!({"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]}}),
             json!({"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}}),
             json!({"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"All clear."}]}}),
+            json!({"type":"system","subtype":"api_retry","error_status":401,"error":"authentication_failed"}),
             json!({"type":"result","subtype":"success","is_error":false,"result":"All clear.","usage":{"output_tokens":6}}),
         ];
         let got: Vec<ExecEvent> = lines.iter().flat_map(|l| n.line(l)).collect();
@@ -142,6 +153,10 @@ mod tests {
                     text: "All clear.".into()
                 },
                 ExecEvent::TurnEnd,
+                ExecEvent::Error {
+                    text: "the model API refused the credentials (HTTP 401)".into(),
+                    auth: true
+                },
                 ExecEvent::Result {
                     is_error: false,
                     exit_code: None,

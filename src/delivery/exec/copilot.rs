@@ -62,6 +62,7 @@ impl Normaliser for CopilotEvents {
                     .as_str()
                     .map(String::from)
                     .unwrap_or_else(|| data.to_string()),
+                auth: data["errorType"] == "authentication",
             }],
             "result" => {
                 let exit_code = v["exitCode"].as_i64().map(|c| c as i32);
@@ -93,6 +94,7 @@ mod tests {
             json!({"type":"assistant.message","data":{"content":""}}),
             json!({"type":"assistant.message","data":{"content":"All clear."}}),
             json!({"type":"assistant.turn_end","data":{"turnId":"0"}}),
+            json!({"type":"session.error","data":{"errorType":"authentication","message":"401"}}),
             json!({"type":"result","exitCode":0,"usage":{"premiumRequests":0}}),
         ];
         let got: Vec<ExecEvent> = lines.iter().flat_map(|l| n.line(l)).collect();
@@ -113,6 +115,10 @@ mod tests {
                     text: "All clear.".into()
                 },
                 ExecEvent::TurnEnd,
+                ExecEvent::Error {
+                    text: "401".into(),
+                    auth: true
+                },
                 ExecEvent::Result {
                     is_error: false,
                     exit_code: Some(0),

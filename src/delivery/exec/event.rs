@@ -37,10 +37,13 @@ pub enum ExecEvent {
         /// Its text.
         text: String,
     },
-    /// The host reported an error (the run may still go on).
+    /// The host reported an error (the run may still go on, unless `auth`).
     Error {
         /// What it said.
         text: String,
+        /// The model provider refused the credentials: retrying cannot help, so the run is
+        /// stopped at once as `auth_missing`.
+        auth: bool,
     },
     /// The host's final word on the run.
     Result {

@@ -195,7 +195,12 @@ pub async fn run(
                     }
                 }
                 ExecEvent::Message { text } => report.result = Some(cut(text, 4096)),
-                ExecEvent::Error { text } => host_error = Some(cut(text, 1024)),
+                ExecEvent::Error { text, auth } => {
+                    host_error = Some(cut(text, 1024));
+                    if *auth {
+                        stopped = Some((ExecFailure::AuthMissing, cut(text, 1024)));
+                    }
+                }
                 ExecEvent::Result {
                     is_error,
                     exit_code,
@@ -216,6 +221,9 @@ pub async fn run(
                 ExecEvent::TurnEnd => {}
             }
             on_event(&event);
+        }
+        if stopped.is_some() {
+            break;
         }
     }
     // Stopped, or stdout closed: wait for the exit within what is left of the run.
