@@ -309,6 +309,23 @@ fn a_missing_host_binary_is_agent_not_found_before_any_run() {
 }
 
 #[test]
+fn a_missing_cwd_is_failed_not_agent_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = standin(dir.path(), COPILOT_LINES);
+    let gone = dir.path().join("no-such-dir");
+    let sb = daemon(standin_exec(&host, json!({"cwd": gone})));
+    let home = sb.home.path();
+    let seqs = send_messages(home, &[("ops/canary", "x")]);
+    let id = action_of(home, seqs[0]);
+    let done = record_in(home, id, &["failed", "succeeded"], STANDIN_LIMIT);
+    assert_eq!(done["exec"]["kind"], "failed", "{done}");
+    assert!(
+        done["reason"].as_str().unwrap().contains("`exec.cwd`"),
+        "{done}"
+    );
+}
+
+#[test]
 fn standin_without_credentials_fails_auth_missing_and_never_runs() {
     const CREDENTIALS: &[&str] = &[
         "COPILOT_PROVIDER_API_KEY",

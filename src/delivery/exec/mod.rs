@@ -194,7 +194,18 @@ impl Exec {
         shutdown: &CancellationToken,
     ) -> (ActionState, Option<String>, ExecReport) {
         let host = self.settings.kind.as_str().to_string();
-        if let Err((kind, reason)) = self.ensure_ready().await {
+        // A missing directory would fail the spawn with "not found", as a missing binary does.
+        let ready = match &self.settings.cwd {
+            Some(cwd) if !cwd.is_dir() => Err((
+                ExecFailure::Failed,
+                format!(
+                    "exec: `exec.cwd` \"{}\" is not a directory; create it or change `exec.cwd`",
+                    cwd.display()
+                ),
+            )),
+            _ => self.ensure_ready().await,
+        };
+        if let Err((kind, reason)) = ready {
             tracing::warn!(action_id = item.action_id, kind = %kind, "exec: {reason}");
             let report = ExecReport {
                 host,
