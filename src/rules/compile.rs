@@ -437,9 +437,23 @@ impl RuleCx<'_> {
             },
         };
 
+        let tools_for_exec = &tools;
         let delivery = match raw.delivery.as_deref().map(str::trim) {
             None | Some("") | Some("wait") | Some("session") => Delivery::Wait,
-            Some("exec") if mode == Mode::Auto => Delivery::Exec,
+            Some("exec") if mode == Mode::Auto => {
+                for tool in tools_for_exec.iter().filter(|t| t.contains(',')) {
+                    let at = self.value_pos("tools");
+                    self.error(
+                        ErrorCode::InvalidGlob,
+                        Some("tools"),
+                        at,
+                        format!(
+                            "`tools` entry \"{tool}\" cannot contain `,` with `delivery` \"exec\": the hosts take the whitelist as a comma-separated list; list each tool on its own"
+                        ),
+                    );
+                }
+                Delivery::Exec
+            }
             Some("exec") => {
                 let at = self.value_pos("delivery");
                 self.error(

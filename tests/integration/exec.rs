@@ -393,28 +393,56 @@ fn standin_runs_respect_max_concurrent() {
 #[test]
 fn standin_run_in_flight_at_a_crash_is_failed_interrupted_after_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let host = standin(dir.path(), "sleep 30");
-    let mut sb = daemon(standin_exec(&host, json!({"stallTimeout": "60s"})));
+    // The first run hangs; any later one (after the restart) finishes.
+    let marker = dir.path().join("ran-once");
+    let host = standin(
+        dir.path(),
+        &format!(
+            "if [ ! -e '{m}' ]; then touch '{m}'; exec sleep 30; fi\n{COPILOT_LINES}",
+            m = marker.display()
+        ),
+    );
+    let mut sb = daemon(standin_exec(
+        &host,
+        json!({"stallTimeout": "60s", "maxConcurrent": 1}),
+    ));
     let home = sb.home.path().to_path_buf();
-    let seqs = send_messages(&home, &[("ops/canary", "long")]);
-    let id = action_of(&home, seqs[0]);
-    record_in(&home, id, &["running"], STANDIN_LIMIT);
+    let seqs = send_messages(&home, &[("ops/canary", "long"), ("ops/canary", "next")]);
+    let (first, second) = (action_of(&home, seqs[0]), action_of(&home, seqs[1]));
+    record_in(&home, first, &["running"], STANDIN_LIMIT);
     let pid = read_pid(dir.path());
+    assert_eq!(
+        stats(&home)["exec"]["queued"],
+        1,
+        "the second waits for the slot"
+    );
     sb.kill9();
     // The host runs in its own process group and outlives a SIGKILLed daemon: ours to stop.
     unsafe {
         libc::kill(-pid, libc::SIGKILL);
     }
     sb.spawn();
-    let done = record_in(&home, id, &["failed", "succeeded"], STANDIN_LIMIT);
+    let done = record_in(&home, first, &["failed", "succeeded"], STANDIN_LIMIT);
     assert_eq!(done["reason"], "interrupted", "{done}");
     assert_eq!(done["exec"]["kind"], "failed", "{done}");
+    // Exec work that had not started is queued again and runs after the restart.
+    let next = record_in(&home, second, &["failed", "succeeded"], STANDIN_LIMIT);
+    assert_eq!(next["state"], "succeeded", "{next}");
     // Recorded once, and not run again.
     sb.terminate();
     sb.spawn();
     let s = stats(&home);
     assert_eq!(s["exec"]["running"], 0, "{s}");
     assert_eq!(s["exec"]["queued"], 0, "{s}");
+    let ends = action_records(&home)
+        .into_iter()
+        .filter(|r| r["id"] == first && r["state"] == "failed")
+        .count();
+    // The start compacted the finished run away; a second `interrupted` would show here.
+    assert_eq!(
+        ends, 0,
+        "the interrupted run is recorded once, not again at the next start"
+    );
 }
 
 #[test]
