@@ -73,6 +73,8 @@ pub struct Stats {
     /// a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_reload: Option<crate::config::ConfigReload>,
+    /// Exec delivery: host, readiness, runs.
+    pub exec: crate::delivery::exec::ExecStats,
 }
 
 /// One HTTP listener of the daemon, for `status` and `inbox_stats`.
@@ -128,6 +130,8 @@ pub struct App {
     pub log_file: Option<String>,
     /// The HTTP listeners, as the daemon bound them.
     pub listeners: Mutex<Vec<ListenerState>>,
+    /// The exec runner: headless runs of `"delivery": "exec"` rules.
+    pub exec: Arc<crate::delivery::exec::Exec>,
 }
 
 impl App {
@@ -176,6 +180,7 @@ impl App {
         app.spawn_resolver(mark);
         app.spawn_expiry();
         app.spawn_state_flusher();
+        app.spawn_exec();
         Ok(app)
     }
 
@@ -195,6 +200,7 @@ impl App {
         app.spawn_dispatcher(0);
         app.spawn_resolver(0);
         app.spawn_expiry();
+        app.spawn_exec();
         app
     }
 
@@ -209,7 +215,9 @@ impl App {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
         let http_settings = crate::config::LiveHttp::new(config.http.clone());
+        let exec = Arc::new(crate::delivery::exec::Exec::new(config.exec.clone()));
         Arc::new(App {
+            exec,
             lifecycle,
             home,
             config,
@@ -419,13 +427,15 @@ impl App {
 
     /// Everything `inbox_stats` and `switchboard stats` show.
     pub fn stats(&self) -> Stats {
+        let delivery = self.lifecycle.stats();
         Stats {
+            exec: self.exec.stats(&delivery),
             inbox: self.inbox.stats(),
             paused: self.is_paused(),
             rules_loaded: self.rules().len(),
             last_reload: self.last_reload.lock().unwrap().clone(),
             evaluated: self.state.evaluated(),
-            delivery: self.lifecycle.stats(),
+            delivery,
             wait_calls_in_flight: self
                 .metrics
                 .wait_calls_in_flight
@@ -541,6 +551,15 @@ impl App {
         let token = self.shutdown.clone();
         self.tasks
             .spawn(async move { lifecycle.run_expiry(token).await });
+    }
+
+    /// The exec runner: takes `"delivery": "exec"` work as slots free up, until shutdown.
+    fn spawn_exec(self: &Arc<App>) {
+        self.exec.spawn(
+            self.lifecycle.clone(),
+            self.tasks.clone(),
+            self.shutdown.clone(),
+        );
     }
 
     fn spawn_state_flusher(self: &Arc<App>) {

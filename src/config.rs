@@ -342,6 +342,8 @@ pub struct Config {
     pub mcp: McpSettings,
     /// Action queues.
     pub actions: ActionSettings,
+    /// Exec delivery: the headless host that runs `"delivery": "exec"` rules.
+    pub exec: ExecSettings,
     /// Upstream MCP servers by name, as written; [`check`] validates them and
     /// [`crate::sources::upstream::config::parse`] turns them into `UpstreamConfig`s.
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
@@ -617,6 +619,102 @@ pub fn plan_reload(boot: &Config, new: &Config) -> ConfigReload {
     }
 }
 
+/// Which headless host runs exec delivery.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExecKind {
+    /// GitHub Copilot CLI (`copilot`).
+    #[default]
+    CopilotCli,
+    /// Claude Code (`claude`).
+    ClaudeCode,
+}
+
+impl ExecKind {
+    /// The name used in `switchboard.json`, records and stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecKind::CopilotCli => "copilot-cli",
+            ExecKind::ClaudeCode => "claude-code",
+        }
+    }
+
+    /// The command looked up on `PATH` when `exec.command` is not set.
+    pub fn default_command(self) -> &'static str {
+        match self {
+            ExecKind::CopilotCli => "copilot",
+            ExecKind::ClaudeCode => "claude",
+        }
+    }
+}
+
+/// Exec delivery settings (`exec`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExecSettings {
+    /// `copilot-cli` (default) or `claude-code`.
+    pub kind: ExecKind,
+    /// The host binary; default `copilot` / `claude` on `PATH`.
+    pub command: Option<String>,
+    /// The model to ask the host for; default: the host's own choice.
+    pub model: Option<String>,
+    /// Working directory of runs; default: the daemon's.
+    pub cwd: Option<PathBuf>,
+    /// Runs at once (default 2); more exec work waits in its queue.
+    pub max_concurrent: usize,
+    /// The longest one run may take (default `"10m"`); then it is stopped as `timeout`.
+    #[serde(with = "duration_text")]
+    pub turn_timeout: Duration,
+    /// The longest a run may print nothing (default `"2m"`); then it is stopped as `stalled`.
+    #[serde(with = "duration_text")]
+    pub stall_timeout: Duration,
+    /// Extra arguments for the host, after switchboard's own.
+    pub args: Vec<String>,
+    /// Extra environment for the host (e.g. a provider setting), over the daemon's own.
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for ExecSettings {
+    fn default() -> Self {
+        ExecSettings {
+            kind: ExecKind::CopilotCli,
+            command: None,
+            model: None,
+            cwd: None,
+            max_concurrent: 2,
+            turn_timeout: Duration::from_secs(600),
+            stall_timeout: Duration::from_secs(120),
+            args: Vec::new(),
+            env: Default::default(),
+        }
+    }
+}
+
+/// A duration written as text (`"10m"`, `"90s"`), with the rules' duration syntax; zero is
+/// refused.
+mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        match crate::rules::duration::parse(&text) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            Ok(_) => Err(serde::de::Error::custom(format!(
+                "invalid duration \"{text}\": must be longer than zero"
+            ))),
+            Err(reason) => Err(serde::de::Error::custom(format!(
+                "invalid duration \"{text}\": {reason}"
+            ))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,6 +745,28 @@ mod tests {
         assert!(same.applied.is_empty() && same.restart_needed.is_empty());
         let up = check(r#"{"upstreams": {"teams": {"command": "x"}}}"#).unwrap();
         assert_eq!(changed_keys(&boot, &up), ["upstreams.teams"]);
+    }
+
+    #[test]
+    fn the_exec_section_reads_durations_and_refuses_unknown_keys() {
+        let c = check(
+            r#"{"exec": {"kind": "claude-code", "turnTimeout": "90s", "stallTimeout": "1m",
+                "maxConcurrent": 3, "args": ["--x"], "env": {"A": "b"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.exec.kind, ExecKind::ClaudeCode);
+        assert_eq!(c.exec.turn_timeout, Duration::from_secs(90));
+        assert_eq!(c.exec.stall_timeout, Duration::from_secs(60));
+        assert_eq!(c.exec.max_concurrent, 3);
+        for bad in [
+            r#"{"exec": {"turnTimeout": "30"}}"#,
+            r#"{"exec": {"stallTimeout": "0"}}"#,
+            r#"{"exec": {"kind": "codex"}}"#,
+            r#"{"exec": {"comand": "x"}}"#,
+        ] {
+            let errors = check(bad).unwrap_err();
+            assert!(errors[0].line.is_some(), "{bad}: {errors:?}");
+        }
     }
 
     #[test]

@@ -256,11 +256,28 @@ impl Metrics {
             ("denied", lifecycle.denied),
             ("expired", lifecycle.expired),
             ("resolved", lifecycle.resolved),
+            ("running", lifecycle.running),
+            ("succeeded", lifecycle.succeeded),
+            ("failed", lifecycle.failed),
+            ("cancelled", lifecycle.cancelled),
         ];
         for (state, n) in transitions {
             let _ = writeln!(
                 out,
                 "switchboard_action_transitions_total{{state=\"{state}\"}} {n}"
+            );
+        }
+        family(
+            &mut out,
+            "switchboard_exec_failures_total",
+            "counter",
+            "Exec runs that did not succeed, by kind.",
+        );
+        for kind in crate::delivery::exec::event::ExecFailure::ALL {
+            let n = lifecycle.exec_failures.get(&kind).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "switchboard_exec_failures_total{{kind=\"{kind}\"}} {n}"
             );
         }
         family(

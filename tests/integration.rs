@@ -6,12 +6,14 @@ mod integration {
 
     mod cli;
     mod daemon;
+    mod exec;
     mod faults;
     mod hostile;
     mod inbox;
     mod ingest;
     mod lifecycle;
     mod mcp;
+    mod model_double;
     mod npm;
     mod oncall;
     mod python_sdk;

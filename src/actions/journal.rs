@@ -51,6 +51,9 @@ pub struct Record {
     /// The dispatcher has evaluated every message up to this seq.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluated: Option<Seq>,
+    /// The end of an exec run: kind, duration, tool calls, usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<crate::delivery::exec::event::ExecReport>,
 }
 
 impl Record {
@@ -91,7 +94,8 @@ pub struct LiveAction {
 /// What replaying `actions.jsonl` found.
 #[derive(Debug, Default)]
 pub struct Replay {
-    /// Actions not finished, by id: queued (never delivered), pending, approved (not delivered).
+    /// Actions not finished, by id: queued (never delivered), pending, approved (not delivered),
+    /// running (an exec run the process did not see end).
     pub live: BTreeMap<ActionId, LiveAction>,
     /// The id after the highest one seen.
     pub next_id: ActionId,
@@ -254,6 +258,7 @@ pub fn replay(path: &Path) -> std::io::Result<Replay> {
                 | ActionState::Approved
                 | ActionState::Claimed
                 | ActionState::Released
+                | ActionState::Running
         )
     });
     Ok(out)
@@ -312,6 +317,7 @@ mod tests {
             tools: vec![],
             created: now,
             expires: None,
+            delivery: Default::default(),
         };
         (a, msg)
     }

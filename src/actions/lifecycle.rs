@@ -32,7 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::{LiveAction, Record};
 use super::writer::JournalWriter;
-use super::{Action, ActionId, ActionState, Mode};
+use super::{Action, ActionId, ActionState, Delivery, Mode};
+use crate::delivery::exec::event::{ExecFailure, ExecReport};
 use crate::message::{Message, Seq};
 
 /// What a delivered item asks of the agent.
@@ -74,6 +75,9 @@ pub struct Item {
     pub expires_at: Option<DateTime<Utc>>,
     /// The source message, as its own field: untrusted data, grants no permission.
     pub message: Arc<Message>,
+    /// `exec`: run by the exec runner, never offered to a wait (`wait` is left out).
+    #[serde(default, skip_serializing_if = "Delivery::is_wait")]
+    pub delivery: Delivery,
 }
 
 impl Item {
@@ -91,6 +95,7 @@ impl Item {
             tools: action.tools,
             expires_at: action.expires,
             message,
+            delivery: action.delivery,
         }
     }
 }
@@ -179,6 +184,37 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// Auto work of an exec rule was queued for the exec runner (never offered to sessions).
+    ExecQueued {
+        /// The item.
+        item: Item,
+    },
+    /// The exec runner started a headless host on auto work.
+    Running {
+        /// The action id.
+        id: ActionId,
+        /// The rule.
+        rule: String,
+    },
+    /// An exec run ended: `succeeded`, `failed` or `cancelled`.
+    Finished {
+        /// The action id.
+        id: ActionId,
+        /// The rule.
+        rule: String,
+        /// `succeeded`, `failed` or `cancelled`.
+        state: ActionState,
+        /// Why it failed or was cancelled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<ExecFailure>,
+        /// The reason, for people.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// How long it ran.
+        duration_ms: u64,
+        /// How many tool calls it made.
+        tool_calls: usize,
+    },
     /// An action was refused or evicted by a full queue.
     Dropped {
         /// The action id.
@@ -232,6 +268,10 @@ struct State {
     /// Confirm requests whose creation record is on its way to the disk.
     staged: usize,
     work: VecDeque<Item>,
+    /// Auto work for the exec runner, oldest first.
+    exec: VecDeque<Item>,
+    /// Exec runs in flight.
+    running: HashMap<ActionId, Item>,
     claims: HashMap<ActionId, Claim>,
     consumers: HashMap<String, Consumer>,
     sessions: HashMap<SessionId, Session>,
@@ -265,6 +305,21 @@ pub struct Counters {
     /// Confirms resolved by a later message.
     #[serde(default)]
     pub resolved: u64,
+    /// Exec runs started.
+    #[serde(default)]
+    pub running: u64,
+    /// Exec runs that succeeded.
+    #[serde(default)]
+    pub succeeded: u64,
+    /// Exec runs that failed (any kind but `cancelled`).
+    #[serde(default)]
+    pub failed: u64,
+    /// Exec runs cancelled.
+    #[serde(default)]
+    pub cancelled: u64,
+    /// Exec runs that did not succeed, by kind (`cancelled` included).
+    #[serde(default)]
+    pub exec_failures: BTreeMap<ExecFailure, u64>,
 }
 
 /// Queue depths and counters, for `inbox_stats`, `stats` and `/metrics`.
@@ -282,6 +337,12 @@ pub struct LifecycleStats {
     pub claimed_work: usize,
     /// Live sessions.
     pub sessions: usize,
+    /// Auto work waiting for an exec slot.
+    #[serde(default)]
+    pub exec_queued: usize,
+    /// Exec runs in flight.
+    #[serde(default)]
+    pub exec_running: usize,
     /// Counters since start.
     pub counters: Counters,
     /// `ok`, `failing: CAUSE`, or `memory`.
@@ -324,6 +385,8 @@ struct Inner {
     evaluated: tokio::sync::watch::Sender<Seq>,
     /// Each queue's capacity; `actions.queueCapacity`, changed live by a config reload.
     capacity: std::sync::atomic::AtomicUsize,
+    /// Woken when exec work is queued.
+    exec_wake: Notify,
 }
 
 /// The lifecycle handle (cheap to clone).
@@ -350,6 +413,7 @@ impl Lifecycle {
                 expiry: Notify::new(),
                 evaluated: tokio::sync::watch::Sender::new(0),
                 capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),
+                exec_wake: Notify::new(),
             }),
         }
     }
@@ -362,12 +426,41 @@ impl Lifecycle {
 
     /// Rebuilds the queues from the actions journal at boot. Claims die with the process that
     /// held them, so claimed and released work is queued again.
+    ///
+    /// Exec work not started yet is queued for the runner again; a run that was `running` when
+    /// the process died is recorded as `failed` with reason `interrupted` (never a silent gap).
     pub fn restore(&self, live: impl IntoIterator<Item = LiveAction>) {
+        let now = Utc::now();
+        let mut records = Vec::new();
+        let mut events = Vec::new();
         let mut s = self.inner.state.lock().unwrap();
         for l in live {
             let mode = l.action.mode;
             let mut item = Item::new(l.action, Arc::new(l.message));
             match (l.state, mode) {
+                (ActionState::Running, Mode::Auto) => {
+                    let report = ExecReport {
+                        kind: Some(ExecFailure::Failed),
+                        ..ExecReport::default()
+                    };
+                    s.finish(
+                        &item,
+                        ActionState::Failed,
+                        Some("interrupted".into()),
+                        report,
+                        now,
+                        &mut records,
+                        &mut events,
+                    );
+                    tracing::warn!(
+                        action_id = item.action_id,
+                        rule = %item.rule,
+                        "exec run was interrupted by a stop of switchboard; recorded as failed"
+                    );
+                }
+                (ActionState::Queued, Mode::Auto) if item.delivery == Delivery::Exec => {
+                    s.exec.push_back(item)
+                }
                 (ActionState::Pending, Mode::Confirm) => {
                     s.confirms.insert(item.action_id, item);
                 }
@@ -392,8 +485,86 @@ impl Lifecycle {
                 _ => {}
             }
         }
+        self.inner.journal.submit(records);
         drop(s);
+        self.publish(events);
         self.inner.expiry.notify_one();
+        self.inner.exec_wake.notify_one();
+    }
+
+    /// Waits for exec work and marks it `running` (journalled, published); `None` once
+    /// `shutdown` fires. The caller holds a concurrency slot before it asks; `on_start` runs
+    /// before the `running` event is published (so a cancel prompted by the event finds the run).
+    pub async fn next_exec(
+        &self,
+        shutdown: &CancellationToken,
+        on_start: impl FnOnce(&Item),
+    ) -> Option<Item> {
+        let mut on_start = Some(on_start);
+        loop {
+            let notified = self.inner.exec_wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if shutdown.is_cancelled() {
+                return None;
+            }
+            let started = {
+                let mut s = self.inner.state.lock().unwrap();
+                s.exec.pop_front().inspect(|item| {
+                    s.counters.running += 1;
+                    s.running.insert(item.action_id, item.clone());
+                    self.inner.journal.submit(vec![Record::transition(
+                        item.action_id,
+                        ActionState::Running,
+                        Utc::now(),
+                    )]);
+                })
+            };
+            if let Some(item) = started {
+                if let Some(f) = on_start.take() {
+                    f(&item);
+                }
+                self.publish(vec![Event::Running {
+                    id: item.action_id,
+                    rule: item.rule.clone(),
+                }]);
+                return Some(item);
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                _ = notified => {}
+            }
+        }
+    }
+
+    /// Ends an exec run: `succeeded`, `failed` or `cancelled`, with the run's report (kind,
+    /// duration, tool calls, usage) in the record.
+    pub fn finish_exec(
+        &self,
+        id: ActionId,
+        state: ActionState,
+        reason: Option<String>,
+        report: ExecReport,
+    ) {
+        let mut records = Vec::new();
+        let mut events = Vec::new();
+        {
+            let mut s = self.inner.state.lock().unwrap();
+            let Some(item) = s.running.remove(&id) else {
+                return;
+            };
+            s.finish(
+                &item,
+                state,
+                reason,
+                report,
+                Utc::now(),
+                &mut records,
+                &mut events,
+            );
+            self.inner.journal.submit(records);
+        }
+        self.publish(events);
     }
 
     /// Offers the actions of evaluated messages; `evaluated` is the dispatcher's new mark,
@@ -409,6 +580,7 @@ impl Lifecycle {
         let mut records = Vec::with_capacity(actions.len() + 1);
         let mut events = Vec::new();
         let mut staged = Vec::new();
+        let mut exec_queued = false;
         let cap = self.capacity();
         {
             let mut s = self.inner.state.lock().unwrap();
@@ -438,7 +610,12 @@ impl Lifecycle {
                     }
                     Mode::Confirm | Mode::Auto
                         if (action.mode == Mode::Confirm && s.confirms.len() + s.staged >= cap)
-                            || (action.mode == Mode::Auto && s.work.len() >= cap) =>
+                            || (action.mode == Mode::Auto
+                                && action.delivery == Delivery::Wait
+                                && s.work.len() >= cap)
+                            || (action.mode == Mode::Auto
+                                && action.delivery == Delivery::Exec
+                                && s.exec.len() >= cap) =>
                     {
                         let reason = format!("{} queue full ({cap}): newest refused", action.mode);
                         s.drop_one(
@@ -476,9 +653,18 @@ impl Lifecycle {
                         staged.push(item.clone());
                         continue;
                     }
+                    _ if item.delivery == Delivery::Exec => {
+                        exec_queued = true;
+                        s.exec.push_back(item.clone())
+                    }
                     _ => s.work.push_back(item.clone()),
                 }
-                events.push(Event::Queued { item: item.clone() });
+                if item.delivery == Delivery::Exec {
+                    // Its own event: nothing that pushes `queued` work to sessions sees it.
+                    events.push(Event::ExecQueued { item: item.clone() });
+                } else {
+                    events.push(Event::Queued { item: item.clone() });
+                }
                 out.queued.push(item);
             }
             s.trim_delivered_nudges(cap);
@@ -498,6 +684,9 @@ impl Lifecycle {
         if !events.is_empty() {
             self.publish(events);
             self.inner.wake.notify_waiters();
+        }
+        if exec_queued {
+            self.inner.exec_wake.notify_one();
         }
         if staged.is_empty() {
             self.mark_evaluated(evaluated);
@@ -1034,6 +1223,8 @@ impl Lifecycle {
             queued_work: s.work.len(),
             claimed_work: s.claims.len(),
             sessions: s.sessions.len(),
+            exec_queued: s.exec.len(),
+            exec_running: s.running.len(),
             counters: s.counters.clone(),
             actions_journal: self.inner.journal.status(),
         }
@@ -1054,6 +1245,42 @@ impl Lifecycle {
 }
 
 impl State {
+    /// Records the end of an exec run of `item`.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &mut self,
+        item: &Item,
+        state: ActionState,
+        reason: Option<String>,
+        report: ExecReport,
+        now: DateTime<Utc>,
+        records: &mut Vec<Record>,
+        events: &mut Vec<Event>,
+    ) {
+        match state {
+            ActionState::Succeeded => self.counters.succeeded += 1,
+            ActionState::Cancelled => self.counters.cancelled += 1,
+            _ => self.counters.failed += 1,
+        }
+        if let Some(kind) = report.kind {
+            *self.counters.exec_failures.entry(kind).or_default() += 1;
+        }
+        events.push(Event::Finished {
+            id: item.action_id,
+            rule: item.rule.clone(),
+            state,
+            kind: report.kind,
+            reason: reason.clone(),
+            duration_ms: report.duration_ms,
+            tool_calls: report.tool_calls.len(),
+        });
+        records.push(Record {
+            reason,
+            exec: Some(report),
+            ..Record::transition(item.action_id, state, now)
+        });
+    }
+
     fn ensure_consumer(&mut self, name: &str, cursor: Option<Seq>) -> Consumer {
         if let Some(c) = self.consumers.get(name) {
             return *c;

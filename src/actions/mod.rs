@@ -10,6 +10,8 @@ pub mod writer;
 
 pub use lifecycle::{ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId};
 
+pub use crate::delivery::exec::event::{ExecFailure, ExecReport};
+
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -62,6 +64,32 @@ impl std::fmt::Display for Mode {
     }
 }
 
+/// How a rule's auto prompt is run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// Queued for the in-session agent's `wait_for_inbound_message` (and push).
+    #[default]
+    Wait,
+    /// Run in a fresh headless host by the exec runner ([`crate::delivery::exec`]).
+    Exec,
+}
+
+impl Delivery {
+    /// The default, left out of records and items.
+    pub fn is_wait(&self) -> bool {
+        *self == Delivery::Wait
+    }
+
+    /// The lowercase name used in files and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Wait => "wait",
+            Delivery::Exec => "exec",
+        }
+    }
+}
+
 /// One action, as the engine creates it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Action {
@@ -83,6 +111,9 @@ pub struct Action {
     /// When a confirm expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<DateTime<Utc>>,
+    /// How an auto prompt is run (`wait`, the default, is left out).
+    #[serde(default, skip_serializing_if = "Delivery::is_wait")]
+    pub delivery: Delivery,
 }
 
 /// A state in an action's lifecycle.
@@ -113,8 +144,10 @@ pub enum ActionState {
     Running,
     /// Exec runner finished it successfully.
     Succeeded,
-    /// Exec runner failed.
+    /// Exec runner failed (a kind and a reason say why).
     Failed,
+    /// Exec run stopped before it finished (cancelled, or the daemon stopped).
+    Cancelled,
     /// Refused because its queue was full.
     Dropped,
 }
@@ -136,6 +169,7 @@ impl ActionState {
             ActionState::Running => "running",
             ActionState::Succeeded => "succeeded",
             ActionState::Failed => "failed",
+            ActionState::Cancelled => "cancelled",
             ActionState::Dropped => "dropped",
         }
     }

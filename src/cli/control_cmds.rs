@@ -279,6 +279,7 @@ fn stats_text(s: &serde_json::Value) -> String {
             n(&d["sessions"]),
             dropped
         ),
+        exec_line(&s["exec"]),
         format!(
             "          {} waits in flight; actions journal {}",
             n(&s["wait_calls_in_flight"]),
@@ -296,6 +297,30 @@ fn stats_text(s: &serde_json::Value) -> String {
         out.push("(`switchboard pending` lists the open confirms)".into());
     }
     out.join("\n")
+}
+
+/// The `exec` line of `stats`: host, readiness, runs.
+fn exec_line(e: &serde_json::Value) -> String {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let failed: u64 = e["failed"]
+        .as_object()
+        .map(|m| m.values().map(n).sum())
+        .unwrap_or(0);
+    format!(
+        "exec      {} (`{}`{}), preflight {}; {} running of {}, {} queued, {} succeeded, {} not",
+        e["host"].as_str().unwrap_or("?"),
+        e["command"].as_str().unwrap_or("?"),
+        e["version"]
+            .as_str()
+            .map(|v| format!(" {v}"))
+            .unwrap_or_default(),
+        e["preflight"].as_str().unwrap_or("?"),
+        n(&e["running"]),
+        n(&e["max_concurrent"]),
+        n(&e["queued"]),
+        n(&e["succeeded"]),
+        failed
+    )
 }
 
 /// `switchboard pending`: open confirm requests with rule, channel, excerpt and time left.

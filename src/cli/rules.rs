@@ -331,6 +331,9 @@ fn action_line(index: usize, action: &crate::actions::Action) -> Value {
     {
         line["expires_at"] = format_timestamp(expires).into();
     }
+    if !action.delivery.is_wait() {
+        line["delivery"] = action.delivery.as_str().into();
+    }
     line
 }
 

@@ -295,6 +295,34 @@ fn transition_line(e: &Event) -> String {
         Event::Dropped {
             id, rule, reason, ..
         } => format!("dropped #{id} [{rule}]: {reason}"),
+        Event::ExecQueued { item } => format!(
+            "queued #{} [{}] for the exec host: {}",
+            item.action_id,
+            item.rule,
+            item.prompt.lines().next().unwrap_or_default()
+        ),
+        Event::Running { id, rule } => format!("running #{id} [{rule}] in the exec host"),
+        Event::Finished {
+            id,
+            rule,
+            state,
+            kind,
+            reason,
+            duration_ms,
+            tool_calls,
+        } => {
+            let why = match (kind, reason) {
+                (Some(k), Some(r)) => format!(" {k}: {r}"),
+                (Some(k), None) => format!(" {k}"),
+                (None, Some(r)) => format!(": {r}"),
+                (None, None) => String::new(),
+            };
+            format!(
+                "{} #{id} [{rule}] after {:.1}s, {tool_calls} tool calls{why}",
+                state.as_str(),
+                *duration_ms as f64 / 1000.0
+            )
+        }
     }
 }
 
@@ -407,6 +435,7 @@ mod tests {
             tools: vec![],
             expires_at: None,
             message: std::sync::Arc::new(message("hi")),
+            delivery: Default::default(),
         };
         let v = json_line(&WatchEvent::Action(Event::Queued { item }));
         assert_eq!(v["event"], "queued");

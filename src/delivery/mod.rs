@@ -1,9 +1,11 @@
 //! Delivery: how actions reach agents and people.
 //!
 //! - [`mcp`]: the MCP server (tools, long-poll wait, push) over stdio and streamable HTTP.
+//! - [`exec`]: the headless runner for `"delivery": "exec"` rules (Copilot CLI, Claude Code).
 //!
 //! The queues and claims behind the wait live in [`crate::actions::lifecycle`].
 
+pub mod exec;
 pub mod mcp;
 
 pub use crate::actions::{ConfirmError, Item, ItemKind};

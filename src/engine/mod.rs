@@ -309,6 +309,7 @@ impl Engine {
             tools: rule.tools.clone(),
             created: now,
             expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
+            delivery: rule.delivery,
         });
         Decision::Fired(id)
     }

@@ -95,6 +95,7 @@ mod tests {
             tools: vec![],
             expires_at: None,
             message,
+            delivery: Default::default(),
         }
     }
 

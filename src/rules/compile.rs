@@ -13,7 +13,7 @@ use super::file::{KeyPos, Locator, Pos, RULE_KEYS, RawRule, TOP_KEYS};
 use super::pattern::{NamePattern, compile_glob};
 use super::template::Template;
 use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet, duration};
-use crate::actions::Mode;
+use crate::actions::{Delivery, Mode};
 
 /// Compiles the text of a rules file.
 pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
@@ -437,23 +437,48 @@ impl RuleCx<'_> {
             },
         };
 
-        match raw.delivery.as_deref().map(str::trim) {
-            None | Some("") | Some("session") => {}
-            Some(other) => {
+        let tools_for_exec = &tools;
+        let delivery = match raw.delivery.as_deref().map(str::trim) {
+            None | Some("") | Some("wait") | Some("session") => Delivery::Wait,
+            Some("exec") if mode == Mode::Auto => {
+                for tool in tools_for_exec.iter().filter(|t| t.contains(',')) {
+                    let at = self.value_pos("tools");
+                    self.error(
+                        ErrorCode::InvalidGlob,
+                        Some("tools"),
+                        at,
+                        format!(
+                            "`tools` entry \"{tool}\" cannot contain `,` with `delivery` \"exec\": the hosts take the whitelist as a comma-separated list; list each tool on its own"
+                        ),
+                    );
+                }
+                Delivery::Exec
+            }
+            Some("exec") => {
                 let at = self.value_pos("delivery");
-                let hint = if other == "exec" {
-                    "the headless exec runner is not part of this build"
-                } else {
-                    "the only delivery is \"session\""
-                };
                 self.error(
                     ErrorCode::ParseError,
                     Some("delivery"),
                     at,
-                    format!("unsupported `delivery` \"{other}\"; {hint}"),
+                    format!(
+                        "`delivery` \"exec\" runs auto prompts only, and this rule's mode is `{mode}`; set `mode` to \"auto\" or drop `delivery`"
+                    ),
                 );
+                Delivery::Wait
             }
-        }
+            Some(other) => {
+                let at = self.value_pos("delivery");
+                self.error(
+                    ErrorCode::ParseError,
+                    Some("delivery"),
+                    at,
+                    format!(
+                        "unsupported `delivery` \"{other}\"; use \"wait\" (default) or \"exec\""
+                    ),
+                );
+                Delivery::Wait
+            }
+        };
 
         let resolve = self.resolve(&raw, mode);
 
@@ -468,6 +493,7 @@ impl RuleCx<'_> {
             content_regex,
             prompt,
             tools: tools.into_iter().map(|t| t.trim().to_string()).collect(),
+            delivery,
             rate_limit,
             dedup_window,
             dedup_key,

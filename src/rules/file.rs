@@ -70,8 +70,11 @@ pub struct RawRule {
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// `session` (default): delivered to the agent through the wait tool and push.
+    /// `wait` (default; `session` is accepted as an alias): an auto prompt waits for the
+    /// in-session agent's wait tool. `exec`: it runs in a fresh headless host (the `exec`
+    /// section of `switchboard.json`); auto rules only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::actions::Delivery>")]
     pub delivery: Option<String>,
     /// Confirm rules: a later message matching the rule's `server` and `channel` and this
     /// regex closes the rule's pending confirms whose source message renders the same

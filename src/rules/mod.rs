@@ -24,7 +24,7 @@ pub use file::{RawFile, RawRule};
 pub use pattern::NamePattern;
 pub use template::Template;
 
-use crate::actions::Mode;
+use crate::actions::{Delivery, Mode};
 use crate::message::Message;
 
 /// How long a confirm waits for an answer when the rule does not say.
@@ -63,6 +63,8 @@ pub struct Rule {
     pub prompt: Option<Template>,
     /// Tool whitelist (names or globs).
     pub tools: Vec<String>,
+    /// How an auto prompt is run: the wait tool (default) or the exec runner.
+    pub delivery: Delivery,
     /// Cooldown or quota.
     pub rate_limit: RateLimit,
     /// Dedup window; `None` = no dedup.

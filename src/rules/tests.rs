@@ -188,6 +188,14 @@ fn validation_codes_table() {
             r#"{"rules":[{"name":"a","delivery":"exec"}]}"#,
             &[(ParseError, Some(0), Some("delivery"), 1, 34)],
         ),
+        (
+            r#"{"rules":[{"name":"a","delivery":"later"}]}"#,
+            &[(ParseError, Some(0), Some("delivery"), 1, 34)],
+        ),
+        (
+            r#"{"rules":[{"name":"a","mode":"auto","prompt":"p","delivery":"exec","tools":["{a,b}"]}]}"#,
+            &[(InvalidGlob, Some(0), Some("tools"), 1, 76)],
+        ),
     ];
     for (text, want) in cases {
         check(text, want);

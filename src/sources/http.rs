@@ -524,6 +524,16 @@ async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
             "MCP sessions connected now.",
             delivery.sessions as f64,
         ),
+        (
+            "switchboard_exec_running",
+            "Exec runs in flight.",
+            delivery.exec_running as f64,
+        ),
+        (
+            "switchboard_exec_queued",
+            "Exec work waiting for a slot.",
+            delivery.exec_queued as f64,
+        ),
     ];
     (
         [(

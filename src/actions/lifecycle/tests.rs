@@ -15,6 +15,7 @@ fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>
         tools: vec!["t".into()],
         created: now,
         expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
+        delivery: Default::default(),
     };
     (a, Arc::new(msg))
 }
@@ -461,5 +462,80 @@ async fn a_resolved_confirm_is_closed_told_journalled_and_stays_closed() {
         replay.live.keys().copied().collect::<Vec<_>>(),
         [2],
         "a resolved confirm is not restored"
+    );
+}
+
+#[tokio::test]
+async fn exec_work_goes_to_the_runner_never_to_a_wait_and_a_crash_mid_run_is_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("actions.jsonl");
+    let now = Utc::now();
+    let exec_action = |id| {
+        let (mut a, m) = action(id, Mode::Auto, now);
+        a.delivery = Delivery::Exec;
+        (a, m)
+    };
+    {
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let lc = Lifecycle::new(8, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+        let mut rx = lc.subscribe();
+        let s = lc.open_session("copilot#1", false, None);
+        lc.offer(
+            vec![exec_action(1), exec_action(2), action(3, Mode::Auto, now)],
+            Some(3),
+            now,
+        )
+        .await;
+        assert_eq!(
+            ids(&lc.take(s, "copilot#1", 10)),
+            [(ItemKind::Auto, 3)],
+            "exec work is not offered to a session"
+        );
+        let stats = lc.stats();
+        assert_eq!((stats.exec_queued, stats.queued_work), (2, 0));
+        let mut published = events(&mut rx);
+        published.retain(|e| matches!(e, Event::Queued { .. } | Event::ExecQueued { .. }));
+        assert!(
+            matches!(
+                &published[..],
+                [Event::ExecQueued { .. }, Event::ExecQueued { .. }, Event::Queued { item }]
+                    if item.action_id == 3
+            ),
+            "exec work is never published as `queued` (push would offer it): {published:?}"
+        );
+        let token = CancellationToken::new();
+        let first = lc.next_exec(&token, |_| {}).await.unwrap();
+        assert_eq!(first.action_id, 1);
+        let second = lc.next_exec(&token, |_| {}).await.unwrap();
+        lc.finish_exec(
+            second.action_id,
+            ActionState::Succeeded,
+            None,
+            ExecReport::default(),
+        );
+        assert_eq!(lc.stats().counters.succeeded, 1);
+        assert_eq!(lc.stats().exec_running, 1);
+        token.cancel();
+        assert!(lc.next_exec(&token, |_| {}).await.is_none());
+        lc.flush().await;
+        // Action 1 is still `running` on disk: the process "dies" here.
+    }
+    let (log, replay) = ActionLog::open(&path).unwrap();
+    assert_eq!(replay.live[&1].state, ActionState::Running);
+    assert!(!replay.live.contains_key(&2), "a finished run is not live");
+    let lc = Lifecycle::new(8, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+    let mut rx = lc.subscribe();
+    lc.restore(replay.live.into_values());
+    lc.flush().await;
+    assert!(matches!(
+        &events(&mut rx)[..],
+        [Event::Finished { id: 1, state: ActionState::Failed, reason: Some(r), .. }] if r == "interrupted"
+    ));
+    assert_eq!(lc.stats().counters.failed, 1);
+    let (_, again) = ActionLog::open(&path).unwrap();
+    assert_eq!(
+        again.live.keys().copied().collect::<Vec<_>>(),
+        vec![3],
+        "the failed run is recorded once; only the claimed wait work stays live"
     );
 }

@@ -1,0 +1,487 @@
+//! One headless host process: spawn, read, time out, stop.
+//!
+//! The child gets no stdin and never inherits switchboard's stdout (the MCP channel in stdio
+//! mode): its stdout is read line by line (a line may be up to [`MAX_LINE`] bytes; a longer
+//! one, or one that is not JSON, is counted as malformed and skipped, never fatal) and its
+//! stderr is drained on its own task, keeping the tail for the failure reason. It runs in its
+//! own process group, so a stop reaches whatever it started (Copilot CLI's npm loader starts a
+//! native binary). A run ends when the child exits, or is stopped — SIGTERM to the group, then
+//! SIGKILL after [`KILL_GRACE`] — on `turnTimeout` (`timeout`), `stallTimeout` without a line
+//! (`stalled`) or cancellation (`cancelled`).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use super::Normaliser;
+use super::event::{ExecEvent, ExecFailure, ExecReport, ToolCall, cut};
+
+/// The longest stdout line read; a longer one is skipped as malformed.
+pub const MAX_LINE: usize = 10 * 1024 * 1024;
+
+/// How long a stopped child has between SIGTERM and SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// How much of stderr is kept for the failure reason.
+const STDERR_TAIL: usize = 8 * 1024;
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The binary (a name looked up on `PATH`, or a path).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment, over the daemon's.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: Option<PathBuf>,
+}
+
+/// When to stop it.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// The whole run.
+    pub turn_timeout: Duration,
+    /// Without a line on stdout.
+    pub stall_timeout: Duration,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+}
+
+/// How a run ended: `None` = succeeded, else the kind and the reason; with the report.
+pub struct Ended {
+    /// The failure, if any.
+    pub failure: Option<(ExecFailure, String)>,
+    /// Duration, exit code, turns, tool calls, usage, malformed lines, result.
+    pub report: ExecReport,
+}
+
+/// Runs `launch` to its end, feeding each stdout line through `normaliser` and each event to
+/// `on_event`.
+pub async fn run(
+    launch: &Launch,
+    normaliser: &mut dyn Normaliser,
+    limits: Limits,
+    cancel: &CancellationToken,
+    mut on_event: impl FnMut(&ExecEvent),
+) -> Ended {
+    let started = Instant::now();
+    let mut report = ExecReport::default();
+    let mut cmd = Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = &launch.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let failure = if e.kind() == std::io::ErrorKind::NotFound {
+                (
+                    ExecFailure::AgentNotFound,
+                    format!(
+                        "exec: `{}` not found: {e}; install it or set `exec.command`",
+                        launch.program
+                    ),
+                )
+            } else {
+                (
+                    ExecFailure::Failed,
+                    format!("exec: cannot start `{}`: {e}", launch.program),
+                )
+            };
+            report.duration_ms = ms(started.elapsed());
+            return Ended {
+                failure: Some(failure),
+                report,
+            };
+        }
+    };
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let stderr_tail = tokio::spawn(drain_tail(stderr));
+
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line = Vec::new();
+    let mut overflow = false;
+    let deadline = tokio::time::Instant::now() + limits.turn_timeout;
+    let mut open_tools: HashMap<String, (usize, Instant)> = HashMap::new();
+    let mut host_error: Option<String> = None;
+    let mut result: Option<(bool, Option<String>)> = None;
+    let mut stopped: Option<(ExecFailure, String)> = None;
+    loop {
+        let next = tokio::time::timeout(
+            limits.stall_timeout,
+            next_line(&mut reader, &mut line, &mut overflow),
+        );
+        let got = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                stopped = Some((ExecFailure::Cancelled, "cancelled".into()));
+                break;
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                stopped = Some((
+                    ExecFailure::Timeout,
+                    format!("the run took longer than `turnTimeout` ({})", show(limits.turn_timeout)),
+                ));
+                break;
+            }
+            got = next => got,
+        };
+        let got = match got {
+            Err(_) => {
+                stopped = Some((
+                    ExecFailure::Stalled,
+                    format!(
+                        "the host printed nothing for `stallTimeout` ({})",
+                        show(limits.stall_timeout)
+                    ),
+                ));
+                break;
+            }
+            Ok(got) => got,
+        };
+        let bytes = match got {
+            Ok(Some(Some(bytes))) => bytes,
+            Ok(Some(None)) => {
+                report.malformed_lines += 1;
+                tracing::warn!(max = MAX_LINE, "exec: host output line too long; skipped");
+                continue;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(cause = %e, "exec: reading the host's output failed");
+                break;
+            }
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            report.malformed_lines += 1;
+            tracing::debug!(
+                line = %cut(&String::from_utf8_lossy(&bytes), 200),
+                "exec: host output line is not JSON; skipped"
+            );
+            continue;
+        };
+        for event in normaliser.line(&value) {
+            match &event {
+                ExecEvent::TurnStart => report.turns += 1,
+                ExecEvent::ToolStart { id, name } => {
+                    open_tools.insert(id.clone(), (report.tool_calls.len(), Instant::now()));
+                    report.tool_calls.push(ToolCall {
+                        name: name.clone(),
+                        duration_ms: 0,
+                        success: false,
+                    });
+                }
+                ExecEvent::ToolComplete { id, success, .. } => {
+                    if let Some((i, at)) = open_tools.remove(id) {
+                        report.tool_calls[i].duration_ms = ms(at.elapsed());
+                        report.tool_calls[i].success = *success;
+                    }
+                }
+                ExecEvent::Message { text } => report.result = Some(cut(text, 4096)),
+                ExecEvent::Error { text, auth } => {
+                    host_error = Some(cut(text, 1024));
+                    if *auth {
+                        stopped = Some((ExecFailure::AuthMissing, cut(text, 1024)));
+                    }
+                }
+                ExecEvent::Result {
+                    is_error,
+                    exit_code,
+                    usage,
+                    text,
+                } => {
+                    if usage.is_some() {
+                        report.usage = usage.clone();
+                    }
+                    if let Some(code) = exit_code {
+                        report.exit_code = Some(*code);
+                    }
+                    if let Some(t) = text {
+                        report.result = Some(cut(t, 4096));
+                    }
+                    result = Some((*is_error, text.clone()));
+                }
+                ExecEvent::TurnEnd => {}
+            }
+            on_event(&event);
+        }
+        if stopped.is_some() {
+            break;
+        }
+    }
+    // Stopped, or stdout closed: wait for the exit within what is left of the run.
+    let status = match stopped {
+        Some(_) => {
+            terminate(&mut child, limits.kill_grace).await;
+            None
+        }
+        None => {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    stopped = Some((ExecFailure::Cancelled, "cancelled".into()));
+                    terminate(&mut child, limits.kill_grace).await;
+                    None
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    stopped = Some((
+                        ExecFailure::Timeout,
+                        format!("the run took longer than `turnTimeout` ({})", show(limits.turn_timeout)),
+                    ));
+                    terminate(&mut child, limits.kill_grace).await;
+                    None
+                }
+                status = child.wait() => status.ok(),
+            }
+        }
+    };
+    let tail = stderr_tail.await.unwrap_or_default();
+    report.duration_ms = ms(started.elapsed());
+    if let Some(stopped) = stopped {
+        return Ended {
+            failure: Some(stopped),
+            report,
+        };
+    }
+    let code = status.and_then(|s| s.code());
+    if code.is_some() {
+        report.exit_code = code;
+    }
+    let last_stderr = tail
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| cut(l.trim(), 512));
+    let said = host_error
+        .clone()
+        .or_else(|| {
+            result
+                .as_ref()
+                .and_then(|(e, t)| e.then(|| t.clone()).flatten())
+        })
+        .or(last_stderr)
+        .unwrap_or_default();
+    let failure = match (status, code) {
+        (_, Some(127)) => Some((
+            ExecFailure::AgentNotFound,
+            format!(
+                "exec: `{}` exited 127 (command not found){}",
+                launch.program,
+                colon(&said)
+            ),
+        )),
+        (Some(s), None) => {
+            use std::os::unix::process::ExitStatusExt;
+            Some((
+                ExecFailure::Failed,
+                format!(
+                    "the host was killed by signal {}{}",
+                    s.signal().unwrap_or(0),
+                    colon(&said)
+                ),
+            ))
+        }
+        (None, _) => Some((
+            ExecFailure::Failed,
+            "the host's exit status was lost".into(),
+        )),
+        (_, Some(0)) if !result.as_ref().is_some_and(|(e, _)| *e) => None,
+        (_, Some(c)) => {
+            let kind = if looks_like_auth(&said) || looks_like_auth(&tail) {
+                ExecFailure::AuthMissing
+            } else {
+                ExecFailure::Failed
+            };
+            let how = if c == 0 {
+                "the host reported an error".to_string()
+            } else {
+                format!("the host exited with {c}")
+            };
+            Some((kind, format!("{how}{}", colon(&said))))
+        }
+    };
+    Ended { failure, report }
+}
+
+/// `": TEXT"`, or nothing for an empty text.
+fn colon(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
+}
+
+/// Whether a host's words say it has no usable credentials.
+pub fn looks_like_auth(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "not logged in",
+        "please log in",
+        "please login",
+        "/login",
+        "unauthorized",
+        "authentication",
+        "invalid api key",
+        "invalid x-api-key",
+        "no authentication",
+        "api key",
+        "401",
+    ]
+    .iter()
+    .any(|p| t.contains(p))
+}
+
+/// The next line: `Ok(Some(Some(bytes)))`, `Ok(Some(None))` for a line over [`MAX_LINE`]
+/// (skipped to its end), `Ok(None)` at the end of the stream. Keeps a partial line in `line`
+/// across calls, so a timed-out call loses nothing.
+async fn next_line(
+    reader: &mut (impl AsyncBufReadExt + Unpin),
+    line: &mut Vec<u8>,
+    overflow: &mut bool,
+) -> std::io::Result<Option<Option<Vec<u8>>>> {
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            if *overflow {
+                *overflow = false;
+                return Ok(Some(None));
+            }
+            if line.is_empty() {
+                return Ok(None);
+            }
+            return Ok(Some(Some(std::mem::take(line))));
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        if !*overflow {
+            if line.len() + chunk.len() > MAX_LINE {
+                *overflow = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        if done.is_some() {
+            if *overflow {
+                *overflow = false;
+                return Ok(Some(None));
+            }
+            return Ok(Some(Some(std::mem::take(line))));
+        }
+    }
+}
+
+/// Reads `stream` to its end, keeping the last [`STDERR_TAIL`] bytes as text.
+async fn drain_tail(stream: impl AsyncRead + Unpin) -> String {
+    let mut reader = BufReader::new(stream);
+    let mut tail: VecDeque<u8> = VecDeque::new();
+    loop {
+        let n = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => {
+                tail.extend(buf.iter().copied());
+                buf.len()
+            }
+        };
+        reader.consume(n);
+        while tail.len() > STDERR_TAIL {
+            tail.pop_front();
+        }
+    }
+    String::from_utf8_lossy(&tail.into_iter().collect::<Vec<u8>>()).into_owned()
+}
+
+/// SIGTERM to the child's process group, then SIGKILL after `grace`; reaps the child.
+async fn terminate(child: &mut Child, grace: Duration) {
+    let Some(pid) = child.id() else { return };
+    let group = -(pid as i32);
+    // SAFETY: kill(2) with a negative pid signals the process group the child leads
+    // (`process_group(0)` at spawn); it touches no memory.
+    unsafe {
+        libc::kill(group, libc::SIGTERM);
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        tracing::warn!(pid, "exec: host ignored SIGTERM; sending SIGKILL");
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(group, libc::SIGKILL);
+        }
+        let _ = child.wait().await;
+    } else {
+        // The leader is gone; anything it left in its group goes too.
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(group, libc::SIGKILL);
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u128::from(u64::MAX)) as u64
+}
+
+/// `"90s"`, `"10m"` for people.
+fn show(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_split_and_an_overlong_one_is_skipped_not_fatal() {
+        let mut input = Vec::new();
+        input.extend_from_slice(b"{\"a\":1}\n");
+        input.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
+        input.extend_from_slice(b"\nlast");
+        let mut reader = BufReader::new(&input[..]);
+        let (mut line, mut overflow) = (Vec::new(), false);
+        let mut got = Vec::new();
+        while let Some(l) = next_line(&mut reader, &mut line, &mut overflow)
+            .await
+            .unwrap()
+        {
+            got.push(l.map(|b| String::from_utf8(b).unwrap()));
+        }
+        assert_eq!(
+            got,
+            vec![
+                Some("{\"a\":1}".to_string()),
+                None,
+                Some("last".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn auth_failures_are_recognised() {
+        assert!(looks_like_auth(
+            "Error: Invalid API key · Please run /login"
+        ));
+        assert!(looks_like_auth("401 Unauthorized"));
+        assert!(!looks_like_auth("tool view failed: no such file"));
+    }
+}
