@@ -16,7 +16,8 @@
 //! content) and its own regex. Rules that share a regex share its verdict, so each distinct
 //! regex runs at most once per message; when many candidates have regexes without literals,
 //! one `RegexSet` pass answers for all of them. Candidates come out in file order, so
-//! evaluation order is the order of the file.
+//! evaluation order is the order of the file, and the list ends at the first matching rule
+//! with `stop`.
 
 use std::collections::HashMap;
 
@@ -236,7 +237,8 @@ impl Index {
         ix
     }
 
-    /// The enabled rules that match `msg`, in file order, appended to `out`.
+    /// The enabled rules that match `msg`, in file order, up to and including the first that
+    /// has `stop`, appended to `out`.
     pub fn matches(
         &self,
         rules: &RuleSet,
@@ -312,6 +314,9 @@ impl Index {
                 }
             }
             out.push(i);
+            if rule.stop {
+                break;
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The engine: given compiled rules, a message and the time, which actions fire.
 //!
 //! Pure: no I/O and no clock of its own; the caller passes `now`, so `rules test` and the tests
-//! replay time exactly. Every matching enabled rule fires, in file order; per rule the order is
+//! replay time exactly. Every matching enabled rule fires, in file order, until a matching rule
+//! with `stop` ends the message's evaluation (fired or suppressed alike); per rule the order is
 //! match → dedup → rateLimit, and state changes only when a rule fires. State (dedup windows,
 //! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
 //! unchanged. While paused nothing fires and nothing changes.
@@ -72,6 +73,8 @@ pub enum Decision {
     RateLimited,
     /// Evaluation is paused.
     Paused,
+    /// An earlier matching rule with `stop` ended evaluation for this message.
+    Stopped,
 }
 
 impl Decision {
@@ -84,6 +87,7 @@ impl Decision {
             Decision::Dedup => Some("dedup"),
             Decision::RateLimited => Some("rate_limited"),
             Decision::Paused => Some("paused"),
+            Decision::Stopped => Some("stopped"),
         }
     }
 }
@@ -211,6 +215,7 @@ impl Engine {
         self.live
             .index
             .matches(&rules, msg, &mut self.scratch, &mut hits);
+        // The index stops listing candidates after the first that has `stop`.
         for &i in &hits {
             self.decide(&rules, i as usize, msg, now, &mut eval);
         }
@@ -229,6 +234,9 @@ impl Engine {
         for (i, rule) in rules.rules().iter().enumerate() {
             if rule.enabled && rule.is_match(msg) {
                 self.decide(&rules, i, msg, now, &mut eval);
+                if rule.stop {
+                    break;
+                }
             }
         }
         eval
@@ -244,14 +252,18 @@ impl Engine {
         let mut eval = Evaluation::default();
         let rules = Arc::clone(&self.live.rules);
         let mut decisions = Vec::with_capacity(rules.len());
+        let mut stopped = false;
         for (i, rule) in rules.rules().iter().enumerate() {
             let decision = if self.paused {
                 Decision::Paused
+            } else if stopped {
+                Decision::Stopped
             } else if !rule.enabled {
                 Decision::Disabled
             } else if !rule.is_match(msg) {
                 Decision::NoMatch
             } else {
+                stopped = rule.stop;
                 self.decide(&rules, i, msg, now, &mut eval)
             };
             decisions.push((rule.name.clone(), decision));

@@ -73,6 +73,9 @@ pub struct Rule {
     pub confirm_timeout: Duration,
     /// Disabled rules never fire.
     pub enabled: bool,
+    /// When it matches a message, later rules are not tried for that message (fired or
+    /// suppressed alike).
+    pub stop: bool,
     /// Free text.
     pub description: String,
     /// The rule as written (for `rules list`).
