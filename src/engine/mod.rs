@@ -15,6 +15,7 @@ mod index;
 mod limits;
 mod literals;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -282,10 +283,11 @@ impl Engine {
     ) -> Decision {
         let rule: &Rule = &rules.rules()[i];
         let state = &mut self.state[i];
+        // The default key borrows the content; it is copied only when the rule fires.
         let dedup = rule.dedup_window.map(|window| {
             let key = match &rule.dedup_key {
-                Some(t) => t.render(msg),
-                None => default_dedup_key(&msg.content).to_string(),
+                Some(t) => Cow::Owned(t.render(msg)),
+                None => Cow::Borrowed(default_dedup_key(&msg.content)),
             };
             (key, window)
         });
@@ -308,7 +310,11 @@ impl Engine {
                 SuppressReason::RateLimited => Decision::RateLimited,
             };
         }
-        state.record(rule.rate_limit, dedup, now);
+        state.record(
+            rule.rate_limit,
+            dedup.map(|(key, window)| (key.into_owned(), window)),
+            now,
+        );
         let id = self.next_id;
         self.next_id += 1;
         eval.actions.push(Action {
