@@ -204,7 +204,7 @@ EOF
         rss=$(rss_kib)
         f=$(fds)
         ticks=$(cpu_ticks)
-        cpu=$(awk -v d=$(( ticks - last_ticks )) -v s=$(( t - last_t )) -v hz="$hz" 'BEGIN { printf "%.1f", s > 0 ? 100 * d / hz / s : 0 }')
+        cpu=$(awk -v d=$(( ticks - last_ticks )) -v s=$(( t - last_t )) -v hz="$hz" 'BEGIN { printf "%.1f", (s > 0 ? 100 * d / hz / s : 0) }')
         last_ticks=$ticks
         last_t=$t
         echo "$t $rss $f $seq $cpu" >>"$samples"
