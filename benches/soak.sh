@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Soak: mixed load on the release binary for DURATION seconds while RSS and open file
-# descriptors are sampled every SAMPLE seconds. Prints the samples and a Markdown summary.
+# descriptors are sampled every SAMPLE seconds, with the server's CPU time. Prints the samples
+# and a summary: RSS, fds, CPU, and the ingest POST latency the sender saw.
 #
-#   benches/soak.sh                 # DURATION=600 RATE=300 SESSIONS=4 RELOAD=10 SAMPLE=10
+#   benches/soak.sh                 # DURATION=600 RATE=300 SESSIONS=4 RELOAD=10 SAMPLE=10 SENDERS=4
 #
 # The load, all at once:
-# - ingest: POST /v1/messages at RATE messages/s over keep-alive connections (one in ten on
+# - ingest: POST /v1/messages at RATE messages/s in all, from SENDERS processes (one keep-alive
+#   connection each, paced by the clock; one process alone cannot hold 300/s when every POST
+#   waits for an fsync on a loaded machine) (one in ten on
 #   `soak/alert`, which a notify rule turns into a nudge, one in fifty with a repeated id);
 # - SESSIONS MCP sessions over streamable HTTP, each calling `wait_for_inbound_message`
 #   (timeout 20 s) in a loop, so nudges are delivered and long-polls come and go;
@@ -22,6 +25,7 @@ RATE=${RATE:-300}
 SESSIONS=${SESSIONS:-4}
 RELOAD=${RELOAD:-10}
 SAMPLE=${SAMPLE:-10}
+SENDERS=${SENDERS:-4}
 
 if [[ -z ${BIN:-} ]]; then
     cargo build --release --quiet --bin switchboard
@@ -62,11 +66,11 @@ token=$(cat "$home/token")
 # Ingest at RATE/s; prints "sent N refused M" when done.
 cat >"$work/ingest.py" <<'EOF'
 import http.client, json, sys, time
-addr, token, rate, duration = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+addr, token, rate, duration, who = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 host, port = addr.rsplit(":", 1)
 conn = http.client.HTTPConnection(host, int(port), timeout=30)
 headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
-start, n, refused = time.monotonic(), 0, 0
+start, n, refused, lat = time.monotonic(), 0, 0, []
 while time.monotonic() - start < duration:
     due = start + n / rate
     now = time.monotonic()
@@ -75,8 +79,9 @@ while time.monotonic() - start < duration:
     channel = "soak/alert" if n % 10 == 0 else "soak/info"
     msg = {"server": "soak", "channel": channel, "content": f"soak message {n}: " + "x" * 80}
     if n % 50 == 0:
-        msg["id"] = f"repeat-{n // 500}"
+        msg["id"] = f"repeat-{who}-{n // 500}"
     resp = None
+    t0 = time.perf_counter()
     for attempt in range(3):
         try:
             conn.request("POST", "/v1/messages", json.dumps(msg), headers)
@@ -85,10 +90,15 @@ while time.monotonic() - start < duration:
             break
         except (ConnectionError, http.client.HTTPException):
             conn.close()  # closed by the server's idle timeout: reconnect
+    lat.append(time.perf_counter() - t0)
     if resp is None or resp.status != 202:
         refused += 1
     n += 1
-print(f"sent {n} refused {refused}")
+elapsed = time.monotonic() - start
+lat.sort()
+q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
+print(f"sender {who}: sent {n} refused {refused} in {elapsed:.0f}s ({n / elapsed:.0f} msg/s); "
+      f"POST -> 202 p50 {q(0.5):.2f} ms, p99 {q(0.99):.2f} ms, max {lat[-1] * 1e3:.1f} ms")
 EOF
 
 # One MCP session over streamable HTTP, waiting in a loop; prints "waits N items M".
@@ -133,22 +143,30 @@ while time.monotonic() - start < duration:
     waits += 1
     content = (r or {}).get("result", {}).get("structuredContent") or {}
     items += len(content.get("items", []))
-print(f"waits {waits} items {items}")
+print(f"{name}: waits {waits} items {items}")
 EOF
 
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$server_pid/status"; }
+# utime + stime of the server, in clock ticks (fields 14 and 15 of stat; the name has no spaces)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
+hz=$(getconf CLK_TCK)
 fds() { ls "/proc/$server_pid/fd" | wc -l; }
 
-python3 "$work/ingest.py" "$ingest" "$token" "$RATE" "$DURATION" >"$work/ingest.out" &
-pids+=($!)
+for s in $(seq "$SENDERS"); do
+    python3 "$work/ingest.py" "$ingest" "$token" "$(awk -v r="$RATE" -v n="$SENDERS" 'BEGIN { print r / n }')" "$DURATION" "$s" >"$work/ingest-$s.out" &
+    pids+=($!)
+done
 for s in $(seq "$SESSIONS"); do
     python3 "$work/session.py" "$mcp" "$token" "$DURATION" "soak-$s" >"$work/session-$s.out" &
     pids+=($!)
 done
 
 echo "machine: $(nproc) cores, $(uname -sr); ${DURATION}s at ${RATE} msg/s, $SESSIONS sessions, reload every ${RELOAD}s" >&2
-echo "| t (s) | RSS (MiB) | fds | last seq |"
-echo "| ---: | ---: | ---: | ---: |"
+echo "| t (s) | RSS (MiB) | fds | last seq | server CPU since last sample (% of one core) |"
+echo "| ---: | ---: | ---: | ---: | ---: |"
+ticks0=$(cpu_ticks)
+last_ticks=$ticks0
+last_t=0
 samples="$work/samples"
 : >"$samples"
 start=$(date +%s)
@@ -185,8 +203,12 @@ EOF
         seq=$(curl -s -H "Authorization: Bearer $token" "http://$ingest/metrics" | awk '$1 == "switchboard_last_seq" { print $2 }')
         rss=$(rss_kib)
         f=$(fds)
-        echo "$t $rss $f $seq" >>"$samples"
-        printf '| %s | %.1f | %s | %s |\n' "$t" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$f" "$seq"
+        ticks=$(cpu_ticks)
+        cpu=$(awk -v d=$(( ticks - last_ticks )) -v s=$(( t - last_t )) -v hz="$hz" 'BEGIN { printf "%.1f", (s > 0 ? 100 * d / hz / s : 0) }')
+        last_ticks=$ticks
+        last_t=$t
+        echo "$t $rss $f $seq $cpu" >>"$samples"
+        printf '| %s | %.1f | %s | %s | %s |\n' "$t" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$f" "$seq" "$cpu"
     fi
     (( t >= DURATION )) && break
     sleep 0.5
@@ -196,12 +218,15 @@ pids=()
 reload_line=$(curl -s -H "Authorization: Bearer $token" "http://$ingest/metrics" | grep '^switchboard_rule_reloads_total' | tr '\n' ' ')
 
 echo
-cat "$work/ingest.out"
+cat "$work"/ingest-*.out
+awk '{ for (i = 1; i < NF; i++) if ($i == "sent") n += $(i + 1) } END { printf "ingest: %d messages in %ds, %.0f msg/s\n", n, d, n / d }' d="$DURATION" "$work"/ingest-*.out
 cat "$work"/session-*.out
 echo "reloads done: $reloads; $reload_line"
+awk -v d=$(( $(cpu_ticks) - ticks0 )) -v s="$DURATION" -v hz="$hz" 'BEGIN { printf "server CPU over the run: %.1f s, %.1f%% of one core\n", d / hz, 100 * d / hz / s }'
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk 'NR == 1 { r0 = $2; f0 = $3 } { if ($2 > rmax) rmax = $2; if ($3 > fmax) fmax = $3; r = $2; f = $3 }
      END { printf "RSS %.1f -> %.1f MiB (max %.1f); fds %d -> %d (max %d)\n", r0 / 1024, r / 1024, rmax / 1024, f0, f, fmax }' "$samples"
-if grep -q "refused [1-9]" "$work/ingest.out"; then
+if grep -q "refused [1-9]" "$work"/ingest-*.out; then
     echo "error: ingest saw refusals" >&2
     exit 1
 fi

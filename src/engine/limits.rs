@@ -5,7 +5,7 @@
 //! fires. So a repeat suppressed by dedup neither spends the rate limit nor extends the window,
 //! and a rate-limited message does not start a dedup window for a prompt nobody saw.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -20,8 +20,9 @@ pub const DEDUP_KEY_BYTES: usize = 256;
 pub struct RuleState {
     /// Recent fire times, oldest first; at most as many as the quota counts (1 for a cooldown).
     fires: VecDeque<DateTime<Utc>>,
-    /// Dedup key → when its window opened.
-    dedup: HashMap<String, DateTime<Utc>>,
+    /// Dedup key → when its window opened. Keys come from message content, so the hasher is
+    /// seeded per process (foldhash), not a fixed function an attacker could collide.
+    dedup: foldhash::HashMap<String, DateTime<Utc>>,
     /// Dedup map size after the last sweep of expired keys.
     swept_len: usize,
 }

@@ -1,7 +1,8 @@
 //! The engine: given compiled rules, a message and the time, which actions fire.
 //!
 //! Pure: no I/O and no clock of its own; the caller passes `now`, so `rules test` and the tests
-//! replay time exactly. Every matching enabled rule fires, in file order; per rule the order is
+//! replay time exactly. Every matching enabled rule fires, in file order, until a matching rule
+//! with `stop` ends the message's evaluation (fired or suppressed alike); per rule the order is
 //! match → dedup → rateLimit, and state changes only when a rule fires. State (dedup windows,
 //! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
 //! unchanged. While paused nothing fires and nothing changes.
@@ -15,6 +16,7 @@ mod limits;
 mod literals;
 pub mod resolve;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -73,6 +75,8 @@ pub enum Decision {
     RateLimited,
     /// Evaluation is paused.
     Paused,
+    /// An earlier matching rule with `stop` ended evaluation for this message.
+    Stopped,
 }
 
 impl Decision {
@@ -85,6 +89,7 @@ impl Decision {
             Decision::Dedup => Some("dedup"),
             Decision::RateLimited => Some("rate_limited"),
             Decision::Paused => Some("paused"),
+            Decision::Stopped => Some("stopped"),
         }
     }
 }
@@ -212,6 +217,7 @@ impl Engine {
         self.live
             .index
             .matches(&rules, msg, &mut self.scratch, &mut hits);
+        // The index stops listing candidates after the first that has `stop`.
         for &i in &hits {
             self.decide(&rules, i as usize, msg, now, &mut eval);
         }
@@ -230,6 +236,9 @@ impl Engine {
         for (i, rule) in rules.rules().iter().enumerate() {
             if rule.enabled && rule.is_match(msg) {
                 self.decide(&rules, i, msg, now, &mut eval);
+                if rule.stop {
+                    break;
+                }
             }
         }
         eval
@@ -245,14 +254,18 @@ impl Engine {
         let mut eval = Evaluation::default();
         let rules = Arc::clone(&self.live.rules);
         let mut decisions = Vec::with_capacity(rules.len());
+        let mut stopped = false;
         for (i, rule) in rules.rules().iter().enumerate() {
             let decision = if self.paused {
                 Decision::Paused
+            } else if stopped {
+                Decision::Stopped
             } else if !rule.enabled {
                 Decision::Disabled
             } else if !rule.is_match(msg) {
                 Decision::NoMatch
             } else {
+                stopped = rule.stop;
                 self.decide(&rules, i, msg, now, &mut eval)
             };
             decisions.push((rule.name.clone(), decision));
@@ -271,10 +284,11 @@ impl Engine {
     ) -> Decision {
         let rule: &Rule = &rules.rules()[i];
         let state = &mut self.state[i];
+        // The default key borrows the content; it is copied only when the rule fires.
         let dedup = rule.dedup_window.map(|window| {
             let key = match &rule.dedup_key {
-                Some(t) => t.render(msg),
-                None => default_dedup_key(&msg.content).to_string(),
+                Some(t) => Cow::Owned(t.render(msg)),
+                None => Cow::Borrowed(default_dedup_key(&msg.content)),
             };
             (key, window)
         });
@@ -297,7 +311,11 @@ impl Engine {
                 SuppressReason::RateLimited => Decision::RateLimited,
             };
         }
-        state.record(rule.rate_limit, dedup, now);
+        state.record(
+            rule.rate_limit,
+            dedup.map(|(key, window)| (key.into_owned(), window)),
+            now,
+        );
         let id = self.next_id;
         self.next_id += 1;
         eval.actions.push(Action {

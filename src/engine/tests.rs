@@ -302,6 +302,62 @@ fn explain_reasons() {
     );
 }
 
+/// A matching rule with `stop` ends the message's evaluation, fired or suppressed; a `stop`
+/// rule that does not match, or is disabled, stops nothing.
+#[test]
+fn stop_ends_evaluation_once_its_rule_matches() {
+    let set = rules(
+        r#"{"rules": [
+        {"name": "before"},
+        {"name": "off", "channel": "alerts/*", "enabled": false, "stop": true},
+        {"name": "crit", "channel": "alerts/*", "contentRegex": "FIRING", "mode": "confirm",
+         "prompt": "look: {{content}}", "dedupWindow": "1h", "stop": true},
+        {"name": "other-stop", "contentRegex": "nomatch", "stop": true},
+        {"name": "catch-all"}
+    ]}"#,
+    );
+    let mut e = Engine::new(set.clone());
+    let firing = msg(1, "am", "alerts/critical", "[FIRING] disk");
+    assert_eq!(fired(&mut e, &firing, t(0)), ["before", "crit"]);
+    // The repeat is held back by the dedup window, and still stops the catch-all.
+    let eval = e.evaluate(&firing, t(1));
+    let names: Vec<_> = eval.actions.iter().map(|a| a.rule.as_str()).collect();
+    assert_eq!(names, ["before"]);
+    assert_eq!(
+        eval.suppressed,
+        [Suppressed {
+            rule: "crit".into(),
+            reason: SuppressReason::Dedup
+        }]
+    );
+    // Not matching `crit`: everything after it is tried.
+    let other = msg(2, "am", "alerts/critical", "[RESOLVED] disk");
+    assert_eq!(fired(&mut e, &other, t(2)), ["before", "catch-all"]);
+
+    // The naive loop and the explain path agree, and explain says why.
+    let mut naive = Engine::new(set.clone());
+    let names: Vec<_> = naive
+        .evaluate_naive(&firing, t(0))
+        .actions
+        .into_iter()
+        .map(|a| a.rule)
+        .collect();
+    assert_eq!(names, ["before", "crit"]);
+    let mut slow = Engine::new(set);
+    let (_, d) = slow.evaluate_explained(&firing, t(0));
+    let reasons: Vec<_> = d.iter().map(|(n, d)| (n.as_str(), d.reason())).collect();
+    assert_eq!(
+        reasons,
+        [
+            ("before", None),
+            ("off", Some("disabled")),
+            ("crit", None),
+            ("other-stop", Some("stopped")),
+            ("catch-all", Some("stopped")),
+        ]
+    );
+}
+
 /// The index must give exactly what trying every rule gives, on a mixed rule set.
 #[test]
 fn index_agrees_with_rule_by_rule_matching() {
@@ -511,6 +567,9 @@ fn random_rules(g: &mut Gen, names: usize) -> Arc<RuleSet> {
         if g.chance(10) {
             rule["enabled"] = false.into();
         }
+        if g.chance(if many { 3 } else { 12 }) {
+            rule["stop"] = true.into();
+        }
         rules.push(rule);
     }
     let text = serde_json::json!({ "rules": rules }).to_string();
@@ -563,7 +622,7 @@ fn property_index_decides_what_the_naive_loop_decides() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
-    let (mut fired, mut suppressed) = (0usize, 0usize);
+    let (mut fired, mut suppressed, mut stops) = (0usize, 0usize, 0usize);
     for case in 0..cases {
         let mut g = Gen(0x9E37_79B9_7F4A_7C15 ^ (case + 1));
         let names = 1 + g.below(120);
@@ -599,11 +658,27 @@ fn property_index_decides_what_the_naive_loop_decides() {
             );
             fired += a.actions.len();
             suppressed += a.suppressed.len();
+            // Count the messages where a `stop` rule held back a later matching rule.
+            let all = fast.rules().rules();
+            let position = |name: &str| all.iter().position(|r| r.name == name);
+            let last = a
+                .actions
+                .iter()
+                .map(|x| x.rule.as_str())
+                .chain(a.suppressed.iter().map(|x| x.rule.as_str()))
+                .filter_map(position)
+                .max();
+            if let Some(last) = last
+                && all[last].stop
+                && all[last + 1..].iter().any(|r| r.enabled && r.is_match(&m))
+            {
+                stops += 1;
+            }
         }
     }
     // The generator must reach both outcomes, or the property says little.
     assert!(
-        fired > 500 && suppressed > 50,
-        "fired {fired}, suppressed {suppressed}"
+        fired > 500 && suppressed > 50 && stops > 20,
+        "fired {fired}, suppressed {suppressed}, stops {stops}"
     );
 }

@@ -212,7 +212,7 @@ impl RuleCx<'_> {
             }
             let ok = match key.as_str() {
                 "tools" => self.check::<Vec<String>>(&key, &value, "an array of strings"),
-                "enabled" => self.check::<bool>(&key, &value, "true or false"),
+                "enabled" | "stop" => self.check::<bool>(&key, &value, "true or false"),
                 _ => self.check::<String>(&key, &value, "a string"),
             };
             if ok {
@@ -499,6 +499,7 @@ impl RuleCx<'_> {
             dedup_key,
             confirm_timeout,
             enabled: raw.enabled.unwrap_or(true),
+            stop: raw.stop.unwrap_or(false),
             description: raw.description.clone().unwrap_or_default(),
             resolve,
             raw,

@@ -67,6 +67,10 @@ pub struct RawRule {
     /// Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// `true`: when this rule matches a message, later rules are not tried for it, whether
+    /// this rule fired or its dedup window or rate limit held it back. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<bool>,
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -101,6 +105,7 @@ pub const RULE_KEYS: &[&str] = &[
     "dedupKey",
     "confirmTimeout",
     "enabled",
+    "stop",
     "description",
     "delivery",
     "resolveRegex",

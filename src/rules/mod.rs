@@ -75,6 +75,9 @@ pub struct Rule {
     pub confirm_timeout: Duration,
     /// Disabled rules never fire.
     pub enabled: bool,
+    /// When it matches a message, later rules are not tried for that message (fired or
+    /// suppressed alike).
+    pub stop: bool,
     /// Free text.
     pub description: String,
     /// What closes this confirm rule's pending confirms, when it says (`resolveRegex` +

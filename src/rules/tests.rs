@@ -181,6 +181,10 @@ fn validation_codes_table() {
             &[(ParseError, Some(0), Some("enabled"), 1, 33)],
         ),
         (
+            r#"{"rules":[{"name":"a","stop":"yes"}]}"#,
+            &[(ParseError, Some(0), Some("stop"), 1, 30)],
+        ),
+        (
             r#"{"rules":[{"name":"a","tools":"x"}]}"#,
             &[(ParseError, Some(0), Some("tools"), 1, 31)],
         ),
@@ -244,7 +248,7 @@ fn a_valid_file_compiles_every_key() {
       "contentRegex": "(?i)sev[12]", "mode": "confirm",
       "prompt": "Investigate {{channel}}: {{content}}", "rateLimit": "5m",
       "dedupWindow": "30m", "dedupKey": "{{meta.fingerprint}}", "confirmTimeout": "1h30m",
-      "description": "critical alerts", "delivery": "session" },
+      "description": "critical alerts", "delivery": "session", "stop": true },
     { "name": "dm", "channel": "teams/dm", "mode": "auto", "prompt": "{{content}}",
       "tools": ["teams__reply", "github-*"], "rateLimit": "10/1h", "enabled": false },
     { "name": "ci", "channel": "ci/*", "rateLimit": "0" }
@@ -256,8 +260,10 @@ fn a_valid_file_compiles_every_key() {
     assert_eq!(r.rate_limit, RateLimit::Cooldown(Duration::from_secs(300)));
     assert_eq!(r.dedup_window, Some(Duration::from_secs(1800)));
     assert_eq!(r.confirm_timeout, Duration::from_secs(5400));
+    assert!(r.stop);
     let dm = &set.rules()[1];
     assert!(!dm.enabled);
+    assert!(!dm.stop, "`stop` defaults to false");
     assert_eq!(
         dm.rate_limit,
         RateLimit::Quota {
@@ -271,6 +277,7 @@ fn a_valid_file_compiles_every_key() {
     let listed = summaries(&set);
     assert_eq!(listed[0]["contentRegex"], "(?i)sev[12]");
     assert_eq!(listed[2]["mode"], "notify");
+    assert_eq!(listed[0]["stop"], true);
 }
 
 #[test]

@@ -210,6 +210,82 @@ fn test_replays_messages_and_explains() {
     assert_eq!(reasons.len(), 3 * 5 - 3);
 }
 
+/// `stop` in the shipped CI pack: a failure on main asks once, and the catch-all below it
+/// neither nudges about it nor about its repeat held back by the dedup window; a failure
+/// elsewhere still reaches the catch-all.
+#[test]
+fn stop_in_the_ci_pack_keeps_the_catch_all_quiet() {
+    let home = tempfile::tempdir().unwrap();
+    let messages = home.path().join("messages.jsonl");
+    let line = |content: &str, at: &str| {
+        serde_json::json!({"server": "github", "channel": "ci/workflow_run", "content": content,
+            "metadata": {"repo": "acme/api", "workflow": "Build"}, "timestamp": at})
+        .to_string()
+    };
+    std::fs::write(
+        &messages,
+        [
+            line(
+                "acme/api: Build on main completed: failure",
+                "2026-11-22T10:00:00Z",
+            ),
+            line(
+                "acme/api: Build on main completed: failure",
+                "2026-11-22T10:10:00Z",
+            ),
+            line(
+                "acme/api: Build on dev completed: failure",
+                "2026-11-22T10:20:00Z",
+            ),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let rules = repo("rules/ci.json");
+    let out = cli_in(
+        home.path(),
+        &[
+            "rules",
+            "test",
+            "--rules",
+            rules.to_str().unwrap(),
+            "--messages",
+            messages.to_str().unwrap(),
+            "--explain",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let decided: Vec<(u64, String, String)> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["reason"] != "no_match")
+        .map(|l| {
+            (
+                l["msg"].as_u64().unwrap(),
+                l["rule"].as_str().unwrap().to_string(),
+                l["mode"]
+                    .as_str()
+                    .or(l["reason"].as_str())
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, String, String)> = [
+        (0, "ci-main-failed", "confirm"),
+        (0, "ci-failed", "stopped"),
+        (0, "ci-recovered", "stopped"),
+        (1, "ci-main-failed", "dedup"),
+        (1, "ci-failed", "stopped"),
+        (1, "ci-recovered", "stopped"),
+        (2, "ci-failed", "notify"),
+    ]
+    .into_iter()
+    .map(|(m, r, d)| (m, r.to_string(), d.to_string()))
+    .collect();
+    assert_eq!(decided, want);
+}
+
 #[test]
 fn schema_is_json_schema_for_the_file() {
     let home = tempfile::tempdir().unwrap();
