@@ -417,14 +417,13 @@ async fn reopen_sessions(inner: &Arc<Inner>, conn: &Arc<Conn>) {
         });
         if let Ok(Ok(value)) = rx.await
             && let Ok(opened) = serde_json::from_value::<SessionInfo>(value)
+            && let Some(l) = inner.sessions.lock().unwrap().get_mut(&handle)
         {
-            if let Some(l) = inner.sessions.lock().unwrap().get_mut(&handle) {
-                if l.consumer != opened.consumer {
-                    tracing::info!(was = %l.consumer, now = %opened.consumer, "session re-opened under a new consumer name");
-                }
-                l.remote = opened.id;
-                l.consumer = opened.consumer;
+            if l.consumer != opened.consumer {
+                tracing::info!(was = %l.consumer, now = %opened.consumer, "session re-opened under a new consumer name");
             }
+            l.remote = opened.id;
+            l.consumer = opened.consumer;
         }
     }
 }

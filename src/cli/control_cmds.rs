@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use crate::control::{Client, PendingView, Request, Response};
+use crate::control::{Client, PendingView, Request};
 
 /// Options of `list`.
 #[derive(Debug, Args)]
@@ -97,23 +97,6 @@ pub enum Host {
     Claude,
 }
 
-async fn call(home: &Path, request: Request) -> anyhow::Result<Response> {
-    let response = Client::connect(home).await?.call(&request).await?;
-    Ok(response)
-}
-
-fn finish(
-    response: Response,
-    print_ok: impl FnOnce(&serde_json::Value) -> std::io::Result<()>,
-) -> anyhow::Result<ExitCode> {
-    if response.ok {
-        print_ok(&response.result)?;
-        Ok(ExitCode::SUCCESS)
-    } else {
-        anyhow::bail!(response.error.unwrap_or_else(|| "request failed".into()))
-    }
-}
-
 fn print_json(value: &serde_json::Value) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
     writeln!(std::io::stdout().lock(), "{text}")
@@ -146,17 +129,14 @@ fn needs_escape(c: char) -> bool {
 
 /// `switchboard list`.
 pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
-    let response = call(
-        &home,
-        Request::List {
+    let messages: Vec<crate::message::Message> = Client::connect(&home)
+        .await?
+        .request(&Request::List {
             channel: args.channel,
             limit: args.limit,
-        },
-    )
-    .await?;
-    finish(response, |result| {
-        let messages: Vec<crate::message::Message> =
-            serde_json::from_value(result.clone()).unwrap_or_default();
+        })
+        .await?;
+    {
         let mut out = std::io::stdout().lock();
         for m in messages {
             if args.json {
@@ -167,8 +147,9 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
                 writeln!(out, "{}", message_line(&m))?;
             }
         }
-        out.flush()
-    })
+        out.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn message_line(m: &crate::message::Message) -> String {
@@ -192,133 +173,120 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
         );
     };
     let approve = matches!(decision, Decision::Yes);
-    let response = call(
-        &home,
-        Request::Confirm {
+    let approved: Option<crate::actions::Item> = Client::connect(&home)
+        .await?
+        .request(&Request::Confirm {
             id: args.id,
             approve,
-        },
-    )
-    .await?;
-    finish(response, |result| {
-        if approve {
-            writeln!(
-                std::io::stdout().lock(),
-                "approved {}; queued for the agent:",
-                args.id
-            )?;
-            print_json(result)
-        } else {
-            writeln!(std::io::stdout().lock(), "denied {}", args.id)
+        })
+        .await?;
+    let mut out = std::io::stdout().lock();
+    match approved {
+        Some(item) => {
+            writeln!(out, "approved {}; queued for the agent:", args.id)?;
+            print_json(&crate::delivery::mcp::tools::item_json(&item))?;
         }
-    })
+        None => writeln!(out, "denied {}", args.id)?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `switchboard pause` / `resume`.
 pub async fn pause(home: PathBuf, paused: bool) -> anyhow::Result<ExitCode> {
-    let response = call(&home, Request::Pause { paused }).await?;
-    finish(response, |_| {
-        writeln!(
-            std::io::stdout().lock(),
-            "{}",
-            if paused {
-                "paused: messages are stored but not evaluated, now or later"
-            } else {
-                "resumed: messages from now on are evaluated"
-            }
-        )
-    })
+    let now: crate::control::Paused = Client::connect(&home)
+        .await?
+        .request(&Request::Pause { paused })
+        .await?;
+    writeln!(
+        std::io::stdout().lock(),
+        "{}",
+        if now.paused {
+            "paused: messages are stored but not evaluated, now or later"
+        } else {
+            "resumed: messages from now on are evaluated"
+        }
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `switchboard stats`: a summary for people, or `--json`.
 pub async fn stats(home: PathBuf, args: StatsArgs) -> anyhow::Result<ExitCode> {
-    let response = call(&home, Request::Stats).await?;
-    if args.json {
-        return finish(response, print_json);
-    }
-    finish(response, |s| {
-        writeln!(std::io::stdout().lock(), "{}", stats_text(s))
-    })
+    let stats: crate::app::Stats = Client::connect(&home)
+        .await?
+        .request(&Request::Stats)
+        .await?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&stats)?
+    } else {
+        stats_text(&stats)
+    };
+    writeln!(std::io::stdout().lock(), "{text}")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The summary `switchboard stats` prints.
-fn stats_text(s: &serde_json::Value) -> String {
-    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let d = &s["delivery"];
-    let dropped: u64 = d["counters"]["dropped"]
-        .as_object()
-        .map(|m| m.values().map(n).sum())
-        .unwrap_or(0);
-    let reload = &s["last_reload"];
+fn stats_text(s: &crate::app::Stats) -> String {
+    let d = &s.delivery;
+    let dropped: u64 = d.counters.dropped.values().sum();
     let mut out = vec![
         format!(
             "inbox     last seq {}, {} in memory, journal {}",
-            n(&s["inbox"]["last_seq"]),
-            n(&s["inbox"]["ring_depth"]),
-            s["inbox"]["journal_status"].as_str().unwrap_or("?")
+            s.inbox.last_seq, s.inbox.ring_depth, s.inbox.journal_status
         ),
         format!(
             "rules     {} live{}{}",
-            n(&s["rules_loaded"]),
-            if s["paused"] == true {
-                ", evaluation PAUSED"
-            } else {
-                ""
-            },
-            reload["message"]
-                .as_str()
-                .map(|m| format!("; last reload: {m}"))
+            s.rules_loaded,
+            if s.paused { ", evaluation PAUSED" } else { "" },
+            s.last_reload
+                .as_ref()
+                .map(|r| format!("; last reload: {}", r.message))
                 .unwrap_or_default()
         ),
         format!(
             "delivery  {} nudges unseen, {} confirms pending, {} work queued, {} claimed, {} sessions, {} dropped",
-            n(&d["nudges_undelivered"]),
-            n(&d["pending_confirms"]),
-            n(&d["queued_work"]),
-            n(&d["claimed_work"]),
-            n(&d["sessions"]),
+            d.nudges_undelivered,
+            d.pending_confirms,
+            d.queued_work,
+            d.claimed_work,
+            d.sessions,
             dropped
         ),
-        exec_line(&s["exec"]),
+        exec_line(&s.exec),
         format!(
             "          {} waits in flight; actions journal {}",
-            n(&s["wait_calls_in_flight"]),
-            d["actions_journal"].as_str().unwrap_or("?")
+            s.wait_calls_in_flight, d.actions_journal
         ),
     ];
-    if let Some(m) = s["config_reload"]["message"].as_str() {
-        out.push(format!(
-            "config    {} (at {})",
-            m,
-            s["config_reload"]["at"].as_str().unwrap_or("?")
-        ));
+    for l in &s.listeners {
+        if let Some(error) = &l.error {
+            out.push(format!("{:<9} WARNING not listening: {error}", l.what));
+        }
     }
-    if n(&d["pending_confirms"]) > 0 {
+    if let Some(r) = &s.config_reload {
+        out.push(format!("config    {} (at {})", r.message, r.at));
+    }
+    if d.pending_confirms > 0 {
         out.push("(`switchboard pending` lists the open confirms)".into());
     }
     out.join("\n")
 }
 
 /// The `exec` line of `stats`: host, readiness, runs.
-fn exec_line(e: &serde_json::Value) -> String {
-    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let failed: u64 = e["failed"]
-        .as_object()
-        .map(|m| m.values().map(n).sum())
-        .unwrap_or(0);
+fn exec_line(e: &crate::delivery::exec::ExecStats) -> String {
+    let failed: u64 = e.failed.values().sum();
     format!(
         "exec      {} (`{}`{}), preflight {}; {} running of {}, {} queued, {} succeeded, {} not",
-        e["host"].as_str().unwrap_or("?"),
-        e["command"].as_str().unwrap_or("?"),
-        e["version"]
-            .as_str()
+        e.host,
+        e.command,
+        e.version
+            .as_deref()
             .map(|v| format!(" {v}"))
             .unwrap_or_default(),
-        e["preflight"].as_str().unwrap_or("?"),
-        n(&e["running"]),
-        n(&e["max_concurrent"]),
-        n(&e["queued"]),
-        n(&e["succeeded"]),
+        e.preflight,
+        e.running,
+        e.max_concurrent,
+        e.queued,
+        e.succeeded,
         failed
     )
 }
@@ -328,25 +296,28 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
     if args.hook {
         return super::hooks::pending_hook(home).await;
     }
-    let response = call(&home, Request::Pending).await?;
-    finish(response, |result| {
-        if args.json {
-            return print_json(result);
-        }
-        let mut out = std::io::stdout().lock();
-        let open: Vec<PendingView> = serde_json::from_value(result.clone()).unwrap_or_default();
-        if open.is_empty() {
-            return writeln!(out, "no pending confirms");
-        }
-        let now = chrono::Utc::now();
-        for p in &open {
-            writeln!(out, "{}", pending_line(p, now))?;
-        }
-        writeln!(
-            out,
-            "answer with `switchboard confirm ID yes` or `switchboard confirm ID no`"
-        )
-    })
+    let open: Vec<PendingView> = Client::connect(&home)
+        .await?
+        .request(&Request::Pending)
+        .await?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&open)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if open.is_empty() {
+        writeln!(out, "no pending confirms")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = chrono::Utc::now();
+    for p in &open {
+        writeln!(out, "{}", pending_line(p, now))?;
+    }
+    writeln!(
+        out,
+        "answer with `switchboard confirm ID yes` or `switchboard confirm ID no`"
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One open confirm: `#7 [oncall-critical] alerts/critical, 14m left: EXCERPT`.
@@ -379,26 +350,34 @@ pub(crate) fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) 
 
 /// `switchboard rules reload`.
 pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
-    let response = call(&home, Request::Reload).await?;
-    let errors = response.result.get("errors").and_then(|e| e.as_array());
-    for e in errors.into_iter().flatten().filter(|_| !response.ok) {
-        let message = e.get("message").and_then(|m| m.as_str());
-        eprintln!("{}", message.unwrap_or_default());
+    // A refused reload still carries its report: the errors, one per line.
+    let response = Client::connect(&home).await?.call(&Request::Reload).await?;
+    let report: crate::app::ReloadReport = match serde_json::from_value(response.result) {
+        Ok(report) => report,
+        Err(_) => anyhow::bail!(
+            response
+                .error
+                .unwrap_or_else(|| "the daemon refused the reload".into())
+        ),
+    };
+    if !response.ok {
+        for e in &report.errors {
+            eprintln!("{}", e.message);
+        }
+        anyhow::bail!(report.message);
     }
-    finish(response, |r| {
-        writeln!(
-            std::io::stdout().lock(),
-            "{}",
-            r.get("message")
-                .and_then(|m| m.as_str())
-                .unwrap_or("reloaded")
-        )
-    })
+    writeln!(std::io::stdout().lock(), "{}", report.message)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `switchboard rules list`.
 pub async fn rules_list(home: PathBuf) -> anyhow::Result<ExitCode> {
-    finish(call(&home, Request::Rules).await?, print_json)
+    let rules: Vec<serde_json::Value> = Client::connect(&home)
+        .await?
+        .request(&Request::Rules)
+        .await?;
+    print_json(&serde_json::Value::Array(rules))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `switchboard install copilot|claude`: adds the MCP entry, keeping what is there.

@@ -40,20 +40,20 @@ pub async fn execute(home: PathBuf, args: SendArgs) -> anyhow::Result<ExitCode> 
     let mut msg = NewMessage::new(args.server, args.channel, args.text);
     msg.id = args.id;
     msg.metadata.extend(args.meta);
-    let response = Client::connect(&home)
+    let appended: Vec<crate::inbox::Appended> = Client::connect(&home)
         .await?
-        .call(&Request::Send {
+        .request(&Request::Send {
             messages: vec![msg],
         })
         .await?;
-    if !response.ok {
-        anyhow::bail!(response.error.unwrap_or_else(|| "send failed".into()));
-    }
-    let appended = &response.result[0];
+    let Some(first) = appended.first() else {
+        anyhow::bail!("the daemon stored nothing and said nothing");
+    };
     let mut out = std::io::stdout().lock();
-    match appended["duplicate"].as_bool() {
-        Some(true) => writeln!(out, "duplicate of seq {}", appended["seq"])?,
-        _ => writeln!(out, "seq {}", appended["seq"])?,
+    if first.duplicate {
+        writeln!(out, "duplicate of seq {}", first.seq)?;
+    } else {
+        writeln!(out, "seq {}", first.seq)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -45,25 +45,25 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Request {
-    /// Counters.
+    /// Counters. Reply: [`crate::app::Stats`].
     Stats,
-    /// Pause or resume evaluation.
+    /// Pause or resume evaluation. Reply: [`Paused`].
     Pause {
         /// true = pause.
         paused: bool,
     },
-    /// Reload triggers.json.
+    /// Reload triggers.json. Reply: [`crate::app::ReloadReport`] (also when refused).
     Reload,
     /// The live rules.
     Rules,
-    /// Recent messages.
+    /// Recent messages. Reply: `Vec<`[`crate::message::Message`]`>`.
     List {
         /// Channel filter (`alerts/*`).
         channel: Option<String>,
         /// How many.
         limit: usize,
     },
-    /// Answer a confirm.
+    /// Answer a confirm. Reply: `Option<`[`crate::actions::Item`]`>` (the approved item).
     Confirm {
         /// Action id.
         id: u64,
@@ -72,9 +72,10 @@ pub enum Request {
     },
     /// Stream messages and actions.
     Watch,
-    /// Open confirm requests, oldest first.
+    /// Open confirm requests, oldest first. Reply: `Vec<`[`PendingView`]`>`.
     Pending,
     /// Append messages to the inbox (`switchboard send`); answers once they are durable.
+    /// Reply: `Vec<`[`crate::inbox::Appended`]`>`.
     Send {
         /// The messages, in order.
         messages: Vec<crate::message::NewMessage>,
@@ -466,6 +467,28 @@ impl Client {
             anyhow::bail!("cannot send the request to the server: {err}");
         }
         anyhow::bail!("the server closed the control connection")
+    }
+
+    /// Sends `request` and decodes its result as `T` (each request's reply type is named on
+    /// [`Request`]); the daemon's refusal becomes the error.
+    pub async fn request<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        request: &Request,
+    ) -> anyhow::Result<T> {
+        let response = self.call(request).await?;
+        if !response.ok {
+            anyhow::bail!(
+                response
+                    .error
+                    .unwrap_or_else(|| "the daemon refused the request".into())
+            );
+        }
+        serde_json::from_value(response.result).map_err(|e| {
+            anyhow::anyhow!(
+                "the daemon's reply does not fit this switchboard ({e}); is the daemon another \
+                 version? `switchboard status` says"
+            )
+        })
     }
 
     /// Reads the next line as `T`; `None` at end of stream.

@@ -62,11 +62,76 @@ fn install_copilot_keeps_existing_servers() {
         &["install", "copilot", "--config", file.to_str().unwrap()],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("added `switchboard` to"),
+        "{}",
+        stdout(&out)
+    );
+    // The test binary lives in target/: install says what that means.
+    assert!(
+        stderr(&out).contains("is a cargo build output")
+            && stderr(&out).contains("cargo install --path ."),
+        "{}",
+        stderr(&out)
+    );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(doc["mcpServers"]["other"]["command"], "x");
-    assert_eq!(doc["mcpServers"]["switchboard"]["args"][0], "serve");
-    assert_eq!(doc["mcpServers"]["switchboard"]["tools"][0], "*");
+    let entry = &doc["mcpServers"]["switchboard"];
+    // --home was given, so the host's front ends use the same home.
+    assert_eq!(
+        entry["args"],
+        serde_json::json!(["--home", dir.path().to_str().unwrap(), "serve"])
+    );
+    assert_eq!(entry["tools"][0], "*");
+    assert_eq!(entry["timeout"], 85_000, "above the 55 s wait cap: {entry}");
+
+    // Again: nothing changes, and it says so; a changed wait cap updates the entry.
+    let again = cli_in(
+        dir.path(),
+        &["install", "copilot", "--config", file.to_str().unwrap()],
+    );
+    assert!(
+        stdout(&again).contains("already up to date"),
+        "{}",
+        stdout(&again)
+    );
+    std::fs::write(
+        dir.path().join("switchboard.json"),
+        r#"{"mcp": {"maxWaitS": 100}}"#,
+    )
+    .unwrap();
+    let before = std::fs::read_to_string(&file).unwrap();
+    let dry = cli_in(
+        dir.path(),
+        &[
+            "install",
+            "copilot",
+            "--config",
+            file.to_str().unwrap(),
+            "--dry-run",
+        ],
+    );
+    assert!(
+        stdout(&dry).contains("dry run, nothing written"),
+        "{}",
+        stdout(&dry)
+    );
+    assert!(stdout(&dry).contains("130000"), "{}", stdout(&dry));
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        before,
+        "a dry run writes nothing"
+    );
+    let updated = cli_in(
+        dir.path(),
+        &["install", "copilot", "--config", file.to_str().unwrap()],
+    );
+    assert!(
+        stdout(&updated).starts_with("updated `switchboard` in"),
+        "{}",
+        stdout(&updated)
+    );
 }
 
 #[test]
