@@ -216,6 +216,11 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         s.delivery.queued_work,
         s.delivery.claimed_work
     );
+    let failed: u64 = s.exec.failed.values().sum();
+    println!(
+        "  exec: {} (preflight {}); {} running, {} queued, {} succeeded, {} not",
+        s.exec.host, s.exec.preflight, s.exec.running, s.exec.queued, s.exec.succeeded, failed
+    );
     for u in &s.upstreams {
         println!(
             "  upstream {}: {:?}{}",
