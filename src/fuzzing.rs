@@ -153,6 +153,9 @@ mod tests {
             assert!(!files.is_empty(), "{}: no corpus", dir.display());
             for path in files {
                 let data = std::fs::read(&path).unwrap();
+                if std::env::var_os("SB_TRACE_CORPUS").is_some() {
+                    eprintln!("replay {name} {}", path.display());
+                }
                 let replay = std::panic::catch_unwind(|| target(&data));
                 assert!(replay.is_ok(), "{name}: {} panics", path.display());
             }
