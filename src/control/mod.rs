@@ -1,8 +1,9 @@
-//! The control socket: how the operator CLI talks to the running server.
+//! The control socket: how the operator CLI and the MCP front ends talk to the daemon.
 //!
 //! A Unix socket in the home (`control.sock`, 0600). Each connection sends one
-//! JSON request line and reads JSON response lines: one for ordinary commands,
-//! a stream of events for `watch` (until the client hangs up).
+//! JSON request line ([`Request`], whose variants name their reply types) and reads JSON
+//! response lines: one for ordinary commands, a stream of events for `watch` (until the
+//! client hangs up), or, after `attach`, the multiplexed calls of a front end ([`attach`]).
 //!
 //! Limits, so that a stuck or hostile client cannot lock the operator out: at most
 //! [`MAX_CONNECTIONS`] connections at once (one more is told the socket is busy and
@@ -54,7 +55,7 @@ pub enum Request {
     },
     /// Reload triggers.json. Reply: [`crate::app::ReloadReport`] (also when refused).
     Reload,
-    /// The live rules.
+    /// The live rules. Reply: `Vec<serde_json::Value>`, one summary per rule.
     Rules,
     /// Recent messages. Reply: `Vec<`[`crate::message::Message`]`>`.
     List {
