@@ -1,6 +1,8 @@
 //! The MCP server: switchboard's front door for agents, over stdio and streamable HTTP.
 //!
-//! One [`McpServer`] per session (stdio has one; HTTP makes one per `Mcp-Session-Id`). **Each
+//! One [`McpServer`] per session (stdio has one, in a `switchboard serve` front end; HTTP makes
+//! one per `Mcp-Session-Id`, in the daemon). A session does nothing itself: every tool calls
+//! the [`Backend`] it was given, local in the daemon, remote in a front end. **Each
 //! session is its own consumer**: it reads as `serve --consumer NAME` when named (a named
 //! consumer resumes its cursor across restarts), else as `clientInfo.name#N` with N the session
 //! number, so two windows of the same host both see every nudge. A tool's `consumer` argument
