@@ -89,39 +89,38 @@ pub(super) fn spawn(
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,
-                got = events.recv() => match got {
-                    Ok(Event::Queued { item }) => {
-                        let quiet = session.lock().unwrap().quiet;
-                        if !push_item(&peer, &item, claude, quiet).await {
-                            break;
+                got = events.recv() => {
+                    let event = match got {
+                        Ok(event) => event,
+                        Err(RecvError::Lagged(n)) => {
+                            tracing::debug!(client = %client, skipped = n, "push lagged; the wait tool still has every item");
+                            continue;
                         }
-                    }
-                    Ok(Event::Resolved { id, rule, by_seq }) => {
-                        let quiet = session.lock().unwrap().quiet;
-                        let text = format!(
-                            "Confirm #{id} ({rule}) was resolved by message #{by_seq} before \
-                             anyone answered: do not ask the user about it any more."
-                        );
-                        if !push_notice(&peer, id, &rule, "resolved", text, claude, quiet).await {
-                            break;
+                        Err(RecvError::Closed) => break,
+                    };
+                    let quiet = session.lock().unwrap().quiet;
+                    let sent = match event {
+                        Event::Queued { item } => push_item(&peer, &item, claude, quiet).await,
+                        Event::Resolved { id, rule, by_seq } => {
+                            let text = format!(
+                                "Confirm #{id} ({rule}) was resolved by message #{by_seq} before \
+                                 anyone answered: do not ask the user about it any more."
+                            );
+                            push_notice(&peer, id, &rule, "resolved", text, claude, quiet).await
                         }
-                    }
-                    Ok(Event::Expired { id, rule }) => {
-                        let quiet = session.lock().unwrap().quiet;
-                        let text = format!(
-                            "Confirm #{id} ({rule}) expired unanswered: do not ask the user \
-                             about it any more."
-                        );
-                        if !push_notice(&peer, id, &rule, "expired", text, claude, quiet).await {
-                            break;
+                        Event::Expired { id, rule } => {
+                            let text = format!(
+                                "Confirm #{id} ({rule}) expired unanswered: do not ask the user \
+                                 about it any more."
+                            );
+                            push_notice(&peer, id, &rule, "expired", text, claude, quiet).await
                         }
+                        _ => true,
+                    };
+                    if !sent {
+                        break;
                     }
-                    Err(RecvError::Lagged(n)) => {
-                        tracing::debug!(client = %client, skipped = n, "push lagged; the wait tool still has every item");
-                    }
-                    Ok(_) => {}
-                    Err(RecvError::Closed) => break,
-                },
+                }
                 changed = committed.changed() => {
                     if changed.is_err() { break }
                     let subscribed = session.lock().unwrap().subscribed;
@@ -151,44 +150,55 @@ async fn push_notice(
     claude: bool,
     quiet: bool,
 ) -> bool {
-    if claude {
-        let params = serde_json::json!({
+    let channel = claude.then(|| {
+        serde_json::json!({
             "content": text,
             "meta": {"action_id": id.to_string(), "rule": rule, "state": state, "kind": "confirm_closed"},
-        });
-        let note = ServerNotification::CustomNotification(CustomNotification::new(
-            CLAUDE_CHANNEL,
-            Some(params),
-        ));
-        if peer.send_notification(note).await.is_err() {
-            return false;
-        }
-    }
-    if quiet {
-        return true;
-    }
-    let data = serde_json::json!({
-        "kind": "confirm_closed",
-        "action_id": id,
-        "rule": rule,
-        "state": state,
-        "text": text,
+        })
     });
-    peer.notify_logging_message(
-        LoggingMessageNotificationParam::new(LoggingLevel::Info, data)
-            .with_logger("switchboard.inbox"),
-    )
-    .await
-    .is_ok()
+    let log = (!quiet).then(|| {
+        serde_json::json!({
+            "kind": "confirm_closed",
+            "action_id": id,
+            "rule": rule,
+            "state": state,
+            "text": text,
+        })
+    });
+    send(peer, channel, log).await
 }
 
 /// Pushes one item; false when the client is gone.
 async fn push_item(peer: &Peer<RoleServer>, item: &Item, claude: bool, quiet: bool) -> bool {
-    if claude {
-        let params = serde_json::json!({
+    let channel = claude.then(|| {
+        serde_json::json!({
             "content": item.prompt,
             "meta": channel_meta(item),
-        });
+        })
+    });
+    let log = (!quiet).then(|| {
+        serde_json::json!({
+            "kind": item.kind,
+            "action_id": item.action_id,
+            "rule": item.rule,
+            "seq": item.message.seq,
+            "channel": item.message.channel,
+            "server": item.message.server,
+            "prompt": item.prompt,
+        })
+    });
+    send(peer, channel, log).await
+}
+
+/// Sends `notifications/claude/channel` with `channel` as its params, then
+/// `notifications/message` (logger `switchboard.inbox`) with `log` as its data, each when
+/// given; false when the client is gone.
+async fn send(
+    peer: &Peer<RoleServer>,
+    channel: Option<serde_json::Value>,
+    log: Option<serde_json::Value>,
+) -> bool {
+    if let Some(params) = channel {
         let note = ServerNotification::CustomNotification(CustomNotification::new(
             CLAUDE_CHANNEL,
             Some(params),
@@ -197,24 +207,14 @@ async fn push_item(peer: &Peer<RoleServer>, item: &Item, claude: bool, quiet: bo
             return false;
         }
     }
-    if quiet {
-        return true;
+    match log {
+        Some(data) => peer
+            .notify_logging_message(
+                LoggingMessageNotificationParam::new(LoggingLevel::Info, data)
+                    .with_logger("switchboard.inbox"),
+            )
+            .await
+            .is_ok(),
+        None => true,
     }
-    let data = serde_json::json!({
-        "kind": item.kind,
-        "action_id": item.action_id,
-        "rule": item.rule,
-        "seq": item.message.seq,
-        "channel": item.message.channel,
-        "server": item.message.server,
-        "prompt": item.prompt,
-    });
-    #[allow(deprecated)]
-    let sent = peer
-        .notify_logging_message(
-            LoggingMessageNotificationParam::new(LoggingLevel::Info, data)
-                .with_logger("switchboard.inbox"),
-        )
-        .await;
-    sent.is_ok()
 }
