@@ -367,24 +367,13 @@ fn note(items: &[Item]) -> &'static str {
     }
 }
 
-/// Whether `name` is one of switchboard's own tools (never forwarded upstream).
+/// Whether `name` is one of switchboard's own tools (never forwarded upstream): a name
+/// [`list`] gives, read once.
 pub fn is_own(name: &str) -> bool {
-    OWN.contains(&name)
+    static OWN: std::sync::LazyLock<Vec<String>> =
+        std::sync::LazyLock::new(|| list().into_iter().map(|t| t.name.into_owned()).collect());
+    OWN.iter().any(|own| own == name)
 }
-
-const OWN: &[&str] = &[
-    "wait_for_inbound_message",
-    "inbox_pull",
-    "channel_list",
-    "channel_ack",
-    "channel_confirm",
-    "channel_run",
-    "channel_pause",
-    "channel_resume",
-    "rules_list",
-    "rules_reload",
-    "inbox_stats",
-];
 
 /// A backend failure as the agent reads it: a tool error, not a protocol error, so that it
 /// calls again (the front end re-attaches to a restarted daemon by itself).
@@ -627,4 +616,18 @@ async fn wait(
         "unread": reply.unread,
         "note": note(&reply.items),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_tools_are_the_listed_ones_and_nothing_else() {
+        for tool in list() {
+            assert!(is_own(&tool.name), "{}", tool.name);
+        }
+        assert!(!is_own("teams__send_message"));
+        assert!(!is_own("wait_for_inbound"));
+    }
 }
