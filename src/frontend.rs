@@ -118,12 +118,11 @@ pub async fn run(
         }
         _ = shutdown => {}
     }
-    // The session ends: its close goes to the daemon before this process exits.
+    // The session ends. Its close is sent if the writer gets to it; either way the daemon
+    // closes every session of this connection when the process exits and the socket closes.
     link.end();
     tasks.close();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait()).await;
-    // Give the writer a moment to put the close on the wire.
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     stop.cancel();
     Ok(())
 }

@@ -54,10 +54,9 @@ impl LocalBackend {
         if let Some(old) = spec.resume.as_deref()
             && !app.lifecycle.consumer_in_use(old)
         {
-            let cursor = app.state.cursor(old).or(Some(app.inbox.last_seq()));
-            let id = app.lifecycle.open_session(old, false, cursor);
-            app.state
-                .set_cursor(old, cursor.unwrap_or(app.inbox.last_seq()));
+            let cursor = app.state.cursor(old).unwrap_or(app.inbox.last_seq());
+            let id = app.lifecycle.open_session(old, false, Some(cursor));
+            app.state.set_cursor(old, cursor);
             return SessionInfo {
                 id,
                 consumer: old.to_string(),

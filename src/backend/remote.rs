@@ -485,10 +485,7 @@ impl Backend for RemoteBackend {
             let deadline = tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms);
             loop {
                 let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-                let session = match self.remote_session(request.session) {
-                    Ok(s) => s,
-                    Err(e) => return Err(e),
-                };
+                let session = self.remote_session(request.session)?;
                 let call = Call::Wait {
                     request: WaitRequest {
                         session,

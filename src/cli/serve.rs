@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::control::{Client, Request, Status};
 use crate::daemon::DaemonOptions;
-use crate::daemon::launch::{Launch, connect_or_start};
+use crate::daemon::launch::{Launch, alive, connect_or_start};
 use crate::frontend::FrontendOptions;
 
 /// Options of `serve`.
@@ -259,11 +259,4 @@ async fn status_of(home: &Path) -> anyhow::Result<Option<Status>> {
         anyhow::bail!("status: {}", response.error.unwrap_or_default());
     }
     Ok(Some(serde_json::from_value(response.result)?))
-}
-
-/// Whether process `pid` still exists.
-fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 checks for existence and delivers nothing.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }

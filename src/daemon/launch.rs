@@ -133,14 +133,17 @@ fn lost_the_race(home: &Path, ours: Option<u32>) -> bool {
         .ok()
         .and_then(|t| t.trim().parse().ok());
     match owner {
-        Some(pid) if Some(pid) != ours => {
-            // SAFETY: signal 0 checks for existence and delivers nothing.
-            let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-            r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-        }
+        Some(pid) if Some(pid) != ours => alive(pid),
         // The winner locked but has not written its pid yet: its log line says so.
         _ => log_tail(home, 20).contains("another switchboard"),
     }
+}
+
+/// Whether process `pid` exists.
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 checks for existence and delivers nothing.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// The last `n` lines of the home's daemon log.

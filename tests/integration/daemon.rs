@@ -7,14 +7,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation};
-use rmcp::service::RunningService;
+use rmcp::model::{ClientConfig, Implementation};
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 
 use super::util::*;
-
-type Client = RunningService<rmcp::RoleClient, ClientConfig>;
 
 const RULES: &str = r#"{"rules": [
   {"name": "triage", "channel": "work/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]},
@@ -42,17 +39,6 @@ async fn front_end(home: &std::path::Path, name: &str, extra: &[&str]) -> Client
     let mut info = ClientConfig::default();
     info.client_info = Implementation::new(name, "1.0.0");
     info.serve(transport).await.expect("front end answers")
-}
-
-async fn tool(client: &Client, name: &str, args: Value) -> Value {
-    let mut params = CallToolRequestParams::new(name.to_string());
-    params.arguments = args.as_object().cloned();
-    client
-        .call_tool(params)
-        .await
-        .expect("tool call answered")
-        .structured_content
-        .expect("structured")
 }
 
 async fn wait_items(client: &Client, timeout_s: f64) -> Vec<Value> {
@@ -219,7 +205,10 @@ async fn kill_9_of_the_daemon_under_load_loses_nothing_and_a_front_end_restarts_
         let items = wait_items(&b, 4.0).await;
         (items, started.elapsed(), b)
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    eventually_async(Duration::from_secs(10), "the wait to be in flight", || {
+        (status_json(&home)["stats"]["wait_calls_in_flight"] == 1).then_some(())
+    })
+    .await;
     unsafe {
         libc::kill(first as i32, libc::SIGKILL);
     }
@@ -241,8 +230,18 @@ async fn kill_9_of_the_daemon_under_load_loses_nothing_and_a_front_end_restarts_
         "both front ends re-attached: {s}"
     );
 
-    // Keep loading the new daemon a little, then stop and count.
-    std::thread::sleep(Duration::from_millis(500));
+    // Keep loading until the new daemon has acknowledged some messages, then stop and count.
+    let load_stored = || {
+        std::fs::read_to_string(home.join("channels.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"load/x\""))
+            .count()
+    };
+    let at_restart = load_stored();
+    eventually(Duration::from_secs(10), "load on the new daemon", || {
+        (load_stored() >= at_restart + 5).then_some(())
+    });
     stop_load.store(true, std::sync::atomic::Ordering::Relaxed);
     let acked = sender.join().unwrap();
     assert!(acked.len() > 5, "the load ran: {}", acked.len());
@@ -337,14 +336,15 @@ fn a_deleted_home_stops_the_daemon() {
     let mut sb = Switchboard::new();
     sb.spawn_with(&["daemon", "--no-listen"]);
     let pid = sb.pid();
-    let moved = tempfile::tempdir().unwrap();
-    let log = moved.path().join("log");
-    // Keep the log readable: the home is about to go.
-    std::fs::copy(sb.home.path().join("test-server.log"), &log).unwrap();
+    // The daemon's stderr: kept open, so that it can be read once the home is gone.
+    let mut log = std::fs::File::open(sb.home.path().join("test-server.log")).unwrap();
     std::fs::remove_dir_all(sb.home.path()).unwrap();
     eventually(Duration::from_secs(3), "the daemon to stop", || {
         (!alive(pid)).then_some(())
     });
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut log, &mut text).unwrap();
+    assert!(text.contains("(or the home was removed)"), "{text}");
     std::fs::create_dir_all(sb.home.path()).unwrap();
 }
 

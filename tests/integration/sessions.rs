@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation};
+use rmcp::model::{ClientConfig, Implementation};
 use serde_json::{Value, json};
 
 use super::util::*;
@@ -128,25 +128,12 @@ fn claims(sb: &Switchboard, state: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
-type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig>;
-
 async fn rmcp_client(sb: &Switchboard, name: &str) -> Client {
     let mut info = ClientConfig::default();
     info.client_info = Implementation::new(name, "1.0.0");
     info.serve(http_transport(sb))
         .await
         .expect("rmcp client connects")
-}
-
-async fn tool(client: &Client, name: &str, args: Value) -> Value {
-    let mut params = CallToolRequestParams::new(name.to_string());
-    params.arguments = args.as_object().cloned();
-    client
-        .call_tool(params)
-        .await
-        .expect("tool call answered")
-        .structured_content
-        .expect("structured")
 }
 
 /// An ended session's wait is cancelled before it takes anything; the next auto item reaches

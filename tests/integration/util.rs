@@ -344,6 +344,23 @@ pub async fn eventually_async<T>(
     }
 }
 
+/// An rmcp client session, as the tests hold one.
+pub type Client =
+    rmcp::service::RunningService<rmcp::service::RoleClient, rmcp::model::ClientConfig>;
+
+/// Calls tool `name` with `args` and returns its `structuredContent` (panics when the call
+/// fails or has none).
+pub async fn tool(client: &Client, name: &str, args: serde_json::Value) -> serde_json::Value {
+    let mut params = rmcp::model::CallToolRequestParams::new(name.to_string());
+    params.arguments = args.as_object().cloned();
+    client
+        .call_tool(params)
+        .await
+        .expect("tool call answered")
+        .structured_content
+        .expect("structured")
+}
+
 /// Polls `f` every 10 ms until it returns `Some`, or panics with `what` after `limit`.
 pub fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
