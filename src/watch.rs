@@ -105,18 +105,10 @@ fn reload_config(app: &App, boot: &crate::config::Config) {
     let Some(home) = &app.home else { return };
     let report = match home.load_config() {
         Ok(new) if crate::sources::http::parse_rate_limit(&new.http.rate_limit).is_err() => {
-            let message = format!(
-                "switchboard.json not reloaded: invalid `http.rateLimit` \"{}\"; the running \
-                 settings stay",
+            not_reloaded(format!(
+                "invalid `http.rateLimit` \"{}\"",
                 new.http.rate_limit
-            );
-            tracing::error!("{message}");
-            crate::config::ConfigReload {
-                at: crate::message::format_timestamp(chrono::Utc::now()),
-                ok: false,
-                message,
-                ..Default::default()
-            }
+            ))
         }
         Ok(new) => {
             let plan = crate::config::plan_reload(boot, &new);
@@ -140,19 +132,21 @@ fn reload_config(app: &App, boot: &crate::config::Config) {
             }
             plan
         }
-        Err(e) => {
-            let message =
-                format!("switchboard.json not reloaded: {e:#}; the running settings stay");
-            tracing::error!("{message}");
-            crate::config::ConfigReload {
-                at: crate::message::format_timestamp(chrono::Utc::now()),
-                ok: false,
-                message,
-                ..Default::default()
-            }
-        }
+        Err(e) => not_reloaded(format!("{e:#}")),
     };
     *app.config_reload.lock().unwrap() = Some(report);
+}
+
+/// The report (and error log line) of a `switchboard.json` that was not applied, for `why`.
+fn not_reloaded(why: String) -> crate::config::ConfigReload {
+    let message = format!("switchboard.json not reloaded: {why}; the running settings stay");
+    tracing::error!("{message}");
+    crate::config::ConfigReload {
+        at: crate::message::format_timestamp(chrono::Utc::now()),
+        ok: false,
+        message,
+        ..Default::default()
+    }
 }
 
 /// Whether `event` can have changed the file named `file_name`: a create, a write (or the close
