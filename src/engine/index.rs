@@ -13,19 +13,20 @@
 //! candidate on most messages, its channel on few.
 //!
 //! A candidate is then confirmed on what did not find it: server, channel (when found by
-//! content) and its own regex. Rules that share a regex share its verdict, so each distinct
-//! regex runs at most once per message; when many candidates have regexes without literals,
+//! content) and its own regex. A regex that is only its literal between assertions
+//! ([`Exact`]) never runs: the scan decides it where the literal occurs. Rules that share a
+//! regex share its verdict, so each distinct regex runs at most once per message; when many candidates have regexes without literals,
 //! one `RegexSet` pass answers for all of them. Candidates come out in file order, so
 //! evaluation order is the order of the file, and the list ends at the first matching rule
 //! with `stop`.
 
 use std::collections::HashMap;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use globset::{GlobSet, GlobSetBuilder};
 use regex::RegexSet;
 
 use super::literals;
+use super::scan::{Exact, Literals};
 use crate::message::Message;
 use crate::rules::{NamePattern, RuleSet};
 
@@ -37,33 +38,9 @@ const SHARED_LITERAL: usize = 8;
 /// Above this many candidates whose regexes have no literal, one `RegexSet` pass beats
 /// trying each regex.
 const REGEX_SET_THRESHOLD: usize = 3;
-/// Literal bytes up to which the automaton is a DFA; its table grows with them (one row of
-/// byte classes per state). The 10,000-rule catch-all bench has about 120,000 literal bytes,
-/// and its whole compiled set, DFA included, added 5–20 MiB of RSS.
-const DFA_MAX_LITERAL_BYTES: usize = 200_000;
 /// Most regexes put into that set: a set's lazy DFA grows with its patterns, and past a few
 /// hundred it costs more memory and build time than the regexes run one by one.
 const REGEX_SET_MAX: usize = 256;
-
-/// The automaton over the literals: a DFA (one table lookup per content byte) while it stays
-/// small, else the automaton's own choice; either way without its prefilter, which on a
-/// ~120-byte content restarts at every candidate byte and cost more than the scan it skips.
-fn literal_automaton(patterns: &[&[u8]]) -> Option<AhoCorasick> {
-    let build = |kind| {
-        AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::Standard)
-            .prefilter(false)
-            .kind(kind)
-            .build(patterns)
-            .ok()
-    };
-    let bytes: usize = patterns.iter().map(|p| p.len()).sum();
-    let dfa = (bytes <= DFA_MAX_LITERAL_BYTES)
-        .then(|| build(Some(AhoCorasickKind::DFA)))
-        .flatten();
-    dfa.or_else(|| build(None))
-}
 
 /// How a candidate is confirmed.
 #[derive(Clone, Copy, Debug, Default)]
@@ -83,9 +60,9 @@ pub struct Index {
     glob_owner: Vec<u32>,
     any: Vec<u32>,
     /// The necessary literals of the rules found by content.
-    literals: Option<AhoCorasick>,
-    /// Literal (pattern id) → the rules listed under it.
-    literal_rules: Vec<Vec<u32>>,
+    literals: Option<Literals>,
+    /// Literal (pattern id) → what its occurrence tells.
+    listed: Vec<Listed>,
     /// Per rule (by position in the file): how to confirm it.
     checks: Vec<Check>,
     /// Distinct content regexes (by source), each as the first rule that has it.
@@ -96,6 +73,15 @@ pub struct Index {
     set_slot: Vec<Option<u32>>,
     /// Slot in `regex_set` → regex.
     set_regex: Vec<u32>,
+}
+
+/// What one literal of the scan stands for.
+#[derive(Debug, Default)]
+struct Listed {
+    /// The rules listed under it: candidates once it occurs.
+    rules: Vec<u32>,
+    /// Regexes that are this literal between assertions, decided by its occurrences alone.
+    exact: Vec<(u32, Exact)>,
 }
 
 /// Per-message working memory, kept between messages so that evaluating allocates nothing.
@@ -112,7 +98,7 @@ pub struct Scratch {
 
 impl Scratch {
     fn begin(&mut self, index: &Index) {
-        let (regexes, lits) = (index.regexes.len(), index.literal_rules.len());
+        let (regexes, lits) = (index.regexes.len(), index.listed.len());
         if self.regex_stamp.len() != regexes || self.literal_stamp.len() != lits {
             *self = Scratch::default();
             self.regex_stamp = vec![0; regexes];
@@ -143,6 +129,7 @@ impl Index {
         let mut choices: Vec<Vec<literals::Need>> = vec![Vec::new(); all.len()];
         let mut shared: HashMap<&[u8], usize> = HashMap::new();
         let mut choices_of_regex: Vec<Vec<literals::Need>> = Vec::new();
+        let mut exact_of_regex: Vec<Option<Exact>> = Vec::new();
         for (i, rule) in all.iter().enumerate() {
             let Some(re) = rule.content_regex.as_ref().filter(|_| rule.enabled) else {
                 continue;
@@ -155,6 +142,7 @@ impl Index {
                         .filter(|n| literals::quality(n).0 >= MIN_LITERAL)
                         .collect(),
                 );
+                exact_of_regex.push(Exact::of(re.hir()));
                 (ix.regexes.len() - 1) as u32
             });
             ix.checks[i].regex = Some(id);
@@ -186,10 +174,19 @@ impl Index {
                 for lit in need {
                     let p = *pattern_of.entry(lit.as_slice()).or_insert_with(|| {
                         patterns.push(lit.as_slice());
-                        ix.literal_rules.push(Vec::new());
+                        ix.listed.push(Listed::default());
                         patterns.len() - 1
                     });
-                    ix.literal_rules[p].push(i as u32);
+                    let listed = &mut ix.listed[p];
+                    listed.rules.push(i as u32);
+                    // A regex that is only this literal is decided where it occurs (once per
+                    // regex: rules with the same regex share it).
+                    if let Some(id) = ix.checks[i].regex
+                        && let Some(exact) =
+                            exact_of_regex[id as usize].take_if(|e| e.lowered() == lit.as_slice())
+                    {
+                        listed.exact.push((id, exact));
+                    }
                 }
                 continue;
             }
@@ -243,12 +240,12 @@ impl Index {
             ix.set_regex.clear();
         }
         if !patterns.is_empty() {
-            ix.literals = literal_automaton(&patterns);
+            ix.literals = Literals::new(&patterns);
             if ix.literals.is_none() {
                 // Unreachable in practice (the automaton has no size limit set); if it ever
                 // fails, the rules it would have found are tried on every message instead.
-                for rules in std::mem::take(&mut ix.literal_rules) {
-                    ix.any.extend(rules);
+                for listed in std::mem::take(&mut ix.listed) {
+                    ix.any.extend(listed.rules);
                 }
                 ix.any.sort_unstable();
                 ix.any.dedup();
@@ -288,14 +285,30 @@ impl Index {
             self.globs.matches_into(ch, &mut scratch.globs);
             cand.extend(scratch.globs.iter().map(|&g| self.glob_owner[g]));
         }
-        if let Some(ac) = &self.literals {
-            for m in ac.find_overlapping_iter(msg.content.as_str()) {
-                let p = m.pattern().as_usize();
-                if scratch.literal_stamp[p] != generation {
-                    scratch.literal_stamp[p] = generation;
-                    cand.extend_from_slice(&self.literal_rules[p]);
+        if let Some(literals) = &self.literals {
+            let content = msg.content.as_str();
+            let (literal_stamp, regex_stamp, regex_hit) = (
+                &mut scratch.literal_stamp,
+                &mut scratch.regex_stamp,
+                &mut scratch.regex_hit,
+            );
+            literals.scan(content.as_bytes(), |p, end| {
+                let listed = &self.listed[p];
+                if literal_stamp[p] != generation {
+                    literal_stamp[p] = generation;
+                    cand.extend_from_slice(&listed.rules);
                 }
-            }
+                for (id, exact) in &listed.exact {
+                    let id = *id as usize;
+                    if regex_stamp[id] != generation {
+                        regex_stamp[id] = generation;
+                        regex_hit[id] = false;
+                    }
+                    if !regex_hit[id] && exact.holds(content, end) {
+                        regex_hit[id] = true;
+                    }
+                }
+            });
         }
         cand.sort_unstable();
         cand.dedup();

@@ -115,7 +115,7 @@ fn piece(hir: &Hir) -> Option<Vec<u8>> {
 }
 
 /// `b'e'` for a class that is exactly `[Ee]`, in Unicode or byte form.
-fn ascii_case_pair(class: &Class) -> Option<u8> {
+pub(super) fn ascii_case_pair(class: &Class) -> Option<u8> {
     let chars: Vec<u32> = match class {
         Class::Unicode(c) => {
             let r = c.ranges();

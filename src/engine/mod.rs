@@ -15,6 +15,7 @@ mod index;
 mod limits;
 mod literals;
 pub mod resolve;
+mod scan;
 
 use std::borrow::Cow;
 use std::collections::HashMap;

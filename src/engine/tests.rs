@@ -500,6 +500,29 @@ fn random_regex(g: &mut Gen, many: bool) -> String {
             _ => re.push_str(&word),
         }
     }
+    if g.chance(40) {
+        // Assertions around the whole: a bare literal between them is decided by the scan
+        // alone (`scan::Exact`), so every kind it checks is drawn.
+        let before = [
+            r"\b",
+            r"\B",
+            "^",
+            r"(?-u:\b)",
+            r"\b{start}",
+            r"\b{start-half}",
+            r"(?m)^",
+        ];
+        let after = [
+            r"\b",
+            r"\B",
+            "$",
+            r"(?-u:\B)",
+            r"\b{end}",
+            r"(?-u:\b{end-half})",
+            r"(?m)$",
+        ];
+        re = format!("{}{re}{}", g.pick(&before), g.pick(&after));
+    }
     re
 }
 
@@ -600,7 +623,7 @@ fn random_message(g: &mut Gen, seq: u64) -> Message {
     let mut content = String::new();
     for n in 0..g.below(12) {
         if n > 0 {
-            content.push_str(g.pick(&[" ", " ", "", "/", "-", "\n"]));
+            content.push_str(g.pick(&[" ", " ", "", "/", "-", "\n", "_", "é"]));
         }
         content.push_str(g.pick(WORDS));
     }
