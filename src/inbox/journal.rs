@@ -45,6 +45,9 @@ pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// With `never`, the longest a queued record waits for its write.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(1);
+/// The largest emptied buffer the writer keeps for the next backlog (a millisecond of a busy
+/// stream is far less).
+const SPARE_MAX: usize = 1024 * 1024;
 /// Seqs reserved in `channels.seq` at a time.
 pub const RESERVE_BLOCK: Seq = 8192;
 
@@ -400,6 +403,9 @@ pub struct Writer {
     /// `interval`: when the oldest unsynced write was made; the thread syncs a second later.
     dirty_since: Option<Instant>,
     backlog: Vec<u8>,
+    /// `never`: the buffer the thread wrote last, emptied, so that the next backlog does not
+    /// grow from nothing again.
+    spare: Vec<u8>,
     backlog_last: Seq,
     /// The thread waits with a timeout, so an appender need not wake it.
     armed: bool,
@@ -426,6 +432,7 @@ impl Writer {
             unsynced: false,
             dirty_since: None,
             backlog: Vec::new(),
+            spare: Vec::new(),
             backlog_last: 0,
             armed: false,
             marks,
@@ -614,7 +621,8 @@ impl Writer {
             }
             match w.file.clone() {
                 Some(file) if !w.marks.is_failing.load(Ordering::Acquire) => {
-                    let bytes = std::mem::take(&mut w.backlog);
+                    let spare = std::mem::take(&mut w.spare);
+                    let bytes = std::mem::replace(&mut w.backlog, spare);
                     w.marks.backlog_bytes.store(0, Ordering::Relaxed);
                     (bytes, w.backlog_last, file, w.size)
                 }
@@ -635,6 +643,11 @@ impl Writer {
                     return Err(w.failed(e));
                 }
                 w.marks.publish(last);
+                if bytes.capacity() <= SPARE_MAX {
+                    let mut bytes = bytes;
+                    bytes.clear();
+                    w.spare = bytes;
+                }
                 Ok(())
             }
             Err(e) => {

@@ -384,7 +384,7 @@ impl Inbox {
                     ring.ids.insert(id.clone(), seq);
                 }
                 if inner.journal.is_some() {
-                    serde_json::to_writer(&mut bytes, &msg).expect("a message always serializes");
+                    msg.write_json(&mut bytes);
                     bytes.push(b'\n');
                 }
                 ring.bytes += msg.mem_bytes();
