@@ -410,6 +410,9 @@ pub struct Writer {
     /// The thread waits with a timeout, so an appender need not wake it.
     armed: bool,
     marks: Arc<Marks>,
+    /// Tests hold a sync here until they send on the other end.
+    #[cfg(test)]
+    pub(super) sync_gate: Option<mpsc::Receiver<()>>,
 }
 
 impl Writer {
@@ -433,6 +436,8 @@ impl Writer {
             dirty_since: None,
             backlog: Vec::new(),
             spare: Vec::new(),
+            #[cfg(test)]
+            sync_gate: None,
             backlog_last: 0,
             armed: false,
             marks,
@@ -480,10 +485,11 @@ impl Writer {
         // flush timer one more round rather than have the next appender wake the thread.
         let mut streaming = false;
         loop {
-            // Reserve ahead (`interval`, `never`) or on demand, outside the writer's lock.
+            // Reserve ahead (every policy: `always` shows a record once written, before its
+            // sync) or on demand, outside the writer's lock.
             let assigned = marks.assigned.load(Ordering::Acquire);
             let reserved = marks.reserved.load(Ordering::Acquire);
-            let ahead = policy != FsyncPolicy::Always && assigned + RESERVE_BLOCK / 2 > reserved;
+            let ahead = assigned + RESERVE_BLOCK / 2 > reserved;
             if ahead || (!reserve_acks.is_empty() && assigned > reserved) {
                 let upto = assigned + RESERVE_BLOCK;
                 match write_reservation(&reservation, upto) {
@@ -705,7 +711,13 @@ impl Writer {
             .fetch_max(self.backlog_last, Ordering::AcqRel);
         self.unsynced = true;
         match self.policy {
-            FsyncPolicy::Always => self.sync()?,
+            FsyncPolicy::Always => {
+                // Shown once written, as far as the reservation covers it: a crash of this
+                // process can no longer lose it, and a wait need not sit behind the sync.
+                // The appenders are acknowledged once it is synced.
+                self.marks.publish(self.backlog_last);
+                self.sync()?
+            }
             FsyncPolicy::Interval => {
                 self.dirty_since.get_or_insert_with(Instant::now);
             }
@@ -719,6 +731,10 @@ impl Writer {
     }
 
     fn sync(&mut self) -> std::io::Result<()> {
+        #[cfg(test)]
+        if let Some(gate) = &self.sync_gate {
+            let _ = gate.recv();
+        }
         if let Some(file) = &self.file
             && self.unsynced
         {

@@ -402,6 +402,46 @@ async fn seqs_shown_during_an_outage_are_never_handed_out_again() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::open(dir.path()).unwrap();
+    let inbox = Inbox::open(&home, &policy(FsyncPolicy::Always))
+        .await
+        .unwrap();
+    let journal = inbox.inner.journal.as_ref().unwrap();
+    let (release, gate) = std::sync::mpsc::channel();
+    journal.writer.lock().unwrap().sync_gate = Some(gate);
+    let mut committed = inbox.committed();
+    let append = tokio::spawn({
+        let inbox = inbox.clone();
+        async move { inbox.append(NewMessage::new("t", "c", "wake")).await }
+    });
+    // The writer thread has written the record and now waits at the sync: readers see it.
+    // (The borrow `wait_for` returns is dropped at once: it holds the watch's lock.)
+    let seen = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        committed.wait_for(|&c| c >= 1),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    assert!(seen, "a written record is not shown before its sync");
+    assert_eq!(inbox.read_after(0, 10).await.len(), 1);
+    assert_eq!(inbox.inner.marks.synced.load(Ordering::Acquire), 0);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!append.is_finished(), "acknowledged before the sync");
+    // The sync goes ahead (and any later one does not wait): the appender is acknowledged.
+    drop(release);
+    let appended = tokio::time::timeout(std::time::Duration::from_secs(30), append)
+        .await
+        .expect("acknowledged once synced")
+        .unwrap()
+        .unwrap();
+    assert_eq!(appended.seq, 1);
+    assert!(inbox.inner.marks.synced.load(Ordering::Acquire) >= 1);
+    inbox.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn interval_syncs_a_lone_write_within_about_a_second() {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::open(dir.path()).unwrap();
