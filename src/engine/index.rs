@@ -42,6 +42,11 @@ const REGEX_SET_THRESHOLD: usize = 3;
 /// hundred it costs more memory and build time than the regexes run one by one.
 const REGEX_SET_MAX: usize = 256;
 
+/// The bit of [`Index::subtree_lens`] for a prefix of `len` bytes.
+fn length_bit(len: usize) -> u64 {
+    1 << len.min(63)
+}
+
 /// How a candidate is confirmed.
 #[derive(Clone, Copy, Debug, Default)]
 struct Check {
@@ -56,6 +61,9 @@ struct Check {
 pub struct Index {
     exact: foldhash::HashMap<Box<str>, Vec<u32>>,
     subtree: foldhash::HashMap<Box<str>, Vec<u32>>,
+    /// Bit `n` set: some subtree prefix is `n` bytes long (bit 63: 63 or more), so the
+    /// ancestors of other lengths are not looked up.
+    subtree_lens: u64,
     globs: GlobSet,
     glob_owner: Vec<u32>,
     any: Vec<u32>,
@@ -195,6 +203,7 @@ impl Index {
                 NamePattern::Any => ix.any.push(i32),
                 NamePattern::Exact(c) => ix.exact.entry(c.as_str().into()).or_default().push(i32),
                 NamePattern::Subtree(p) => {
+                    ix.subtree_lens |= length_bit(p.len());
                     ix.subtree.entry(p.as_str().into()).or_default().push(i32)
                 }
                 NamePattern::Glob { globs: gs, .. } => {
@@ -271,14 +280,14 @@ impl Index {
         if let Some(v) = self.exact.get(ch) {
             cand.extend_from_slice(v);
         }
-        if !self.subtree.is_empty() {
-            for (i, _) in ch.match_indices('/') {
-                if let Some(v) = self.subtree.get(&ch[..i]) {
+        if self.subtree_lens != 0 {
+            let ancestors = ch.bytes().enumerate().filter(|&(_, b)| b == b'/');
+            for end in ancestors.map(|(i, _)| i).chain([ch.len()]) {
+                if self.subtree_lens & length_bit(end) != 0
+                    && let Some(v) = self.subtree.get(&ch[..end])
+                {
                     cand.extend_from_slice(v);
                 }
-            }
-            if let Some(v) = self.subtree.get(ch) {
-                cand.extend_from_slice(v);
             }
         }
         if !self.glob_owner.is_empty() {
