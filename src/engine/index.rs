@@ -15,10 +15,10 @@
 //! A candidate is then confirmed on what did not find it: server, channel (when found by
 //! content) and its own regex. A regex that is only its literal between assertions
 //! ([`Exact`]) never runs: the scan decides it where the literal occurs. Rules that share a
-//! regex share its verdict, so each distinct regex runs at most once per message; when many candidates have regexes without literals,
-//! one `RegexSet` pass answers for all of them. Candidates come out in file order, so
-//! evaluation order is the order of the file, and the list ends at the first matching rule
-//! with `stop`.
+//! regex share its verdict, so each distinct regex runs at most once per message; when many
+//! candidates have regexes without literals, one `RegexSet` pass answers for all of them.
+//! Candidates come out in file order, so evaluation order is the order of the file, and the
+//! list ends at the first matching rule with `stop`.
 
 use std::collections::HashMap;
 

@@ -798,7 +798,7 @@ impl Writer {
         match self.policy {
             // Shown once written, as far as the reservation covers it: a crash of this process
             // can no longer lose it, and a wait need not sit behind the sync, which the sync
-            // thread makes (see `Syncer`) while this one writes what comes next.
+            // thread makes (`sync_loop`) while this one writes what comes next.
             FsyncPolicy::Always => self.marks.publish(self.backlog_last),
             FsyncPolicy::Interval => {
                 self.dirty_since.get_or_insert_with(Instant::now);
