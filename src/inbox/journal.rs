@@ -234,9 +234,6 @@ pub struct Marks {
     pub is_failing: AtomicBool,
     /// The cause of the current failure, if the journal is failing.
     pub failing: Mutex<Option<String>>,
-    /// Tests hold `always`'s sync here until they send on the other end (or drop it).
-    #[cfg(test)]
-    pub sync_gate: Mutex<Option<mpsc::Receiver<()>>>,
 }
 
 impl Marks {
@@ -257,8 +254,6 @@ impl Marks {
             bytes: AtomicU64::new(0),
             is_failing: AtomicBool::new(false),
             failing: Mutex::new(None),
-            #[cfg(test)]
-            sync_gate: Mutex::new(None),
         }
     }
 
@@ -298,42 +293,6 @@ impl Marks {
     /// The cause of the current failure.
     pub fn failure(&self) -> Option<String> {
         self.failing.lock().unwrap().clone()
-    }
-}
-
-/// What the writer thread has written under `always`, for the sync thread.
-struct SyncJob {
-    /// The file it was written to (after a rotation the new one: the rotation synced the old).
-    file: Option<Arc<File>>,
-    /// The highest seq written.
-    upto: Seq,
-    /// The appenders to answer once it is synced.
-    acks: Vec<oneshot::Sender<Result<(), String>>>,
-}
-
-/// The sync thread of `always`: syncs once for everything written since its last sync (group
-/// commit, while the writer thread goes on writing), then answers the appenders.
-fn sync_loop(shared: &Mutex<Writer>, marks: &Marks, rx: mpsc::Receiver<SyncJob>) {
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        jobs.extend(rx.try_iter());
-        #[cfg(test)]
-        if let Some(gate) = marks.sync_gate.lock().unwrap().as_ref() {
-            let _ = gate.recv();
-        }
-        let upto = jobs.iter().map(|j| j.upto).max().unwrap_or(0);
-        let file = jobs.iter().rev().find_map(|j| j.file.clone());
-        let result = match file.map(|f| f.sync_data()) {
-            Some(Err(e)) => Err(shared.lock().unwrap().failed(e)),
-            _ => {
-                marks.synced.fetch_max(upto, Ordering::AcqRel);
-                marks.publish(upto);
-                Ok(())
-            }
-        };
-        for ack in jobs.into_iter().flat_map(|j| j.acks) {
-            let _ = ack.send(result.clone());
-        }
     }
 }
 
@@ -514,19 +473,6 @@ impl Writer {
             let w = shared.lock().unwrap();
             (w.marks.clone(), w.policy)
         };
-        // `always`: the syncs run on a thread of their own, so that this one writes (and
-        // shows) the next batch while the last is being synced. Without it, syncs run here.
-        let syncer = (policy == FsyncPolicy::Always)
-            .then(|| {
-                let (tx, srx) = mpsc::channel::<SyncJob>();
-                let (shared, marks) = (Arc::clone(&shared), Arc::clone(&marks));
-                std::thread::Builder::new()
-                    .name("journal-sync".into())
-                    .spawn(move || sync_loop(&shared, &marks, srx))
-                    .ok()
-                    .map(|thread| (tx, thread))
-            })
-            .flatten();
         let mut backoff = Duration::from_millis(100);
         let mut reserve_failing = false;
         let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
@@ -534,11 +480,10 @@ impl Writer {
         // flush timer one more round rather than have the next appender wake the thread.
         let mut streaming = false;
         loop {
-            // Reserve ahead (every policy: `always` shows a record once written, before its
-            // sync) or on demand, outside the writer's lock.
+            // Reserve ahead (`interval`, `never`) or on demand, outside the writer's lock.
             let assigned = marks.assigned.load(Ordering::Acquire);
             let reserved = marks.reserved.load(Ordering::Acquire);
-            let ahead = assigned + RESERVE_BLOCK / 2 > reserved;
+            let ahead = policy != FsyncPolicy::Always && assigned + RESERVE_BLOCK / 2 > reserved;
             if ahead || (!reserve_acks.is_empty() && assigned > reserved) {
                 let upto = assigned + RESERVE_BLOCK;
                 match write_reservation(&reservation, upto) {
@@ -610,28 +555,8 @@ impl Writer {
                 let result = Writer::flush_unlocked(&shared);
                 w = shared.lock().unwrap();
                 result
-            } else if policy == FsyncPolicy::Always && syncer.is_none() {
-                match w.commit() {
-                    Ok(()) => w.sync().map_err(|e| w.failed(e)),
-                    Err(e) => Err(e),
-                }
             } else {
                 w.commit()
-            };
-            // `always`: what was written, and the appenders waiting for it, go to the sync
-            // thread; they are acknowledged once it has synced.
-            let to_sync = match (&syncer, &result) {
-                (Some(_), Ok(()))
-                    if !acks.is_empty()
-                        || marks.written.load(Ordering::Acquire) > written_before =>
-                {
-                    Some(SyncJob {
-                        file: w.file.clone(),
-                        upto: marks.written.load(Ordering::Acquire),
-                        acks: std::mem::take(&mut acks),
-                    })
-                }
-                _ => None,
             };
             streaming = policy == FsyncPolicy::Never
                 && marks.written.load(Ordering::Acquire) > written_before;
@@ -647,17 +572,6 @@ impl Writer {
             };
             for ack in acks {
                 let _ = ack.send(result.clone());
-            }
-            if let (Some(job), Some((tx, _))) = (to_sync, &syncer)
-                && let Err(mpsc::SendError(job)) = tx.send(job)
-            {
-                // The sync thread is gone (it cannot panic short of a bug): sync here.
-                let mut w = shared.lock().unwrap();
-                let result = w.sync().map_err(|e| w.failed(e));
-                drop(w);
-                for ack in job.acks {
-                    let _ = ack.send(result.clone());
-                }
             }
             if let Some((file, upto)) = sync {
                 // The timer's sync runs outside the lock: appenders keep writing meanwhile.
@@ -676,11 +590,6 @@ impl Writer {
                     }
                 }
             }
-        }
-        if let Some((tx, thread)) = syncer {
-            // Every appender gets its answer before the last sync below.
-            drop(tx);
-            let _ = thread.join();
         }
         let mut w = shared.lock().unwrap();
         match w
@@ -796,10 +705,7 @@ impl Writer {
             .fetch_max(self.backlog_last, Ordering::AcqRel);
         self.unsynced = true;
         match self.policy {
-            // Shown once written, as far as the reservation covers it: a crash of this process
-            // can no longer lose it, and a wait need not sit behind the sync, which the sync
-            // thread makes (`sync_loop`) while this one writes what comes next.
-            FsyncPolicy::Always => self.marks.publish(self.backlog_last),
+            FsyncPolicy::Always => self.sync()?,
             FsyncPolicy::Interval => {
                 self.dirty_since.get_or_insert_with(Instant::now);
             }
