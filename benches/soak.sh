@@ -103,46 +103,14 @@ EOF
 
 # One MCP session over streamable HTTP, waiting in a loop; prints "waits N items M".
 cat >"$work/session.py" <<'EOF'
-import http.client, json, sys, time, urllib.parse
+import sys, time
+from mcp_http import Session
 url, token, duration, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-u = urllib.parse.urlsplit(url)
-base = {"Authorization": "Bearer " + token, "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream"}
-session = None
-def rpc(body):
-    global session
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    headers = dict(base)
-    if session:
-        headers["Mcp-Session-Id"] = session
-    conn.request("POST", u.path, json.dumps(body), headers)
-    resp = conn.getresponse()
-    session = resp.getheader("Mcp-Session-Id") or session
-    result = None
-    if "id" in body and "json" in (resp.getheader("Content-Type") or ""):
-        result = json.loads(resp.read() or b"null")
-    elif "id" in body:
-        for raw in resp:
-            line = raw.decode().strip()
-            if line.startswith("data:") and line[5:].strip():
-                msg = json.loads(line[5:])
-                if msg.get("id") == body["id"]:
-                    result = msg
-                    break
-    conn.close()
-    return result
-rpc({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {},
-    "clientInfo": {"name": name, "version": "1"}}})
-rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
-start, waits, items, i = time.monotonic(), 0, 0, 1
+mcp = Session(url, token, name)
+start, waits, items = time.monotonic(), 0, 0
 while time.monotonic() - start < duration:
-    i += 1
-    r = rpc({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-        "name": "wait_for_inbound_message", "arguments": {"timeout_s": 20, "max_items": 50}}})
+    items += len(mcp.wait())
     waits += 1
-    content = (r or {}).get("result", {}).get("structuredContent") or {}
-    items += len(content.get("items", []))
 print(f"{name}: waits {waits} items {items}")
 EOF
 
@@ -157,7 +125,7 @@ for s in $(seq "$SENDERS"); do
     pids+=($!)
 done
 for s in $(seq "$SESSIONS"); do
-    python3 "$work/session.py" "$mcp" "$token" "$DURATION" "soak-$s" >"$work/session-$s.out" &
+    PYTHONPATH=benches python3 "$work/session.py" "$mcp" "$token" "$DURATION" "soak-$s" >"$work/session-$s.out" &
     pids+=($!)
 done
 

@@ -95,45 +95,11 @@ EOF
 
 # The probe: one MCP session; SAMPLES samples; prints "wake_ms post_ms" lines.
 cat >"$work/probe.py" <<'EOF'
-import http.client, json, sys, threading, time, urllib.parse
+import http.client, json, sys, threading, time
+from mcp_http import Session
 mcp_url, ingest, token, samples, gap = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]) / 1000
-u = urllib.parse.urlsplit(mcp_url)
-base = {"Authorization": "Bearer " + token, "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream"}
-session = None
-def rpc(body, on_result=None):
-    """One JSON-RPC request on a fresh connection; returns the response with its id."""
-    global session
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    headers = dict(base)
-    if session:
-        headers["Mcp-Session-Id"] = session
-    conn.request("POST", u.path, json.dumps(body), headers)
-    resp = conn.getresponse()
-    session = resp.getheader("Mcp-Session-Id") or session
-    result = None
-    if "id" in body and "json" in (resp.getheader("Content-Type") or ""):
-        result = json.loads(resp.read() or b"null")
-    elif "id" in body:
-        for raw in resp:
-            line = raw.decode().strip()
-            if line.startswith("data:") and line[5:].strip():
-                msg = json.loads(line[5:])
-                if msg.get("id") == body["id"]:
-                    result = msg
-                    break
-    conn.close()
-    return result
-rpc({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {},
-    "clientInfo": {"name": "wake-probe", "version": "1"}}})
-rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
-ids = iter(range(1, 1 << 30))
-def wait_call():
-    r = rpc({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": {
-        "name": "wait_for_inbound_message", "arguments": {"timeout_s": 20, "max_items": 50}}})
-    content = (r or {}).get("result", {}).get("structuredContent") or {}
-    return content.get("items", [])
+mcp = Session(mcp_url, token, "wake-probe")
+wait_call = mcp.wait
 while wait_call():  # drain whatever is queued already
     pass
 host, port = ingest.rsplit(":", 1)
@@ -189,13 +155,13 @@ stats() {
 }
 
 echo "machine: $(nproc) cores, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg); $SAMPLES samples a phase, ${GAP_MS} ms apart" >&2
-python3 "$work/probe.py" "$mcp" "$ingest" "$token" "$SAMPLES" "$GAP_MS" >"$work/quiet" 2>"$work/quiet.err"
+PYTHONPATH=benches python3 "$work/probe.py" "$mcp" "$ingest" "$token" "$SAMPLES" "$GAP_MS" >"$work/quiet" 2>"$work/quiet.err"
 echo "quiet phase done ($(cat "$work/quiet.err"))" >&2
 
 python3 "$work/load.py" "$ingest" "$token" "$RATE" >"$work/load.out" &
 load_pid=$!
 sleep 2
-python3 "$work/probe.py" "$mcp" "$ingest" "$token" "$SAMPLES" "$GAP_MS" >"$work/loaded" 2>"$work/loaded.err"
+PYTHONPATH=benches python3 "$work/probe.py" "$mcp" "$ingest" "$token" "$SAMPLES" "$GAP_MS" >"$work/loaded" 2>"$work/loaded.err"
 kill -TERM "$load_pid"
 wait "$load_pid" || true
 load_pid=
