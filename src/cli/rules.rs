@@ -285,26 +285,18 @@ fn mismatch(
     rule: &crate::rules::Rule,
     msg: &crate::message::Message,
 ) -> Option<(&'static str, String)> {
-    let shown = |p: &Option<String>| p.as_deref().unwrap_or("").to_string();
-    if !rule.server.is_match(&msg.server) {
-        return Some((
-            "server",
-            format!(
-                "server \"{}\" does not match `server` \"{}\"",
-                msg.server,
-                shown(&rule.raw.server)
-            ),
-        ));
-    }
-    if !rule.channel.is_match(&msg.channel) {
-        return Some((
-            "channel",
-            format!(
-                "channel \"{}\" does not match `channel` \"{}\"",
-                msg.channel,
-                shown(&rule.raw.channel)
-            ),
-        ));
+    let names = [
+        ("server", &rule.server, &msg.server, &rule.raw.server),
+        ("channel", &rule.channel, &msg.channel, &rule.raw.channel),
+    ];
+    for (key, pattern, value, written) in names {
+        if !pattern.is_match(value) {
+            let written = written.as_deref().unwrap_or("");
+            return Some((
+                key,
+                format!("{key} \"{value}\" does not match `{key}` \"{written}\""),
+            ));
+        }
     }
     if let Some(re) = &rule.content_regex
         && !re.is_match(&msg.content)
