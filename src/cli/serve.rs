@@ -44,6 +44,10 @@ pub struct DaemonArgs {
     /// start in the background).
     #[arg(long, value_name = "FILE", hide = true)]
     pub log_file: Option<PathBuf>,
+    /// Refuse to create the home (what `serve` and `start` pass: a home deleted while the
+    /// daemon was being started stays deleted).
+    #[arg(long, hide = true)]
+    pub existing_home: bool,
 }
 
 impl DaemonArgs {
@@ -52,6 +56,7 @@ impl DaemonArgs {
             mcp_http: self.http.clone(),
             listen: self.listen.clone(),
             no_listen: self.no_listen,
+            existing_home: self.existing_home,
             token: std::env::var(crate::config::TOKEN_ENV).ok(),
             github_secret: std::env::var(crate::config::GITHUB_SECRET_ENV).ok(),
         }

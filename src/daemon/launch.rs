@@ -32,8 +32,10 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// Starts the daemon with this process's binary.
-    pub fn current(home: PathBuf, args: Vec<OsString>) -> std::io::Result<Launch> {
+    /// Starts the daemon with this process's binary. Creates the home now, when it is asked
+    /// for: [`Launch::spawn`] never does, so a home deleted later stays deleted.
+    pub fn current(home: PathBuf, args: Vec<OsString>) -> anyhow::Result<Launch> {
+        Home::open(&home)?;
         Ok(Launch {
             exe: std::env::current_exe()?,
             home,
@@ -41,8 +43,15 @@ impl Launch {
         })
     }
 
-    /// Spawns the daemon, detached. The returned child is only for noticing an early exit.
+    /// Spawns the daemon, detached, on the existing home (the daemon is told not to create it
+    /// either). The returned child is only for noticing an early exit.
     pub fn spawn(&self) -> anyhow::Result<tokio::process::Child> {
+        if !self.home.is_dir() {
+            anyhow::bail!(
+                "the home {} does not exist (deleted?); not starting a daemon in its place",
+                self.home.display()
+            );
+        }
         let home = Home::open(&self.home)?;
         let log = home.daemon_log();
         let stderr = super::log::append(&log)
@@ -51,6 +60,7 @@ impl Launch {
         cmd.arg("--home")
             .arg(&self.home)
             .arg("daemon")
+            .arg("--existing-home")
             .args(&self.args)
             .arg("--log-file")
             .arg(&log)

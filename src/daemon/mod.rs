@@ -46,6 +46,8 @@ pub struct DaemonOptions {
     pub listen: Option<String>,
     /// No HTTP ingest.
     pub no_listen: bool,
+    /// Refuse to create a missing home (a daemon started in the background).
+    pub existing_home: bool,
     /// The ingest bearer token from `SWITCHBOARD_TOKEN`; wins over `http.token` and the
     /// `token` file.
     pub token: Option<String>,
@@ -61,6 +63,12 @@ pub async fn run(
     opts: DaemonOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    if opts.existing_home && !home_dir.is_dir() {
+        anyhow::bail!(
+            "the home {} does not exist (deleted?); not creating it again",
+            home_dir.display()
+        );
+    }
     let home = Home::open(home_dir)?;
     let lock = home.lock()?;
     let mut config = home.load_config()?;
