@@ -14,10 +14,13 @@
 //! (up to [`MAX_BACKLOG`]) until a retry lands them.
 //!
 //! `channels.seq` holds the highest seq that may have been shown without being
-//! synced in the journal ([`Marks`] says what is visible). `interval` and `never`
-//! reserve [`RESERVE_BLOCK`] seqs ahead, from the thread; `always` reserves only
-//! when a write fails. Boot starts above it, so no seq is handed out twice, and a
-//! clean stop with everything synced shrinks it back, so only a crash leaves a gap.
+//! synced in the journal ([`Marks`] says what is visible), whether every such seq
+//! was written first, and the boot it was written in ([`Reservation`]). `interval`
+//! and `never` reserve [`RESERVE_BLOCK`] seqs ahead, from the thread; `always`
+//! reserves only when a write fails. Boot starts above it, so no seq is handed out
+//! twice, unless it only follows a crash of the process in the same boot and every
+//! seq shown was written: then boot continues after the journal, without a gap. A
+//! clean stop with everything synced shrinks it back.
 //!
 //! Reading is always backwards from the end, in blocks, so boot replay costs
 //! the same whatever the file size: a truncated or corrupt line is skipped and
@@ -218,8 +221,11 @@ pub struct Marks {
     pub written: AtomicU64,
     /// The highest seq synced to disk.
     pub synced: AtomicU64,
-    /// The highest seq reserved in `channels.seq`.
+    /// The highest seq reserved in `channels.seq`: a seq up to it may be shown once written.
     pub reserved: AtomicU64,
+    /// The highest seq that may be shown before it is written: the reservation when
+    /// `channels.seq` says so (mode `u`, see [`Reservation`]), else 0.
+    pub reserved_unwritten: AtomicU64,
     /// An append asked for a reservation ahead; cleared when the writer has made it.
     pub reserve_asked: AtomicBool,
     /// Bytes encoded but not yet written.
@@ -237,15 +243,19 @@ pub struct Marks {
 }
 
 impl Marks {
-    /// Marks for a journal whose newest record is `on_disk`, with `reserved` read from
-    /// `channels.seq`; the first new seq is above both.
-    pub fn new(on_disk: Seq, reserved: Seq) -> Marks {
-        let start = on_disk.max(reserved);
+    /// Marks for a journal whose newest record is `on_disk`, handing out seqs above `start`,
+    /// with `reserved` in `channels.seq` (see [`Reservation::start_after`]).
+    pub fn new(on_disk: Seq, start: Seq, reserved: &Reservation) -> Marks {
         Marks {
-            assigned: AtomicU64::new(start),
+            assigned: AtomicU64::new(start.max(on_disk)),
             written: AtomicU64::new(on_disk),
             synced: AtomicU64::new(on_disk),
-            reserved: AtomicU64::new(reserved),
+            reserved: AtomicU64::new(reserved.upto),
+            reserved_unwritten: AtomicU64::new(if reserved.written_first {
+                0
+            } else {
+                reserved.upto
+            }),
             reserve_asked: AtomicBool::new(false),
             backlog_bytes: AtomicUsize::new(0),
             // Readers start at the last message that exists; the first new one jumps the gap.
@@ -259,17 +269,21 @@ impl Marks {
 
     /// Marks with no journal: everything is as durable as it will ever be.
     pub fn memory() -> Marks {
-        let marks = Marks::new(Seq::MAX, 0);
+        let marks = Marks::new(Seq::MAX, Seq::MAX, &Reservation::default());
         marks.assigned.store(0, Ordering::Relaxed);
         marks.committed.send_replace(0);
         marks
     }
 
-    /// The highest seq that can never be handed out again.
+    /// The highest seq that can never be handed out again: synced, or written and reserved,
+    /// or reserved in mode `u`.
     pub fn safe(&self) -> Seq {
+        let written = self.written.load(Ordering::Acquire);
+        let reserved = self.reserved.load(Ordering::Acquire);
         self.synced
             .load(Ordering::Acquire)
-            .max(self.reserved.load(Ordering::Acquire))
+            .max(written.min(reserved))
+            .max(self.reserved_unwritten.load(Ordering::Acquire))
     }
 
     /// Makes seqs up to `upto` visible, as far as they are safe.
@@ -306,10 +320,115 @@ pub struct Batch {
     pub ack: oneshot::Sender<Result<(), String>>,
 }
 
-/// `channels.seq`: the highest seq that may have been handed out without being synced in the
-/// journal. Twenty digits and a newline, rewritten in place (so a full disk can still take it)
-/// and synced before any seq above the old value is shown.
-pub fn open_reservation(path: &Path) -> std::io::Result<(File, Seq)> {
+/// `channels.seq`: how far seqs may have been shown without being synced in the journal.
+///
+/// One line, rewritten in place (so a full disk can still take it) and synced before any seq it
+/// covers is shown: `<upto> <floor> <mode> <boot id>`, the seqs as twenty digits, e.g.
+/// `00000000000000008292 00000000000000000100 w 6f1c…`. A line of only digits (the format
+/// before the mode and boot id) reads as a reservation of mode `u` from an unknown boot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reservation {
+    /// The highest seq that may have been shown without being synced in the journal: after a
+    /// crash of the machine, boot starts above it.
+    pub upto: Seq,
+    /// The highest seq written to the journal when the line was written.
+    pub floor: Seq,
+    /// Mode `w`: every seq shown above the synced journal was written to it first. The page
+    /// cache then holds it for as long as the kernel runs, so a restart in the same boot (a
+    /// crash of the process only) continues right after the journal's last record, without a
+    /// gap. Mode `u` (`never`, or once a seq was shown while the journal failed): seqs up to
+    /// `upto` may have been shown unwritten, so every restart starts above `upto`.
+    pub written_first: bool,
+    /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`) when the line was written.
+    pub boot: Option<String>,
+}
+
+/// The width of a `channels.seq` line, newline included.
+const RESERVATION_LEN: usize = 20 + 1 + 20 + 1 + 1 + 1 + BOOT_ID_LEN + 1;
+/// The length of a boot id: a UUID in its text form.
+const BOOT_ID_LEN: usize = 36;
+
+impl Reservation {
+    /// A reservation of `upto` written now, `floor` being the highest seq written.
+    pub fn now(upto: Seq, floor: Seq, written_first: bool) -> Reservation {
+        Reservation {
+            upto,
+            floor,
+            written_first,
+            boot: boot_id().map(str::to_owned),
+        }
+    }
+
+    /// The first seq a restart may hand out after `on_disk`, the journal's last record, so
+    /// that no seq shown before the last stop is handed out again.
+    pub fn start_after(&self, on_disk: Seq) -> Seq {
+        let same_boot = self.boot.is_some() && self.boot.as_deref() == boot_id();
+        if self.written_first && same_boot && on_disk >= self.floor {
+            on_disk
+        } else {
+            on_disk.max(self.upto)
+        }
+    }
+
+    fn line(&self) -> String {
+        let boot = self.boot.as_deref().unwrap_or("-");
+        let mode = if self.written_first { 'w' } else { 'u' };
+        format!(
+            "{:020} {:020} {mode} {boot:<BOOT_ID_LEN$}\n",
+            self.upto, self.floor
+        )
+    }
+
+    /// Reads a line; `None` when it is not a reservation.
+    fn parse(text: &str) -> Option<Reservation> {
+        let mut fields = text.split_whitespace();
+        let upto = fields.next()?.parse().ok()?;
+        let Some(floor) = fields.next() else {
+            return Some(Reservation {
+                upto,
+                ..Reservation::default()
+            });
+        };
+        let floor = floor.parse().ok()?;
+        let written_first = match fields.next()? {
+            "w" => true,
+            "u" => false,
+            _ => return None,
+        };
+        let boot = fields.next().filter(|b| *b != "-").map(str::to_owned);
+        Some(Reservation {
+            upto,
+            floor,
+            written_first,
+            boot,
+        })
+    }
+
+    /// Rewrites `file` with this line and syncs it.
+    pub fn write(&self, file: &File) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let line = self.line();
+        debug_assert_eq!(line.len(), RESERVATION_LEN);
+        file.write_all_at(line.as_bytes(), 0)?;
+        file.sync_data()
+    }
+}
+
+/// The kernel's boot id, which changes with every boot; `None` where the kernel has none.
+pub fn boot_id() -> Option<&'static str> {
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = text.trim();
+        let well_formed =
+            id.len() == BOOT_ID_LEN && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        well_formed.then(|| id.to_owned())
+    })
+    .as_deref()
+}
+
+/// Opens `channels.seq` and reads it (an empty or new file reads as no reservation).
+pub fn open_reservation(path: &Path) -> std::io::Result<(File, Reservation)> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -319,30 +438,22 @@ pub fn open_reservation(path: &Path) -> std::io::Result<(File, Seq)> {
         .open(path)?;
     let mut text = String::new();
     file.read_to_string(&mut text)?;
-    let reserved = match text.trim() {
-        "" => {
-            // Take the blocks now, while the disk has room.
-            write_reservation(&file, 0)?;
-            if let Some(Ok(dir)) = path.parent().map(File::open) {
-                let _ = dir.sync_all();
-            }
-            0
+    let reservation = if text.trim().is_empty() {
+        // New: make its name durable; the caller writes and syncs its line.
+        if let Some(Ok(dir)) = path.parent().map(File::open) {
+            let _ = dir.sync_all();
         }
-        digits => digits.parse().unwrap_or_else(|_| {
+        Reservation::default()
+    } else {
+        Reservation::parse(&text).unwrap_or_else(|| {
             tracing::warn!(
                 path = %path.display(),
                 "not a seq reservation; ignored (seqs continue after the journal's last record)"
             );
-            0
-        }),
+            Reservation::default()
+        })
     };
-    Ok((file, reserved))
-}
-
-fn write_reservation(file: &File, seq: Seq) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    file.write_all_at(format!("{seq:020}\n").as_bytes(), 0)?;
-    file.sync_data()
+    Ok((file, reservation))
 }
 
 /// Opens the active file for appending, cutting a torn last line left by a crash.
@@ -387,7 +498,13 @@ pub enum Job {
     /// Look at the backlog, the sync timer and the reservation now.
     Wake,
     /// Reserve seqs beyond everything assigned, then acknowledge.
-    Reserve(oneshot::Sender<()>),
+    Reserve {
+        /// For seqs shown before they are written (the journal failed to take them): the
+        /// reservation is of mode `u` from now on.
+        unwritten: bool,
+        /// Told once done (or failed).
+        ack: oneshot::Sender<()>,
+    },
 }
 
 /// The writer: group commit, rotation, failure and retry. Shared between the
@@ -476,6 +593,9 @@ impl Writer {
         let mut backoff = Duration::from_millis(100);
         let mut reserve_failing = false;
         let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
+        // Seqs may be shown before they are written: always with `never`, and from the first
+        // reservation asked for a message the journal failed to take (for the rest of the run).
+        let mut unwritten = policy == FsyncPolicy::Never;
         // `never`: the last round wrote something, so more is likely coming; stay on the
         // flush timer one more round rather than have the next appender wake the thread.
         let mut streaming = false;
@@ -484,11 +604,18 @@ impl Writer {
             let assigned = marks.assigned.load(Ordering::Acquire);
             let reserved = marks.reserved.load(Ordering::Acquire);
             let ahead = policy != FsyncPolicy::Always && assigned + RESERVE_BLOCK / 2 > reserved;
-            if ahead || (!reserve_acks.is_empty() && assigned > reserved) {
+            let asked = !reserve_acks.is_empty()
+                && (assigned > reserved
+                    || (unwritten && assigned > marks.reserved_unwritten.load(Ordering::Acquire)));
+            if ahead || asked {
                 let upto = assigned + RESERVE_BLOCK;
-                match write_reservation(&reservation, upto) {
+                let floor = marks.written.load(Ordering::Acquire);
+                match Reservation::now(upto, floor, !unwritten).write(&reservation) {
                     Ok(()) => {
                         marks.reserved.fetch_max(upto, Ordering::AcqRel);
+                        if unwritten {
+                            marks.reserved_unwritten.fetch_max(upto, Ordering::AcqRel);
+                        }
                         if std::mem::take(&mut reserve_failing) {
                             tracing::info!("seq reservation written again");
                         }
@@ -540,7 +667,10 @@ impl Writer {
                     acks.push(b.ack);
                 }
                 Job::Wake => {}
-                Job::Reserve(ack) => reserve_acks.push(ack),
+                Job::Reserve { unwritten: u, ack } => {
+                    unwritten |= u;
+                    reserve_acks.push(ack);
+                }
             };
             if let Some(job) = first {
                 take(job, &mut w);
@@ -601,7 +731,9 @@ impl Writer {
                 // restart continues without a gap.
                 let synced = marks.synced.load(Ordering::Acquire);
                 if synced >= marks.assigned.load(Ordering::Acquire)
-                    && write_reservation(&reservation, synced).is_ok()
+                    && Reservation::now(synced, synced, true)
+                        .write(&reservation)
+                        .is_ok()
                 {
                     marks.reserved.store(synced, Ordering::Release);
                 }
@@ -799,6 +931,69 @@ mod tests {
         let seqs: Vec<_> = tail.records.iter().map(|m| m.seq).collect();
         assert_eq!(seqs, vec![5, 6, 7, 8]);
         assert_eq!(tail.skipped, 0);
+    }
+
+    #[test]
+    fn a_reservation_line_is_fixed_width_and_reads_back() {
+        let boots = [
+            Some("0b6f2cfa-5d7e-4c1e-9a57-3f0e8e1b2c44".to_string()),
+            None,
+        ];
+        for (boot, written_first) in boots.into_iter().zip([true, false]) {
+            let r = Reservation {
+                upto: 8292,
+                floor: 100,
+                written_first,
+                boot,
+            };
+            let line = r.line();
+            assert_eq!(line.len(), RESERVATION_LEN, "{line:?}");
+            assert_eq!(Reservation::parse(&line), Some(r));
+        }
+        // The format before the mode and boot id: a reservation from an unknown boot.
+        let old = Reservation::parse("00000000000000008192\n").unwrap();
+        assert_eq!((old.upto, old.written_first, old.boot), (8192, false, None));
+        assert_eq!(Reservation::parse("8192 100 x -"), None);
+        assert_eq!(Reservation::parse("many"), None);
+    }
+
+    #[test]
+    fn a_restart_continues_after_the_journal_only_in_the_same_boot_with_mode_w() {
+        let here = boot_id().map(str::to_owned);
+        assert!(here.is_some(), "no /proc/sys/kernel/random/boot_id here");
+        let r = |written_first, boot: Option<String>| Reservation {
+            upto: 8292,
+            floor: 100,
+            written_first,
+            boot,
+        };
+        let other = Some("00000000-0000-0000-0000-000000000000".to_string());
+        // A crash of the process: the page cache kept every written record.
+        assert_eq!(r(true, here.clone()).start_after(150), 150);
+        assert_eq!(r(true, here.clone()).start_after(100), 100);
+        // The journal holds less than when the line was written (it was cut or replaced).
+        assert_eq!(r(true, here.clone()).start_after(99), 8292);
+        // Seqs may have been shown unwritten; or the machine rebooted; or no boot id.
+        assert_eq!(r(false, here.clone()).start_after(150), 8292);
+        assert_eq!(r(true, other).start_after(150), 8292);
+        assert_eq!(r(true, None).start_after(150), 8292);
+        // A journal beyond the reservation continues after itself either way.
+        assert_eq!(r(false, None).start_after(9000), 9000);
+    }
+
+    #[test]
+    fn reservation_rewrites_in_place_and_opens_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("channels.seq");
+        write(&path, "00000000000000004096\n");
+        let (file, old) = open_reservation(&path).unwrap();
+        assert_eq!(old.upto, 4096);
+        let new = Reservation::now(8192, 10, true);
+        new.write(&file).unwrap();
+        Reservation::now(16384, 20, false).write(&file).unwrap();
+        new.write(&file).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), new.line());
+        assert_eq!(open_reservation(&path).unwrap().1, new);
     }
 
     #[test]

@@ -211,8 +211,9 @@ impl Inbox {
     }
 
     /// Opens the journal in `home`, replays its tail into the ring and starts the writer.
-    /// New seqs start above both the journal's last record and the reservation in
-    /// `channels.seq`, so a seq shown before a crash is never handed out again.
+    /// New seqs start above the journal's last record, and above the reservation in
+    /// `channels.seq` unless that says every seq shown was written first and the machine has
+    /// not rebooted since: a seq shown before a crash is never handed out again.
     pub async fn open(home: &Home, settings: &InboxSettings) -> Result<Inbox, InboxError> {
         let files = Files::new(home.journal());
         let err = |path: &std::path::Path| {
@@ -223,29 +224,53 @@ impl Inbox {
         let tail = files
             .tail(settings.ring_size.max(1))
             .map_err(err(&files.active))?;
-        let (reservation, reserved) =
+        let (reservation, old) =
             journal::open_reservation(&files.reserved).map_err(err(&files.reserved))?;
         let skipped = tail.skipped + u64::from(cut > 0);
         if skipped > 0 {
             tracing::warn!(skipped, "journal replay skipped truncated or corrupt lines");
         }
         let on_disk = tail.records.last().map_or(0, |m| m.seq);
-        if reserved > on_disk {
+        let mut start = old.start_after(on_disk);
+        if start == on_disk && on_disk > 0 {
+            // Continuing right after the journal (see `journal::Reservation`): what a crashed
+            // process wrote is in the page cache; make it as durable as `synced` says below.
+            if let Err(e) = file.sync_data() {
+                tracing::warn!(cause = %e, "cannot sync the journal at boot");
+                start = on_disk.max(old.upto);
+            }
+        }
+        if start > on_disk {
             tracing::warn!(
                 last_on_disk = on_disk,
-                reserved,
-                "seqs up to {reserved} may have been shown before the last stop without reaching \
-                 the journal; new seqs start at {}",
-                reserved + 1
+                reserved = old.upto,
+                "seqs up to {} may have been shown before the last stop without reaching the \
+                 journal; new seqs start at {}",
+                old.upto,
+                start + 1
             );
         }
+        // This run's own line, before any seq it covers is shown: its mode follows the policy.
+        let written_first = settings.fsync != FsyncPolicy::Never;
+        let mine = journal::Reservation::now(old.upto.max(start), on_disk, written_first);
+        let reserved = match mine.write(&reservation) {
+            Ok(()) => mine,
+            Err(e) => {
+                // Nothing is shown unsynced until the writer thread manages to write one.
+                tracing::error!(
+                    cause = %e,
+                    "cannot write the seq reservation in channels.seq; messages not on disk are held back"
+                );
+                journal::Reservation::default()
+            }
+        };
         tracing::info!(
             replayed = tail.records.len(),
             bytes_read = tail.bytes_read,
-            last_seq = on_disk.max(reserved),
+            last_seq = start,
             "inbox replayed"
         );
-        let marks = Arc::new(Marks::new(on_disk, reserved));
+        let marks = Arc::new(Marks::new(on_disk, start, &reserved));
         let writer = Arc::new(Mutex::new(Writer::new(
             files.clone(),
             file,
@@ -464,12 +489,13 @@ impl Inbox {
         let shown = out.iter().map(|a| a.seq).max().unwrap_or(0);
         if shown > marks.safe() && (policy != FsyncPolicy::Always || result.is_err()) {
             let (ack, rx) = oneshot::channel();
-            let sent = journal
-                .tx
-                .lock()
-                .unwrap()
-                .as_ref()
-                .is_some_and(|tx| tx.send(Job::Reserve(ack)).is_ok());
+            let sent = journal.tx.lock().unwrap().as_ref().is_some_and(|tx| {
+                tx.send(Job::Reserve {
+                    unwritten: policy == FsyncPolicy::Never || result.is_err(),
+                    ack,
+                })
+                .is_ok()
+            });
             if sent {
                 let _ = rx.await;
             }
