@@ -7,8 +7,8 @@
 //! same JSON-RPC framing as stdio, without a process boundary), with the built-in catch-all
 //! notify rule: `memory` = in-memory inbox and no actions journal (the code path alone);
 //! `disk_fsync_always` = a home on disk with the defaults (`fsync = always`: the message is
-//! visible once its group commit is synced; the actions journal is written off the wait's
-//! path); `relay_disk_fsync_always`
+//! visible once written, its append answered once synced; the actions journal is written
+//! off the wait's path); `relay_disk_fsync_always`
 //! = the same, with the MCP session in a front end that reaches the app through the control
 //! socket (a `RemoteBackend` attached to the daemon's control socket, as `switchboard serve`
 //! does), so the difference to `disk_fsync_always` is what the relay adds. Each sample: start a wait, see it in flight, append one

@@ -3,24 +3,25 @@
 //!
 //! Owns the files. With `fsync = always`, writes go through one writer thread
 //! that does *group commit*: it takes every batch queued since its last write,
-//! writes them in one go, fsyncs once, and only then acknowledges them all.
-//! With `interval` the appending task writes its batch itself under the writer's
-//! lock (no thread hand-off) and the thread syncs within a second of the first
-//! unsynced write, outside that lock. With `never` the appending task only queues
-//! its bytes; the thread writes them within [`FLUSH_INTERVAL`] and syncs only at
-//! rotation and shutdown.
+//! writes them in one go and shows them; a sync thread fsyncs once for everything
+//! written since its last sync and only then acknowledges those appenders, while
+//! the writer goes on writing. With `interval` the appending task writes its batch
+//! itself under the writer's lock (no thread hand-off) and the thread syncs within
+//! a second of the first unsynced write, outside that lock. With `never` the
+//! appending task only queues its bytes; the thread writes them within
+//! [`FLUSH_INTERVAL`] and syncs only at rotation and shutdown.
 //! A failed write is truncated away, logged once, reported and retried with
 //! backoff; the caller is told the batch is not durable, and the bytes are kept
 //! (up to [`MAX_BACKLOG`]) until a retry lands them.
 //!
 //! `channels.seq` holds the highest seq that may have been shown without being
 //! synced in the journal ([`Marks`] says what is visible), whether every such seq
-//! was written first, and the boot it was written in ([`Reservation`]). `interval`
-//! and `never` reserve [`RESERVE_BLOCK`] seqs ahead, from the thread; `always`
-//! reserves only when a write fails. Boot starts above it, so no seq is handed out
-//! twice, unless it only follows a crash of the process in the same boot and every
-//! seq shown was written: then boot continues after the journal, without a gap. A
-//! clean stop with everything synced shrinks it back.
+//! was written first, and the boot it was written in ([`Reservation`]). The thread
+//! reserves [`RESERVE_BLOCK`] seqs ahead. Boot starts above the reservation, so no
+//! seq is handed out twice, unless the last stop was a crash of the process alone
+//! (same boot) and every seq shown was written: then boot continues right after
+//! the journal, without a gap. A clean stop with everything synced shrinks the
+//! reservation back.
 //!
 //! Reading is always backwards from the end, in blocks, so boot replay costs
 //! the same whatever the file size: a truncated or corrupt line is skipped and
@@ -240,6 +241,9 @@ pub struct Marks {
     pub is_failing: AtomicBool,
     /// The cause of the current failure, if the journal is failing.
     pub failing: Mutex<Option<String>>,
+    /// Tests hold `always`'s sync here until they send on the other end (or drop it).
+    #[cfg(test)]
+    pub sync_gate: Mutex<Option<mpsc::Receiver<()>>>,
 }
 
 impl Marks {
@@ -264,6 +268,8 @@ impl Marks {
             bytes: AtomicU64::new(0),
             is_failing: AtomicBool::new(false),
             failing: Mutex::new(None),
+            #[cfg(test)]
+            sync_gate: Mutex::new(None),
         }
     }
 
@@ -307,6 +313,42 @@ impl Marks {
     /// The cause of the current failure.
     pub fn failure(&self) -> Option<String> {
         self.failing.lock().unwrap().clone()
+    }
+}
+
+/// What the writer thread has written under `always`, for the sync thread.
+struct SyncJob {
+    /// The file it was written to (after a rotation the new one: the rotation synced the old).
+    file: Option<Arc<File>>,
+    /// The highest seq written.
+    upto: Seq,
+    /// The appenders to answer once it is synced.
+    acks: Vec<oneshot::Sender<Result<(), String>>>,
+}
+
+/// The sync thread of `always`: syncs once for everything written since its last sync (group
+/// commit, while the writer thread goes on writing), then answers the appenders.
+fn sync_loop(shared: &Mutex<Writer>, marks: &Marks, rx: mpsc::Receiver<SyncJob>) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        jobs.extend(rx.try_iter());
+        #[cfg(test)]
+        if let Some(gate) = marks.sync_gate.lock().unwrap().as_ref() {
+            let _ = gate.recv();
+        }
+        let upto = jobs.iter().map(|j| j.upto).max().unwrap_or(0);
+        let file = jobs.iter().rev().find_map(|j| j.file.clone());
+        let result = match file.map(|f| f.sync_data()) {
+            Some(Err(e)) => Err(shared.lock().unwrap().failed(e)),
+            _ => {
+                marks.synced.fetch_max(upto, Ordering::AcqRel);
+                marks.publish(upto);
+                Ok(())
+            }
+        };
+        for ack in jobs.into_iter().flat_map(|j| j.acks) {
+            let _ = ack.send(result.clone());
+        }
     }
 }
 
@@ -590,6 +632,19 @@ impl Writer {
             let w = shared.lock().unwrap();
             (w.marks.clone(), w.policy)
         };
+        // `always`: the syncs run on a thread of their own, so that this one writes (and
+        // shows) the next batch while the last is being synced. Without it, syncs run here.
+        let syncer = (policy == FsyncPolicy::Always)
+            .then(|| {
+                let (tx, srx) = mpsc::channel::<SyncJob>();
+                let (shared, marks) = (Arc::clone(&shared), Arc::clone(&marks));
+                std::thread::Builder::new()
+                    .name("journal-sync".into())
+                    .spawn(move || sync_loop(&shared, &marks, srx))
+                    .ok()
+                    .map(|thread| (tx, thread))
+            })
+            .flatten();
         let mut backoff = Duration::from_millis(100);
         let mut reserve_failing = false;
         let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
@@ -600,10 +655,11 @@ impl Writer {
         // flush timer one more round rather than have the next appender wake the thread.
         let mut streaming = false;
         loop {
-            // Reserve ahead (`interval`, `never`) or on demand, outside the writer's lock.
+            // Reserve ahead (every policy: `always` shows a record once written, before its
+            // sync) or on demand, outside the writer's lock.
             let assigned = marks.assigned.load(Ordering::Acquire);
             let reserved = marks.reserved.load(Ordering::Acquire);
-            let ahead = policy != FsyncPolicy::Always && assigned + RESERVE_BLOCK / 2 > reserved;
+            let ahead = assigned + RESERVE_BLOCK / 2 > reserved;
             let asked = !reserve_acks.is_empty()
                 && (assigned > reserved
                     || (unwritten && assigned > marks.reserved_unwritten.load(Ordering::Acquire)));
@@ -685,8 +741,28 @@ impl Writer {
                 let result = Writer::flush_unlocked(&shared);
                 w = shared.lock().unwrap();
                 result
+            } else if policy == FsyncPolicy::Always && syncer.is_none() {
+                match w.commit() {
+                    Ok(()) => w.sync().map_err(|e| w.failed(e)),
+                    Err(e) => Err(e),
+                }
             } else {
                 w.commit()
+            };
+            // `always`: what was written, and the appenders waiting for it, go to the sync
+            // thread; they are acknowledged once it has synced.
+            let to_sync = match (&syncer, &result) {
+                (Some(_), Ok(()))
+                    if !acks.is_empty()
+                        || marks.written.load(Ordering::Acquire) > written_before =>
+                {
+                    Some(SyncJob {
+                        file: w.file.clone(),
+                        upto: marks.written.load(Ordering::Acquire),
+                        acks: std::mem::take(&mut acks),
+                    })
+                }
+                _ => None,
             };
             streaming = policy == FsyncPolicy::Never
                 && marks.written.load(Ordering::Acquire) > written_before;
@@ -702,6 +778,17 @@ impl Writer {
             };
             for ack in acks {
                 let _ = ack.send(result.clone());
+            }
+            if let (Some(job), Some((tx, _))) = (to_sync, &syncer)
+                && let Err(mpsc::SendError(job)) = tx.send(job)
+            {
+                // The sync thread is gone (it cannot panic short of a bug): sync here.
+                let mut w = shared.lock().unwrap();
+                let result = w.sync().map_err(|e| w.failed(e));
+                drop(w);
+                for ack in job.acks {
+                    let _ = ack.send(result.clone());
+                }
             }
             if let Some((file, upto)) = sync {
                 // The timer's sync runs outside the lock: appenders keep writing meanwhile.
@@ -720,6 +807,11 @@ impl Writer {
                     }
                 }
             }
+        }
+        if let Some((tx, thread)) = syncer {
+            // Every appender gets its answer before the last sync below.
+            drop(tx);
+            let _ = thread.join();
         }
         let mut w = shared.lock().unwrap();
         match w
@@ -837,7 +929,10 @@ impl Writer {
             .fetch_max(self.backlog_last, Ordering::AcqRel);
         self.unsynced = true;
         match self.policy {
-            FsyncPolicy::Always => self.sync()?,
+            // Shown once written, as far as the reservation covers it: a crash of this process
+            // can no longer lose it, and a wait need not sit behind the sync, which the sync
+            // thread makes (`sync_loop`) while this one writes what comes next.
+            FsyncPolicy::Always => self.marks.publish(self.backlog_last),
             FsyncPolicy::Interval => {
                 self.dirty_since.get_or_insert_with(Instant::now);
             }

@@ -14,12 +14,14 @@
 //!
 //! `append`/`append_batch` return once the batch is durable under the fsync policy.
 //! `committed()` is a watch of the highest visible seq: readers and waiters are woken the
-//! moment a commit lands. A seq is never shown (answered, read, delivered) unless it can never
-//! be handed out again: it is synced in the journal or covered by the reservation in
-//! `channels.seq`, which boot starts above. If the disk fails, messages still reach the ring and
-//! readers as long as their seqs are reserved, the writer is told `NotDurable`, and the journal
-//! retries in the background; when not even the reservation can be written, the writer is told
-//! `Unavailable` and nothing about the messages is shown until the journal takes them.
+//! moment a record is written, which under `always` is before the sync its appender waits for
+//! (a crash of the process cannot lose a written record; only the machine's can). A seq is
+//! never shown (answered, read, delivered) unless it can never be handed out again: it is
+//! synced in the journal or covered by the reservation in `channels.seq`, which boot starts
+//! above. If the disk fails, messages still reach the ring and readers as long as their seqs
+//! are reserved, the writer is told `NotDurable`, and the journal retries in the background;
+//! when not even the reservation can be written, the writer is told `Unavailable` and nothing
+//! about the messages is shown until the journal takes them.
 
 pub mod cursor;
 pub mod journal;

@@ -437,8 +437,7 @@ async fn a_crash_of_the_process_leaves_no_gap_unless_seqs_were_shown_unwritten()
         let marks = &inbox.inner.marks;
         let start = std::time::Instant::now();
         while marks.written.load(Ordering::Acquire) < 20
-            || (fsync != FsyncPolicy::Always
-                && marks.reserved.load(Ordering::Acquire) < journal::RESERVE_BLOCK)
+            || marks.reserved.load(Ordering::Acquire) < journal::RESERVE_BLOCK
         {
             assert!(
                 start.elapsed() < std::time::Duration::from_secs(5),
@@ -484,6 +483,68 @@ async fn a_crash_of_the_process_leaves_no_gap_unless_seqs_were_shown_unwritten()
         assert_eq!(next.seq, 9001, "{fsync:?}");
         rebooted.close().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::open(dir.path()).unwrap();
+    let inbox = Inbox::open(&home, &policy(FsyncPolicy::Always))
+        .await
+        .unwrap();
+    let marks = &inbox.inner.marks;
+    let (release, gate) = std::sync::mpsc::channel();
+    *marks.sync_gate.lock().unwrap() = Some(gate);
+    let committed = inbox.committed();
+    let append = |text: &'static str| {
+        let inbox = inbox.clone();
+        tokio::spawn(async move { inbox.append(NewMessage::new("t", "c", text)).await })
+    };
+    let shown = |upto: Seq| {
+        let mut committed = committed.clone();
+        async move {
+            // (The borrow `wait_for` returns is dropped at once: it holds the watch's lock.)
+            tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                committed.wait_for(move |&c| c >= upto),
+            )
+            .await
+            .is_ok_and(|r| r.is_ok())
+        }
+    };
+    // The record is written and its sync is held: readers see it.
+    let first = append("first");
+    assert!(
+        shown(1).await,
+        "a written record is not shown before its sync"
+    );
+    // While that sync is held, the next record is written and shown too: it does not queue
+    // behind the sync in flight.
+    let second = append("second");
+    assert!(
+        shown(2).await,
+        "a record waits behind the sync of an earlier one"
+    );
+    assert_eq!(inbox.read_after(0, 10).await.len(), 2);
+    assert_eq!(marks.synced.load(Ordering::Acquire), 0);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(
+        !first.is_finished() && !second.is_finished(),
+        "acknowledged before the sync"
+    );
+    // The syncs go ahead (the gate is gone): both appenders are acknowledged.
+    drop(release);
+    for (task, seq) in [(first, 1), (second, 2)] {
+        let appended = tokio::time::timeout(std::time::Duration::from_secs(30), task)
+            .await
+            .expect("acknowledged once synced")
+            .unwrap()
+            .unwrap();
+        assert_eq!(appended.seq, seq);
+    }
+    assert!(marks.synced.load(Ordering::Acquire) >= 2);
+    inbox.close().await;
+    assert_eq!(journal_seqs(&home.journal()), vec![1, 2]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
