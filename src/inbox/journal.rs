@@ -663,7 +663,11 @@ impl Writer {
             let asked = !reserve_acks.is_empty()
                 && (assigned > reserved
                     || (unwritten && assigned > marks.reserved_unwritten.load(Ordering::Acquire)));
-            if ahead || asked {
+            // A failed write or sync may leave shown records out of the page cache too: from
+            // now on, a restart must not count on it.
+            let degraded = !unwritten && marks.is_failing.load(Ordering::Acquire);
+            unwritten |= degraded;
+            if ahead || asked || degraded {
                 let upto = assigned + RESERVE_BLOCK;
                 let floor = marks.written.load(Ordering::Acquire);
                 match Reservation::now(upto, floor, !unwritten).write(&reservation) {

@@ -367,6 +367,12 @@ async fn seqs_shown_during_an_outage_are_never_handed_out_again() {
         }
         assert_eq!(shown, vec![1, 2, 3]);
         assert_eq!(inbox.last_seq(), 3, "readers see them meanwhile");
+        let line = std::fs::read_to_string(Files::new(home.journal()).reserved).unwrap();
+        assert_eq!(
+            line.split(' ').nth(2),
+            Some("u"),
+            "{fsync:?}: shown unwritten, yet channels.seq says otherwise: {line:?}"
+        );
         // The process stops with nothing on disk (as a crash during the outage would).
         inbox.close().await;
         std::fs::remove_file(home.journal()).unwrap();
