@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
 # Wake-up latency through the real binary: a message POSTed to /v1/messages → the pending
 # `wait_for_inbound_message` of one MCP session over streamable HTTP returns it, at
-# fsync=always (the default), first with no other traffic (the same-run baseline), then under
-# RATE messages/s of other traffic that no rule matches. Prints a Markdown table.
+# fsync=always (the default; FSYNC sets it), first with no other traffic (the same-run
+# baseline), then under RATE messages/s of other traffic that no rule matches. Prints a
+# Markdown table.
 #
-#   benches/wake_latency.sh        # SAMPLES=400 RATE=300 GAP_MS=40; BIN=path skips the build
+#   benches/wake_latency.sh        # SAMPLES=400 RATE=300 GAP_MS=40 FSYNC=always; BIN=path skips the build
 #
-# One server on a temporary home: `{"http": {"rateLimit": "0"}}`, fsync at its default
-# (`always`), one notify rule on channel `wake/probe`. The probe (python3, standard library
-# only) opens one MCP session (initialize, initialized), then for each sample: calls
-# `wait_for_inbound_message` on a thread, lets GAP_MS pass so the wait is pending in the
-# server, reads the clock, POSTs one ~120-byte message on `wake/probe` over a keep-alive
-# connection, and reads the clock again when the wait's result holding that message has been
-# read from the response stream. `post` is the POST's own round trip (its 202 means the message
-# is fsynced); `wake` is send → wait result in hand. The other traffic is a separate python3
-# process POSTing ~120-byte messages on `wake/other` at RATE/s over keep-alive connections,
-# paced by the clock, started before the loaded phase and stopped after it. Both run on the
-# same cores as the server, and the python client's own time is inside every figure.
+# One server on a temporary home: `{"http": {"rateLimit": "0"}}`, fsync from FSYNC, one notify
+# rule on channel `wake/probe`. The probe (python3, standard library only) opens one MCP
+# session (initialize, initialized), then for each sample: calls `wait_for_inbound_message` on
+# a thread, lets GAP_MS pass so the wait is pending in the server, reads the clock, POSTs one
+# ~120-byte message on `wake/probe` over a keep-alive connection, and reads the clock again
+# when the wait's result holding that message has been read from the response stream. `post`
+# is the POST's own round trip (its 202 means the message is fsynced); `wake` is send → wait
+# result in hand. The other traffic is a separate python3 process POSTing ~120-byte messages
+# on `wake/other` at RATE/s over keep-alive connections, paced by the clock, started before
+# the loaded phase and stopped after it. Both run on the same cores as the server, and the
+# python client's own time is inside every figure; `benches/wake_latency.rs` measures the same
+# with Rust clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SAMPLES=${SAMPLES:-400}
 RATE=${RATE:-300}
 GAP_MS=${GAP_MS:-40}
+FSYNC=${FSYNC:-always}
 
 if [[ -z ${BIN:-} ]]; then
     cargo build --release --quiet --bin switchboard
@@ -43,7 +46,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-printf '{"http": {"rateLimit": "0"}}\n' >"$home/switchboard.json"
+printf '{"http": {"rateLimit": "0"}, "inbox": {"fsync": "%s"}}\n' "$FSYNC" >"$home/switchboard.json"
 printf '{"rules": [{"name": "wake-probe", "channel": "wake/probe"}]}\n' >"$home/triggers.json"
 RUST_LOG=warn "$bin" --home "$home" serve --no-stdio --listen 127.0.0.1:0 --http 127.0.0.1:0 \
     </dev/null >/dev/null 2>>"$work/server.log" &
@@ -169,7 +172,7 @@ echo "loaded phase done ($(cat "$work/loaded.err")); other traffic: $(cat "$work
 kill -0 "$server_pid" 2>/dev/null || { echo "error: switchboard died" >&2; tail -20 "$work/server.log" >&2; exit 1; }
 
 echo
-echo "fsync=always, one MCP session over streamable HTTP; ms; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "fsync=$FSYNC, one MCP session over streamable HTTP; ms; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| phase | measure | p50 | p90 | p99 | max | samples |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
