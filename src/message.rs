@@ -107,7 +107,7 @@ impl Message {
             seq,
             id: new.id.filter(|id| !id.is_empty()),
             server: new.server,
-            channel: normalize_channel(&new.channel),
+            channel: normalize_channel_owned(new.channel),
             content: new.content,
             metadata: new.metadata,
             timestamp: new.timestamp.unwrap_or(received),
@@ -389,12 +389,30 @@ impl Message {
     }
 }
 
+/// Like [`normalize_channel`], keeping `channel` itself when it is normal already.
+pub fn normalize_channel_owned(channel: String) -> String {
+    if !channel.is_empty() && channel.trim().len() == channel.len() && is_normal(&channel) {
+        channel
+    } else {
+        normalize_channel(&channel)
+    }
+}
+
+/// No leading or trailing slash and no empty segment. (A byte loop: `contains("//")` calls
+/// `memcmp` at every candidate, a measurable share of an append.)
+fn is_normal(channel: &str) -> bool {
+    let b = channel.as_bytes();
+    b.first() != Some(&b'/')
+        && b.last() != Some(&b'/')
+        && !b.windows(2).any(|w| w[0] == b'/' && w[1] == b'/')
+}
+
 /// Normalises a channel name: surrounding white space and slashes are dropped,
 /// empty segments collapse (`ci//main/` → `ci/main`), and an empty name becomes
 /// [`DEFAULT_CHANNEL`].
 pub fn normalize_channel(channel: &str) -> String {
     let trimmed = channel.trim();
-    if !trimmed.contains("//") && !trimmed.starts_with('/') && !trimmed.ends_with('/') {
+    if is_normal(trimmed) {
         return if trimmed.is_empty() {
             DEFAULT_CHANNEL.to_string()
         } else {
@@ -494,9 +512,14 @@ mod tests {
             ("/", "default"),
             ("alerts/critical", "alerts/critical"),
             ("/ci//main/", "ci/main"),
+            ("ci//main", "ci/main"),
+            ("ci/main/", "ci/main"),
             (" teams/dm ", "teams/dm"),
+            ("teams/dm\n", "teams/dm"),
         ] {
             assert_eq!(normalize_channel(input), want, "input {input:?}");
+            let owned = normalize_channel_owned(input.to_string());
+            assert_eq!(owned, want, "owned input {input:?}");
         }
     }
 

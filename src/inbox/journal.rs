@@ -619,10 +619,21 @@ impl Writer {
         (result, wake)
     }
 
-    /// `never`: queues `bytes` for the thread, which writes within [`FLUSH_INTERVAL`]. True
-    /// when the caller must wake the thread.
-    pub fn queue(&mut self, bytes: &[u8], last: Seq) -> bool {
-        self.enqueue(bytes, last);
+    /// `never`: the backlog, for an appender to encode its records into straight away (then
+    /// [`Writer::queued`]).
+    pub fn backlog(&mut self) -> &mut Vec<u8> {
+        &mut self.backlog
+    }
+
+    /// `never`: queues `bytes` for the thread, which writes within [`FLUSH_INTERVAL`], after
+    /// whatever was encoded into [`Writer::backlog`]; the records up to `last` are queued now.
+    /// True when the caller must wake the thread.
+    pub fn queued(&mut self, bytes: &[u8], last: Seq) -> bool {
+        self.backlog.extend_from_slice(bytes);
+        self.backlog_last = last;
+        self.marks
+            .backlog_bytes
+            .store(self.backlog.len(), Ordering::Relaxed);
         !std::mem::replace(&mut self.armed, true)
     }
 

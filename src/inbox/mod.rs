@@ -180,6 +180,41 @@ struct Journal {
     writer: Arc<Mutex<Writer>>,
 }
 
+/// Where [`Inbox::commit`] puts its answers: a `Vec` for a batch, one slot for a single
+/// append (no allocation).
+trait Answers: Send {
+    fn with_capacity(n: usize) -> Self;
+    fn push(&mut self, appended: Appended);
+    fn into_vec(self) -> Vec<Appended>;
+}
+
+impl Answers for Vec<Appended> {
+    fn with_capacity(n: usize) -> Self {
+        Vec::with_capacity(n)
+    }
+    fn push(&mut self, appended: Appended) {
+        Vec::push(self, appended);
+    }
+    fn into_vec(self) -> Vec<Appended> {
+        self
+    }
+}
+
+/// The answer of a single append.
+struct One(Option<Appended>);
+
+impl Answers for One {
+    fn with_capacity(_: usize) -> Self {
+        One(None)
+    }
+    fn push(&mut self, appended: Appended) {
+        self.0 = Some(appended);
+    }
+    fn into_vec(self) -> Vec<Appended> {
+        self.0.into_iter().collect()
+    }
+}
+
 /// How an append learns that its batch is in the journal.
 enum Pending {
     /// Decided already (direct write or queue), with this outcome.
@@ -346,7 +381,16 @@ impl Inbox {
 
     /// Appends one message; returns when it is committed.
     pub async fn append(&self, new: NewMessage) -> Result<Appended, InboxError> {
-        Ok(self.append_batch(vec![new]).await?[0])
+        self.inner
+            .limits
+            .check(&new)
+            .map_err(|error| InboxError::TooLarge {
+                index: 0,
+                batch: false,
+                error,
+            })?;
+        let one: One = self.commit(std::iter::once(new), 1).await?;
+        Ok(one.0.expect("one message, one answer"))
     }
 
     /// Appends messages in order, all or nothing; returns when all are committed.
@@ -365,17 +409,30 @@ impl Inbox {
                     error,
                 })?;
         }
+        let n = batch.len();
+        self.commit(batch.into_iter(), n).await
+    }
+
+    /// Stores `n` messages that passed the limits, in order; returns once all are committed.
+    async fn commit<A: Answers>(
+        &self,
+        batch: impl Iterator<Item = NewMessage>,
+        n: usize,
+    ) -> Result<A, InboxError> {
         let inner = &*self.inner;
         let marks = &*inner.marks;
         let policy = inner.policy;
         let now = Utc::now();
-        let mut out = Vec::with_capacity(batch.len());
-        // Room for a typical record per message, so encoding does not grow the buffer.
-        let mut bytes = Vec::with_capacity(if inner.journal.is_some() {
-            RECORD_BYTES_HINT * batch.len()
-        } else {
-            0
+        let mut out = A::with_capacity(n);
+        // `never`, while the journal is fine: records are encoded straight into the writer's
+        // backlog, under its lock. Otherwise into `bytes`, with room for a typical record per
+        // message so that encoding does not grow it.
+        let direct = policy == FsyncPolicy::Never && !marks.is_failing.load(Ordering::Acquire);
+        let mut bytes = Vec::with_capacity(match &inner.journal {
+            Some(_) if !direct => RECORD_BYTES_HINT * n,
+            _ => 0,
         });
+        let mut shown = 0;
         // The highest seq this answer depends on: its own, or a duplicate's original.
         let mut need = 0;
         let mut last_new = 0;
@@ -390,6 +447,15 @@ impl Inbox {
                 });
             }
             let durable = marks.durable(policy);
+            // Appends hold the ring lock, then the writer's queue, then the writer.
+            let tx = inner.journal.as_ref().map(|j| j.tx.lock().unwrap());
+            if tx.as_ref().is_some_and(|tx| tx.is_none()) {
+                return Err(InboxError::Closed);
+            }
+            let mut backlog = match &inner.journal {
+                Some(journal) if direct => Some(journal.writer.lock().unwrap()),
+                _ => None,
+            };
             for new in batch {
                 if let Some(id) = new.id.as_deref().filter(|id| !id.is_empty())
                     && let Some(seq) = ring.ids.get(id)
@@ -398,6 +464,7 @@ impl Inbox {
                     if seq > durable {
                         need = need.max(seq);
                     }
+                    shown = shown.max(seq);
                     out.push(Appended {
                         seq,
                         duplicate: true,
@@ -410,7 +477,11 @@ impl Inbox {
                 if let Some(id) = &msg.id {
                     ring.ids.insert(id.clone(), seq);
                 }
-                if inner.journal.is_some() {
+                if let Some(writer) = backlog.as_mut() {
+                    let buf = writer.backlog();
+                    msg.write_json(buf);
+                    buf.push(b'\n');
+                } else if inner.journal.is_some() {
                     msg.write_json(&mut bytes);
                     bytes.push(b'\n');
                 }
@@ -422,6 +493,7 @@ impl Inbox {
                 });
                 last_new = seq;
                 need = seq;
+                shown = seq;
             }
             evict(
                 &mut ring,
@@ -435,8 +507,10 @@ impl Inbox {
                 None => Pending::Done(Ok(())),
                 Some(_) if need == 0 => Pending::Done(Ok(())),
                 Some(journal) => {
-                    let tx = journal.tx.lock().unwrap();
-                    let tx = tx.as_ref().ok_or(InboxError::Closed)?;
+                    let tx = tx
+                        .as_ref()
+                        .and_then(|tx| tx.as_ref())
+                        .expect("checked above");
                     if policy != FsyncPolicy::Always
                         && ring.last_seq + journal::RESERVE_BLOCK / 2
                             > marks.reserved.load(Ordering::Acquire)
@@ -446,8 +520,8 @@ impl Inbox {
                     }
                     // While the journal fails, `never` writes inline like `interval`: the
                     // answer must say whether this very retry landed.
-                    let inline =
-                        policy == FsyncPolicy::Interval || marks.is_failing.load(Ordering::Acquire);
+                    let inline = policy == FsyncPolicy::Interval
+                        || (!direct && marks.is_failing.load(Ordering::Acquire));
                     match policy {
                         FsyncPolicy::Always => {
                             let (ack, rx) = oneshot::channel();
@@ -469,7 +543,11 @@ impl Inbox {
                             Pending::Done(result)
                         }
                         FsyncPolicy::Interval | FsyncPolicy::Never => {
-                            if journal.writer.lock().unwrap().queue(&bytes, last_new) {
+                            let mut writer = match backlog.take() {
+                                Some(writer) => writer,
+                                None => journal.writer.lock().unwrap(),
+                            };
+                            if writer.queued(&bytes, last_new) {
                                 let _ = tx.send(Job::Wake);
                             }
                             Pending::Done(Ok(()))
@@ -488,7 +566,6 @@ impl Inbox {
         };
         // Show nothing that could be handed out again after a crash: past the reservation
         // (used up, or an outage under `always`), have the writer reserve more first.
-        let shown = out.iter().map(|a| a.seq).max().unwrap_or(0);
         if shown > marks.safe() && (policy != FsyncPolicy::Always || result.is_err()) {
             let (ack, rx) = oneshot::channel();
             let sent = journal.tx.lock().unwrap().as_ref().is_some_and(|tx| {
@@ -516,7 +593,7 @@ impl Inbox {
             .unwrap_or_else(|| "not written yet".into());
         if shown <= self.last_seq() {
             Err(InboxError::NotDurable {
-                appended: out,
+                appended: out.into_vec(),
                 cause,
             })
         } else {
