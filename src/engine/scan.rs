@@ -25,10 +25,64 @@ const DFA_MAX_LITERAL_BYTES: usize = 200_000;
 #[derive(Debug)]
 pub struct Literals {
     automaton: Kind,
-    /// Per byte: whether it leaves the unanchored start state where it is (begins no
-    /// literal). Most content bytes do; the scan skips runs of them in a loop without the
-    /// table lookup's dependency from one byte to the next.
+    /// What the scan may skip from the start state without the automaton: see [`Skip`].
+    skip: Skip,
+}
+
+/// Positions where the scan, in the automaton's unanchored start state, can step over one
+/// byte without a table lookup: no literal begins there. Most content bytes are such; the
+/// scan skips runs of them in a loop without the lookup's dependency from one byte to the
+/// next.
+///
+/// A byte alone decides too little where a common letter begins a literal (`e` of
+/// `error code E7`, `h` of `host12`), and each stop is a mispredicted exit from the loop. So
+/// the scan looks at the byte *and the next one*: the pair `(a, b)` can be stepped over when
+/// reading `a` from the start state reaches no match and the state after `a b` is the one
+/// after `b` alone, which is where resuming at `b` from the start state leads. One bit per
+/// pair, 8 KiB.
+#[derive(Debug)]
+struct Skip {
+    /// Per byte: it keeps the start state (the last byte of a haystack has no pair).
     stay: Box<[bool; 256]>,
+    /// Bit `a << 8 | b`: the pair `(a, b)` can be stepped over at `a`.
+    pairs: Box<[u64; 1024]>,
+}
+
+impl Skip {
+    fn of<A: Automaton>(aut: &A) -> Option<Skip> {
+        let start = aut.start_state(Anchored::No).ok()?;
+        let next = |sid, b: usize| aut.next_state(Anchored::No, sid, b as u8);
+        let mut stay = Box::new([false; 256]);
+        let mut pairs = Box::new([0u64; 1024]);
+        for a in 0..256 {
+            let after_a = next(start, a);
+            stay[a] = after_a == start;
+            let quiet = !aut.is_match(after_a);
+            for b in 0..256 {
+                if stay[a] || (quiet && next(after_a, b) == next(start, b)) {
+                    let bit = a << 8 | b;
+                    pairs[bit >> 6] |= 1 << (bit & 63);
+                }
+            }
+        }
+        Some(Skip { stay, pairs })
+    }
+
+    /// The first position from `i` on where the scan must run the automaton.
+    #[inline(always)]
+    fn from(&self, haystack: &[u8], mut i: usize) -> usize {
+        while i + 1 < haystack.len() {
+            let bit = usize::from(haystack[i]) << 8 | usize::from(haystack[i + 1]);
+            if self.pairs[bit >> 6] & (1 << (bit & 63)) == 0 {
+                return i;
+            }
+            i += 1;
+        }
+        if i < haystack.len() && self.stay[usize::from(haystack[i])] {
+            i += 1;
+        }
+        i
+    }
 }
 
 #[derive(Debug)]
@@ -65,11 +119,11 @@ impl Literals {
                     .ok()?,
             ),
         };
-        let stay = match &automaton {
-            Kind::Dfa(a) => stay(a)?,
-            Kind::Nfa(a) => stay(a)?,
+        let skip = match &automaton {
+            Kind::Dfa(a) => Skip::of(a)?,
+            Kind::Nfa(a) => Skip::of(a)?,
         };
-        Some(Literals { automaton, stay })
+        Some(Literals { automaton, skip })
     }
 
     /// Calls `found(pattern, end)` for every occurrence of every pattern in `haystack`,
@@ -77,26 +131,16 @@ impl Literals {
     #[inline]
     pub fn scan(&self, haystack: &[u8], found: impl FnMut(usize, usize)) {
         match &self.automaton {
-            Kind::Dfa(a) => run(a, &self.stay, haystack, found),
-            Kind::Nfa(a) => run(a, &self.stay, haystack, found),
+            Kind::Dfa(a) => run(a, &self.skip, haystack, found),
+            Kind::Nfa(a) => run(a, &self.skip, haystack, found),
         }
     }
-}
-
-/// The bytes that keep `aut` in its unanchored start state.
-fn stay<A: Automaton>(aut: &A) -> Option<Box<[bool; 256]>> {
-    let start = aut.start_state(Anchored::No).ok()?;
-    let mut stay = Box::new([false; 256]);
-    for (b, s) in stay.iter_mut().enumerate() {
-        *s = aut.next_state(Anchored::No, start, b as u8) == start;
-    }
-    Some(stay)
 }
 
 #[inline(always)]
 fn run<A: Automaton>(
     aut: &A,
-    stay: &[bool; 256],
+    skip: &Skip,
     haystack: &[u8],
     mut found: impl FnMut(usize, usize),
 ) {
@@ -106,9 +150,7 @@ fn run<A: Automaton>(
     let (mut sid, mut i) = (start, 0);
     while i < haystack.len() {
         if sid == start {
-            while i < haystack.len() && stay[usize::from(haystack[i])] {
-                i += 1;
-            }
+            i = skip.from(haystack, i);
             if i == haystack.len() {
                 return;
             }
@@ -305,7 +347,7 @@ mod tests {
                 .build(&pats)
                 .unwrap();
             Literals {
-                stay: stay(&nfa).unwrap(),
+                skip: Skip::of(&nfa).unwrap(),
                 automaton: Kind::Nfa(nfa),
             }
         }] {
@@ -352,6 +394,49 @@ mod tests {
         // `match_indices` skips overlaps of one pattern with itself; none occur here.
         want.sort();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn scan_finds_what_a_plain_search_finds_on_random_literals() {
+        // Small alphabets make literals that overlap, contain each other and share pairs, so
+        // the pair skip meets every case: one-byte literals, a pair that begins a literal
+        // only after another byte, a haystack's last byte.
+        let mut seed = 7u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as usize) % n
+        };
+        for _ in 0..2000 {
+            let alphabet = b"abAB c";
+            let word = |len: usize, next: &mut dyn FnMut(usize) -> usize| -> String {
+                (0..len)
+                    .map(|_| alphabet[next(alphabet.len())] as char)
+                    .collect()
+            };
+            let pats: Vec<String> = (0..1 + next(4))
+                .map(|_| {
+                    let len = 1 + next(4);
+                    word(len, &mut next).to_ascii_lowercase()
+                })
+                .collect();
+            let hay_len = next(24);
+            let hay = word(hay_len, &mut next);
+            let refs: Vec<&str> = pats.iter().map(String::as_str).collect();
+            let got = occurrences(&refs, &hay);
+            let lower = hay.to_ascii_lowercase();
+            let mut want = Vec::new();
+            for (p, pat) in pats.iter().enumerate() {
+                for start in 0..lower.len() {
+                    if lower[start..].starts_with(pat.as_str()) {
+                        want.push((p, start, start + pat.len()));
+                    }
+                }
+            }
+            want.sort();
+            assert_eq!(got, want, "patterns {pats:?} in {hay:?}");
+        }
     }
 
     #[test]
