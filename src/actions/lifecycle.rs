@@ -65,7 +65,7 @@ pub struct Item {
     /// The action id (`channel_confirm` takes it).
     pub action_id: ActionId,
     /// The rule that fired.
-    pub rule: String,
+    pub rule: std::sync::Arc<str>,
     /// The rendered prompt.
     pub prompt: String,
     /// Tools the prompt may use.
@@ -139,7 +139,7 @@ pub enum Event {
         /// The action id.
         id: ActionId,
         /// The rule.
-        rule: String,
+        rule: std::sync::Arc<str>,
         /// `approved` or `denied`.
         state: ActionState,
         /// Who answered (a consumer name, or `cli`).
@@ -150,14 +150,14 @@ pub enum Event {
         /// The action id.
         id: ActionId,
         /// The rule.
-        rule: String,
+        rule: std::sync::Arc<str>,
     },
     /// A pending confirm was closed by a later message before anyone answered.
     Resolved {
         /// The action id.
         id: ActionId,
         /// The rule.
-        rule: String,
+        rule: std::sync::Arc<str>,
         /// The seq of the message that resolved it.
         by_seq: Seq,
     },
@@ -194,14 +194,14 @@ pub enum Event {
         /// The action id.
         id: ActionId,
         /// The rule.
-        rule: String,
+        rule: std::sync::Arc<str>,
     },
     /// An exec run ended: `succeeded`, `failed` or `cancelled`.
     Finished {
         /// The action id.
         id: ActionId,
         /// The rule.
-        rule: String,
+        rule: std::sync::Arc<str>,
         /// `succeeded`, `failed` or `cancelled`.
         state: ActionState,
         /// Why it failed or was cancelled.
@@ -220,7 +220,7 @@ pub enum Event {
         /// The action id.
         id: ActionId,
         /// The rule.
-        rule: String,
+        rule: std::sync::Arc<str>,
         /// The rule's mode.
         mode: Mode,
         /// Which queue and why.
@@ -355,7 +355,7 @@ pub struct PendingConfirm {
     /// The action id.
     pub id: ActionId,
     /// The rule.
-    pub rule: String,
+    pub rule: std::sync::Arc<str>,
     /// The source message's seq.
     pub seq: Seq,
     /// When it expires.
@@ -1362,7 +1362,7 @@ impl State {
         });
         events.push(Event::Dropped {
             id,
-            rule: rule.to_string(),
+            rule: rule.into(),
             mode,
             reason: reason.to_string(),
         });

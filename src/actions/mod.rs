@@ -96,7 +96,7 @@ pub struct Action {
     /// Global id.
     pub id: ActionId,
     /// The rule that fired.
-    pub rule: String,
+    pub rule: std::sync::Arc<str>,
     /// The rule's mode.
     pub mode: Mode,
     /// The message that caused it.

@@ -109,7 +109,7 @@ fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
     match (result, args.format) {
         (Ok(_), Format::Json) => writeln!(out, "[]")?,
         (Ok(set), Format::Text) => {
-            let names: Vec<_> = set.rules().iter().map(|r| r.name.as_str()).collect();
+            let names: Vec<_> = set.rules().iter().map(|r| &*r.name).collect();
             writeln!(
                 out,
                 "{shown}: ok, {} rule{}{}{}",

@@ -356,7 +356,7 @@ impl PendingView {
     fn of(item: &crate::actions::Item) -> PendingView {
         PendingView {
             id: item.action_id,
-            rule: item.rule.clone(),
+            rule: item.rule.to_string(),
             server: item.message.server.clone(),
             channel: item.message.channel.clone(),
             seq: item.message.seq,

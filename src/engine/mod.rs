@@ -55,7 +55,7 @@ impl SuppressReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Suppressed {
     /// Rule name.
-    pub rule: String,
+    pub rule: Arc<str>,
     /// Why.
     pub reason: SuppressReason,
 }
@@ -166,14 +166,14 @@ impl Engine {
             .rules
             .rules()
             .iter()
-            .map(|r| r.name.as_str())
+            .map(|r| &*r.name)
             .zip(std::mem::take(&mut self.state))
             .collect();
         let state = prepared
             .rules
             .rules()
             .iter()
-            .map(|r| kept.remove(r.name.as_str()).unwrap_or_default())
+            .map(|r| kept.remove(&*r.name).unwrap_or_default())
             .collect();
         drop(kept);
         self.state = state;
@@ -269,7 +269,7 @@ impl Engine {
                 stopped = rule.stop;
                 self.decide(&rules, i, msg, now, &mut eval)
             };
-            decisions.push((rule.name.clone(), decision));
+            decisions.push((rule.name.to_string(), decision));
         }
         (eval, decisions)
     }

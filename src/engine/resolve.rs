@@ -29,7 +29,7 @@ pub fn resolved_by(rules: &RuleSet, msg: &Message, pending: &[Item]) -> Vec<Acti
         .rules()
         .iter()
         .filter(|r| r.resolve.is_some())
-        .map(|r| (r.name.as_str(), r))
+        .map(|r| (&*r.name, r))
         .collect();
     if resolving.is_empty() {
         return Vec::new();
@@ -41,13 +41,13 @@ pub fn resolved_by(rules: &RuleSet, msg: &Message, pending: &[Item]) -> Vec<Acti
         if item.kind != ItemKind::ConfirmRequest || item.message.seq >= msg.seq {
             continue;
         }
-        let Some(rule) = resolving.get(item.rule.as_str()) else {
+        let Some(rule) = resolving.get(&*item.rule) else {
             continue;
         };
         let Some(resolve) = &rule.resolve else {
             continue;
         };
-        let key = keys.entry(rule.name.as_str()).or_insert_with(|| {
+        let key = keys.entry(&*rule.name).or_insert_with(|| {
             let qualifies = rule.server.is_match(&msg.server)
                 && rule.channel.is_match(&msg.channel)
                 && resolve.regex.is_match(&msg.content);

@@ -138,12 +138,7 @@ impl Literals {
 }
 
 #[inline(always)]
-fn run<A: Automaton>(
-    aut: &A,
-    skip: &Skip,
-    haystack: &[u8],
-    mut found: impl FnMut(usize, usize),
-) {
+fn run<A: Automaton>(aut: &A, skip: &Skip, haystack: &[u8], mut found: impl FnMut(usize, usize)) {
     let Ok(start) = aut.start_state(Anchored::No) else {
         return;
     };

@@ -25,7 +25,7 @@ fn fired(engine: &mut Engine, m: &Message, now: DateTime<Utc>) -> Vec<String> {
         .evaluate(m, now)
         .actions
         .into_iter()
-        .map(|a| a.rule)
+        .map(|a| a.rule.to_string())
         .collect()
 }
 
@@ -75,7 +75,7 @@ fn matching_table_every_rule_fires_in_file_order() {
         );
         let mut slow = Engine::new(set.clone());
         let (eval, decisions) = slow.evaluate_explained(&m, t(0));
-        let names: Vec<_> = eval.actions.iter().map(|a| a.rule.as_str()).collect();
+        let names: Vec<_> = eval.actions.iter().map(|a| a.rule.as_ref()).collect();
         assert_eq!(names, *want, "explain path agrees");
         assert_eq!(decisions[5], ("off".to_string(), Decision::Disabled));
     }
@@ -321,7 +321,7 @@ fn stop_ends_evaluation_once_its_rule_matches() {
     assert_eq!(fired(&mut e, &firing, t(0)), ["before", "crit"]);
     // The repeat is held back by the dedup window, and still stops the catch-all.
     let eval = e.evaluate(&firing, t(1));
-    let names: Vec<_> = eval.actions.iter().map(|a| a.rule.as_str()).collect();
+    let names: Vec<_> = eval.actions.iter().map(|a| a.rule.as_ref()).collect();
     assert_eq!(names, ["before"]);
     assert_eq!(
         eval.suppressed,
@@ -340,7 +340,7 @@ fn stop_ends_evaluation_once_its_rule_matches() {
         .evaluate_naive(&firing, t(0))
         .actions
         .into_iter()
-        .map(|a| a.rule)
+        .map(|a| a.rule.to_string())
         .collect();
     assert_eq!(names, ["before", "crit"]);
     let mut slow = Engine::new(set);
@@ -683,12 +683,12 @@ fn property_index_decides_what_the_naive_loop_decides() {
             suppressed += a.suppressed.len();
             // Count the messages where a `stop` rule held back a later matching rule.
             let all = fast.rules().rules();
-            let position = |name: &str| all.iter().position(|r| r.name == name);
+            let position = |name: &str| all.iter().position(|r| &*r.name == name);
             let last = a
                 .actions
                 .iter()
-                .map(|x| x.rule.as_str())
-                .chain(a.suppressed.iter().map(|x| x.rule.as_str()))
+                .map(|x| x.rule.as_ref())
+                .chain(a.suppressed.iter().map(|x| x.rule.as_ref()))
                 .filter_map(position)
                 .max();
             if let Some(last) = last

@@ -486,7 +486,7 @@ impl RuleCx<'_> {
             return None;
         }
         Some(Rule {
-            name,
+            name: name.into(),
             mode,
             server,
             channel,

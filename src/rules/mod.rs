@@ -50,7 +50,7 @@ pub enum RateLimit {
 #[derive(Clone, Debug)]
 pub struct Rule {
     /// Unique name; identity of its rate-limit and dedup state.
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// What it does when it fires.
     pub mode: Mode,
     /// Server pattern.

@@ -287,7 +287,7 @@ fn builtin_is_one_catch_all_notify_rule() {
     assert_eq!(set.len(), 1);
     let r = &set.rules()[0];
     assert_eq!(
-        (r.name.as_str(), r.mode, r.enabled),
+        (&*r.name, r.mode, r.enabled),
         ("default", Mode::Notify, true)
     );
     assert!(matches!(r.channel, NamePattern::Any));

@@ -81,7 +81,7 @@ mod packs {
             let actions = fire(pack, firing.clone());
             let critical: Vec<_> = actions
                 .iter()
-                .filter(|a| a.rule == "oncall-critical")
+                .filter(|a| &*a.rule == "oncall-critical")
                 .collect();
             assert_eq!(critical.len(), 1, "{pack}: {actions:#?}");
             assert_eq!(critical[0].mode, Mode::Confirm);
@@ -96,7 +96,7 @@ mod packs {
         let actions = fire("rules/oncall.json", firing.clone());
         let prompt = &actions
             .iter()
-            .find(|a| a.rule == "oncall-critical")
+            .find(|a| &*a.rule == "oncall-critical")
             .unwrap()
             .prompt;
         assert!(
@@ -104,13 +104,13 @@ mod packs {
             "{prompt}"
         );
         assert!(
-            actions.iter().any(|a| a.rule == "oncall-warning"),
+            actions.iter().any(|a| &*a.rule == "oncall-warning"),
             "{actions:#?}"
         );
         let actions = fire("rules/oncall.json", resolved);
         assert!(!actions.is_empty());
         assert!(
-            actions.iter().all(|a| a.rule == "oncall-resolved"),
+            actions.iter().all(|a| &*a.rule == "oncall-resolved"),
             "{actions:#?}"
         );
     }
@@ -124,12 +124,12 @@ mod packs {
         )
         .unwrap();
         let actions = fire("rules/ci.json", failed.clone());
-        let rules: Vec<_> = actions.iter().map(|a| (a.rule.as_str(), a.mode)).collect();
+        let rules: Vec<_> = actions.iter().map(|a| (&*a.rule, a.mode)).collect();
         // `ci-main-failed` has `stop`: the catch-all `ci-failed` does not nudge about it too.
         assert_eq!(rules, [("ci-main-failed", Mode::Confirm)], "{actions:#?}");
         let examples = fire("examples/triggers.json", failed);
         assert_eq!(examples.len(), 1);
-        assert_eq!(examples[0].rule, "ci-failure");
+        assert_eq!(&*examples[0].rule, "ci-failure");
     }
 
     #[test]
@@ -162,7 +162,7 @@ mod packs {
                 log,
             ],
         );
-        let got: Vec<_> = actions.iter().map(|a| (a.rule.as_str(), a.mode)).collect();
+        let got: Vec<_> = actions.iter().map(|a| (&*a.rule, a.mode)).collect();
         assert_eq!(
             got,
             [

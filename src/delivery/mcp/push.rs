@@ -57,7 +57,7 @@ pub fn channel_meta(item: &Item) -> BTreeMap<&'static str, String> {
     let mut meta = BTreeMap::from([
         ("seq", item.message.seq.to_string()),
         ("action_id", item.action_id.to_string()),
-        ("rule", item.rule.clone()),
+        ("rule", item.rule.to_string()),
         ("mode", mode.to_string()),
         ("kind", kind),
         ("channel", item.message.channel.clone()),
