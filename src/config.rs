@@ -92,6 +92,22 @@ impl Home {
         base.join(".switchboard")
     }
 
+    /// Opens the home at `dir`, which must exist: a home deleted while a daemon was being
+    /// started in the background stays deleted.
+    pub fn existing(dir: impl Into<PathBuf>) -> Result<Home, HomeError> {
+        let dir = dir.into();
+        if !dir.is_dir() {
+            return Err(HomeError::Io {
+                home: dir.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "it does not exist (deleted?); not creating it again",
+                ),
+            });
+        }
+        Ok(Home { dir })
+    }
+
     /// Opens (creating with mode 0700 if needed) the home at `dir`.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Home, HomeError> {
         let dir = dir.into();
@@ -718,6 +734,18 @@ mod duration_text {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_existing_home_is_never_created_and_open_creates_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("gone");
+        let err = Home::existing(&missing).unwrap_err().to_string();
+        assert!(err.contains("does not exist (deleted?)"), "{err}");
+        assert!(!missing.exists(), "Home::existing created the home");
+        Home::open(&missing).unwrap();
+        assert!(missing.is_dir());
+        Home::existing(&missing).unwrap();
+    }
 
     #[test]
     fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {

@@ -46,13 +46,7 @@ impl Launch {
     /// Spawns the daemon, detached, on the existing home (the daemon is told not to create it
     /// either). The returned child is only for noticing an early exit.
     pub fn spawn(&self) -> anyhow::Result<tokio::process::Child> {
-        if !self.home.is_dir() {
-            anyhow::bail!(
-                "the home {} does not exist (deleted?); not starting a daemon in its place",
-                self.home.display()
-            );
-        }
-        let home = Home::open(&self.home)?;
+        let home = Home::existing(&self.home)?;
         let log = home.daemon_log();
         let stderr = super::log::append(&log)
             .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", log.display()))?;

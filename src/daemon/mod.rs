@@ -63,13 +63,11 @@ pub async fn run(
     opts: DaemonOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    if opts.existing_home && !home_dir.is_dir() {
-        anyhow::bail!(
-            "the home {} does not exist (deleted?); not creating it again",
-            home_dir.display()
-        );
-    }
-    let home = Home::open(home_dir)?;
+    let home = if opts.existing_home {
+        Home::existing(home_dir)?
+    } else {
+        Home::open(home_dir)?
+    };
     let lock = home.lock()?;
     let mut config = home.load_config()?;
     resolve_token(&home, &mut config.http, opts.token.clone())?;
