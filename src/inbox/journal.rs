@@ -644,7 +644,8 @@ impl Writer {
             (w.marks.clone(), w.policy)
         };
         // `always`: the syncs run on a thread of their own, so that this one writes (and
-        // shows) the next batch while the last is being synced. Without it, syncs run here.
+        // shows) the next batch while the last is being synced. Without it (it could not be
+        // spawned), syncs run here.
         let syncer = (policy == FsyncPolicy::Always)
             .then(|| {
                 let (tx, srx) = mpsc::channel::<SyncJob>();
@@ -756,31 +757,20 @@ impl Writer {
                 let result = Writer::flush_unlocked(&shared);
                 w = shared.lock().unwrap();
                 result
-            } else if policy == FsyncPolicy::Always && syncer.is_none() {
-                match w.commit() {
-                    Ok(()) => w.sync().map_err(|e| w.failed(e)),
-                    Err(e) => Err(e),
-                }
             } else {
                 w.commit()
             };
+            let wrote = marks.written.load(Ordering::Acquire) > written_before;
             // `always`: what was written, and the appenders waiting for it, go to the sync
             // thread; they are acknowledged once it has synced.
-            let to_sync = match (&syncer, &result) {
-                (Some(_), Ok(()))
-                    if !acks.is_empty()
-                        || marks.written.load(Ordering::Acquire) > written_before =>
-                {
-                    Some(SyncJob {
+            let to_sync =
+                (policy == FsyncPolicy::Always && result.is_ok() && (wrote || !acks.is_empty()))
+                    .then(|| SyncJob {
                         file: w.file.clone(),
                         upto: marks.written.load(Ordering::Acquire),
                         acks: std::mem::take(&mut acks),
-                    })
-                }
-                _ => None,
-            };
-            streaming = policy == FsyncPolicy::Never
-                && marks.written.load(Ordering::Acquire) > written_before;
+                    });
+            streaming = policy == FsyncPolicy::Never && wrote;
             let sync = w
                 .dirty_since
                 .filter(|t| t.elapsed() >= SYNC_INTERVAL)
@@ -794,10 +784,12 @@ impl Writer {
             for ack in acks {
                 let _ = ack.send(result.clone());
             }
-            if let (Some(job), Some((tx, _))) = (to_sync, &syncer)
-                && let Err(mpsc::SendError(job)) = tx.send(job)
-            {
-                // The sync thread is gone (it cannot panic short of a bug): sync here.
+            let unsent = to_sync.and_then(|job| match &syncer {
+                Some((tx, _)) => tx.send(job).err().map(|mpsc::SendError(job)| job),
+                None => Some(job),
+            });
+            if let Some(job) = unsent {
+                // No sync thread (it could not be spawned, or it is gone): sync here.
                 let mut w = shared.lock().unwrap();
                 let result = w.sync().map_err(|e| w.failed(e));
                 drop(w);
