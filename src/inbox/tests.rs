@@ -9,6 +9,20 @@ fn settings() -> InboxSettings {
     }
 }
 
+/// A fresh home in a temporary directory (removed when the directory is dropped).
+fn temp_home() -> (tempfile::TempDir, Home) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::open(dir.path()).unwrap();
+    (dir, home)
+}
+
+/// A fresh home and an inbox opened on it with `settings`.
+async fn on_disk(settings: &InboxSettings) -> (tempfile::TempDir, Home, Inbox) {
+    let (dir, home) = temp_home();
+    let inbox = Inbox::open(&home, settings).await.unwrap();
+    (dir, home, inbox)
+}
+
 fn journal_seqs(path: &std::path::Path) -> Vec<Seq> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -19,9 +33,7 @@ fn journal_seqs(path: &std::path::Path) -> Vec<Seq> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_appends_get_unique_increasing_seqs_in_journal_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &settings()).await.unwrap();
+    let (_dir, home, inbox) = on_disk(&settings()).await;
     let mut tasks = Vec::new();
     for t in 0..16 {
         let inbox = inbox.clone();
@@ -54,9 +66,7 @@ async fn concurrent_appends_get_unique_increasing_seqs_in_journal_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn restart_continues_seq_and_replays_the_tail() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &settings()).await.unwrap();
+    let (_dir, home, inbox) = on_disk(&settings()).await;
     for i in 0..120 {
         inbox
             .append(NewMessage::new("t", "c", format!("m{i}")))
@@ -83,9 +93,7 @@ async fn restart_continues_seq_and_replays_the_tail() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn duplicate_ids_are_acknowledged_without_a_second_record_even_after_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &settings()).await.unwrap();
+    let (_dir, home, inbox) = on_disk(&settings()).await;
     let first = inbox
         .append(NewMessage::new("am", "alerts", "x").with_id("fp1"))
         .await
@@ -130,8 +138,7 @@ async fn duplicate_ids_are_acknowledged_without_a_second_record_even_after_resta
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rotation_keeps_exactly_one_backup() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
+    let (dir, home) = temp_home();
     let s = InboxSettings {
         rotate_bytes: 4 * 1024,
         ..settings()
@@ -169,9 +176,7 @@ async fn rotation_keeps_exactly_one_backup() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn read_after_reaches_behind_the_ring_into_the_journal() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &settings()).await.unwrap();
+    let (_dir, _home, inbox) = on_disk(&settings()).await;
     for i in 0..500 {
         inbox
             .append(NewMessage::new("t", "c", format!("m{i}")))
@@ -197,10 +202,7 @@ async fn read_after_reaches_behind_the_ring_into_the_journal() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_disk_keeps_the_ring_serving_and_is_reported_then_recovers() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    // Every write to /dev/full fails with "no space left on device".
-    std::os::unix::fs::symlink("/dev/full", home.journal()).unwrap();
+    let (_dir, home) = failing_home();
     let inbox = Inbox::open(&home, &settings()).await.unwrap();
     let err = inbox
         .append(NewMessage::new("t", "c", "disk is full"))
@@ -252,9 +254,7 @@ async fn a_failing_disk_keeps_the_ring_serving_and_is_reported_then_recovers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn committed_watch_wakes_on_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &settings()).await.unwrap();
+    let (_dir, _home, inbox) = on_disk(&settings()).await;
     let mut rx = inbox.committed();
     let writer = inbox.clone();
     tokio::spawn(async move { writer.append(NewMessage::new("t", "c", "hi")).await });
@@ -286,8 +286,7 @@ fn channel_filter_matches_prefix_and_subtree() {
 
 /// A home whose journal fails every write ("no space left on device"), as root too.
 fn failing_home() -> (tempfile::TempDir, Home) {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
+    let (dir, home) = temp_home();
     std::os::unix::fs::symlink("/dev/full", home.journal()).unwrap();
     (dir, home)
 }
@@ -410,8 +409,7 @@ async fn seqs_shown_during_an_outage_are_never_handed_out_again() {
 /// Copies the journal and `channels.seq` as they are now: what a restart after a crash of the
 /// process finds (the page cache keeps every write).
 fn crash_copy(home: &Home) -> (tempfile::TempDir, Home) {
-    let dir = tempfile::tempdir().unwrap();
-    let copy = Home::open(dir.path()).unwrap();
+    let (dir, copy) = temp_home();
     let files = Files::new(home.journal());
     let to = Files::new(copy.journal());
     for (from, to) in [
@@ -429,9 +427,7 @@ fn crash_copy(home: &Home) -> (tempfile::TempDir, Home) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_of_the_process_leaves_no_gap_unless_seqs_were_shown_unwritten() {
     for fsync in POLICIES {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::open(dir.path()).unwrap();
-        let inbox = Inbox::open(&home, &policy(fsync)).await.unwrap();
+        let (_dir, home, inbox) = on_disk(&policy(fsync)).await;
         for i in 0..20 {
             let content = format!("m{i}");
             inbox
@@ -493,11 +489,7 @@ async fn a_crash_of_the_process_leaves_no_gap_unless_seqs_were_shown_unwritten()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &policy(FsyncPolicy::Always))
-        .await
-        .unwrap();
+    let (_dir, home, inbox) = on_disk(&policy(FsyncPolicy::Always)).await;
     let marks = &inbox.inner.marks;
     let (release, gate) = std::sync::mpsc::channel();
     *marks.sync_gate.lock().unwrap() = Some(gate);
@@ -555,11 +547,7 @@ async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn interval_syncs_a_lone_write_within_about_a_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &policy(FsyncPolicy::Interval))
-        .await
-        .unwrap();
+    let (_dir, _home, inbox) = on_disk(&policy(FsyncPolicy::Interval)).await;
     let marks = &inbox.inner.marks;
     // Let the writer thread finish its boot work (the seq reservation) and go idle first.
     let start = std::time::Instant::now();
@@ -613,8 +601,7 @@ async fn a_message_over_a_limit_is_refused_whole_and_spends_no_seq() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ring_is_bounded_by_bytes_as_well_as_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
+    let (_dir, home) = temp_home();
     let s = InboxSettings {
         ring_size: 1000,
         ring_bytes: 64 * 1024,
@@ -676,9 +663,7 @@ async fn messages_not_on_disk_stay_in_the_ring_until_written() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_filtered_read_behind_the_ring_finds_the_oldest_matches_in_one_scan() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &settings()).await.unwrap();
+    let (_dir, _home, inbox) = on_disk(&settings()).await;
     for i in 1..=2000 {
         let channel = if i % 500 == 0 {
             "alerts/disk"
@@ -711,11 +696,7 @@ async fn a_filtered_read_behind_the_ring_finds_the_oldest_matches_in_one_scan() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn never_writes_what_it_queued_in_seq_order_without_a_later_append() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = Home::open(dir.path()).unwrap();
-    let inbox = Inbox::open(&home, &policy(FsyncPolicy::Never))
-        .await
-        .unwrap();
+    let (_dir, home, inbox) = on_disk(&policy(FsyncPolicy::Never)).await;
     let mut tasks = Vec::new();
     for t in 0..8 {
         let inbox = inbox.clone();
