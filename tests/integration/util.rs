@@ -164,24 +164,38 @@ impl Drop for Switchboard {
     }
 }
 
-/// Stops whatever daemon holds the lock of `home` (the pid in its lock file): SIGTERM, then
-/// SIGKILL after 5 s. For tests whose front ends started a daemon in the background.
+/// Stops every daemon of `home`: the one whose pid is in its lock file, and any process started
+/// as `daemon` on it, which finds one still starting, before it holds the lock. Front ends on
+/// `home` go first, since one that is exiting may still start a daemon. SIGTERM, then SIGKILL
+/// after 5 s. For tests whose front ends started a daemon in the background.
 pub fn stop_daemon(home: &Path) {
-    let Some(pid) = daemon_pid(home) else {
-        return;
-    };
-    unsafe {
-        libc::kill(pid as i32, libc::SIGTERM);
+    terminate(processes_of(home, "serve"));
+    let mut daemons = daemons_of(home);
+    daemons.extend(daemon_pid(home));
+    daemons.sort_unstable();
+    daemons.dedup();
+    terminate(daemons);
+}
+
+/// SIGTERM to each of `pids`, then SIGKILL to those still alive after 5 s; returns once all
+/// are gone.
+fn terminate(pids: Vec<u32>) {
+    for &pid in &pids {
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        }
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(pid) {
-        if Instant::now() > deadline {
-            unsafe {
-                libc::kill(pid as i32, libc::SIGKILL);
+    for pid in pids {
+        while alive(pid) {
+            if Instant::now() > deadline {
+                unsafe {
+                    libc::kill(pid as i32, libc::SIGKILL);
+                }
+                break;
             }
-            break;
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
