@@ -506,7 +506,7 @@ async fn confirm_answers(http: bool) {
     // An auto rule's prompt is work to run now.
     h.send("ci/main", "the build");
     let v = wait(&client, 2.0).await;
-    assert_eq!(v["items"][0]["kind"], "auto");
+    assert_eq!(v["items"][0]["kind"], "auto", "{v}");
     assert_eq!(v["items"][0]["prompt"], "Fix the build");
     assert_eq!(v["items"][0]["tools"], json!(["github__*"]));
 }
