@@ -18,7 +18,7 @@ use super::{
 };
 use crate::actions::{ActionId, Item};
 use crate::app::{App, ReloadReport};
-use crate::inbox::Appended;
+use crate::inbox::{Appended, InboxError};
 use crate::message::{NewMessage, Seq};
 
 /// The backend over this process's [`App`].
@@ -268,17 +268,16 @@ impl Backend for LocalBackend {
         source: String,
     ) -> BoxFut<'_, Result<Vec<Appended>>> {
         Box::pin(async move {
-            match self.app.inbox.append_batch(messages).await {
-                Ok(appended) => {
-                    // A repeat of a recent id is acknowledged but not stored: not counted.
-                    let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
-                    if stored > 0 {
-                        self.app.metrics.ingested(&source, stored);
-                    }
-                    Ok(appended)
+            let result = self.app.inbox.append_batch(messages).await;
+            // Messages kept in memory only are in the inbox all the same: counted. A repeat of
+            // a recent id is acknowledged but not stored: not counted.
+            if let Ok(appended) | Err(InboxError::NotDurable { appended, .. }) = &result {
+                let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
+                if stored > 0 {
+                    self.app.metrics.ingested(&source, stored);
                 }
-                Err(e) => Err(BackendError::Refused(format!("not stored: {e}"))),
             }
+            result.map_err(BackendError::Store)
         })
     }
 

@@ -1,11 +1,11 @@
 //! The one interface every front end calls: [`Backend`].
 //!
-//! MCP sessions, the control socket and ingest do not touch the inbox, the lifecycle or the
-//! engine directly; they call a backend. [`LocalBackend`] runs the calls against the
-//! [`App`](crate::app::App) in this process (the daemon). [`RemoteBackend`] sends them over
-//! the control socket to the home's daemon (an MCP front-end started by a host), starting
-//! and re-attaching to the daemon when it is not there. The request and reply types below are
-//! the wire types of that socket too, so both sides speak one typed protocol.
+//! MCP sessions, the control socket and ingest (HTTP and upstream servers) do not touch the
+//! inbox, the lifecycle or the engine directly; they call a backend. [`LocalBackend`] runs the
+//! calls against the [`App`](crate::app::App) in this process (the daemon). [`RemoteBackend`]
+//! sends them over the control socket to the home's daemon (an MCP front-end started by a
+//! host), starting and re-attaching to the daemon when it is not there. The request and reply
+//! types below are the wire types of that socket too, so both sides speak one typed protocol.
 
 pub mod local;
 pub mod remote;
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::actions::{ActionId, Event, Item};
 use crate::app::{ReloadReport, Stats};
 use crate::config::PushPolicy;
-use crate::inbox::Appended;
+use crate::inbox::{Appended, InboxError};
 use crate::message::{Message, NewMessage, Seq};
 
 pub use local::LocalBackend;
@@ -31,7 +31,7 @@ pub use remote::RemoteBackend;
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a backend call can fail with.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     /// The daemon cannot be reached (it is restarting, or cannot be started).
     #[error("the switchboard daemon is not reachable: {0}")]
@@ -39,6 +39,11 @@ pub enum BackendError {
     /// The daemon refused the call (bad arguments, an unknown id).
     #[error("{0}")]
     Refused(String),
+    /// The inbox did not store the messages of an append, or stored them in memory only
+    /// ([`InboxError::NotDurable`]): ingest answers each case with its own status. Over the
+    /// control socket it travels as its text, and a remote backend returns it as `Refused`.
+    #[error("not stored: {0}")]
+    Store(InboxError),
 }
 
 /// The result of a backend call.

@@ -42,6 +42,7 @@ use serde_json::{Value, json};
 use super::{PayloadError, alertmanager, github};
 use crate::app::App;
 use crate::auth::Bearer;
+use crate::backend::{Backend, BackendError, LocalBackend};
 use crate::config::HttpSettings;
 use crate::inbox::{Appended, InboxError};
 use crate::message::NewMessage;
@@ -131,9 +132,21 @@ impl Source {
     }
 }
 
+/// 503 for an append that failed in a way that has no answer of its own.
+fn unavailable() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "the inbox cannot take messages now; retry later".into(),
+    )
+    .retry_after(NOT_DURABLE_RETRY_S)
+}
+
 /// The router's state.
 struct Ingest {
     app: Arc<App>,
+    /// Where the messages go: the daemon's backend, as for every other front end.
+    backend: Arc<dyn Backend>,
     auth: Bearer,
     /// The settings a `switchboard.json` change applies live (`App::http_settings`).
     live: std::sync::RwLock<LiveIngest>,
@@ -178,6 +191,7 @@ impl Ingest {
         let auth = Bearer::from_settings(&app.config.http);
         let (generation, http) = app.http_settings.get();
         Ingest {
+            backend: Arc::new(LocalBackend::new(app.clone())),
             app,
             auth,
             live: std::sync::RwLock::new(LiveIngest::new(&http)),
@@ -230,17 +244,21 @@ impl Ingest {
 
     /// Appends `batch` and answers 202 once it is durable.
     async fn store(&self, source: Source, batch: Vec<NewMessage>) -> Result<Response, ApiError> {
-        match self.app.inbox.append_batch(batch).await {
-            Ok(accepted) => {
-                self.count(source, &accepted);
-                Ok((
-                    StatusCode::ACCEPTED,
-                    axum::Json(json!({ "accepted": accepted })),
-                )
-                    .into_response())
+        let stored = match self.backend.append(batch, source.as_str().into()).await {
+            Ok(accepted) => Ok(accepted),
+            Err(BackendError::Store(e)) => Err(e),
+            Err(other) => {
+                tracing::error!(source = source.as_str(), cause = %other, "ingest append failed");
+                return Err(unavailable());
             }
+        };
+        match stored {
+            Ok(accepted) => Ok((
+                StatusCode::ACCEPTED,
+                axum::Json(json!({ "accepted": accepted })),
+            )
+                .into_response()),
             Err(InboxError::NotDurable { appended, cause }) => {
-                self.count(source, &appended);
                 tracing::warn!(
                     source = source.as_str(),
                     %cause,
@@ -300,20 +318,8 @@ impl Ingest {
             .retry_after(SHUTDOWN_RETRY_S)),
             Err(err) => {
                 tracing::error!(source = source.as_str(), cause = %err, "ingest append failed");
-                Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the inbox cannot take messages now; retry later".into(),
-                )
-                .retry_after(NOT_DURABLE_RETRY_S))
+                Err(unavailable())
             }
-        }
-    }
-
-    fn count(&self, source: Source, appended: &[Appended]) {
-        let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
-        if stored > 0 {
-            self.app.metrics.ingested(source.as_str(), stored);
         }
     }
 

@@ -271,6 +271,20 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
         }
     }
     assert_eq!(state(&sb, "bridge")["stored"], 1000);
+    // Stored through the backend, which counts them under the upstream's name.
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{}/metrics", sb.ingest.as_deref().unwrap()))
+        .bearer_auth(sb.token())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("switchboard_messages_ingested_total{source=\"bridge\"} 1000\n"),
+        "{metrics}"
+    );
 
     // Calls are forwarded with their results and their errors.
     let echo = call(&client, "bridge__echo", json!({"text": "hi"})).await;

@@ -40,6 +40,7 @@ use tokio::sync::{Notify, mpsc, watch};
 pub use config::{Transport, UpstreamConfig};
 
 use crate::app::App;
+use crate::backend::{Backend, BackendError, LocalBackend};
 use crate::inbox::InboxError;
 use crate::message::NewMessage;
 
@@ -410,6 +411,7 @@ pub fn start(app: &Arc<App>, configs: Vec<UpstreamConfig>) {
 /// shutdown, what is still queued is appended before the task ends.
 async fn ingest(app: Arc<App>, entry: Arc<Entry>, mut rx: mpsc::Receiver<NewMessage>) {
     let name = entry.config.name.clone();
+    let backend = LocalBackend::new(app.clone());
     let mut buf = Vec::with_capacity(INGEST_BATCH);
     loop {
         let n = tokio::select! {
@@ -420,7 +422,7 @@ async fn ingest(app: Arc<App>, entry: Arc<Entry>, mut rx: mpsc::Receiver<NewMess
                     buf.push(m);
                 }
                 if !buf.is_empty() {
-                    store(&app, &entry, &name, std::mem::take(&mut buf)).await;
+                    store(&backend, &entry, &name, std::mem::take(&mut buf)).await;
                 }
                 return;
             }
@@ -429,21 +431,22 @@ async fn ingest(app: Arc<App>, entry: Arc<Entry>, mut rx: mpsc::Receiver<NewMess
             return;
         }
         let batch = std::mem::replace(&mut buf, Vec::with_capacity(INGEST_BATCH));
-        if !store(&app, &entry, &name, batch).await {
+        if !store(&backend, &entry, &name, batch).await {
             return;
         }
     }
 }
 
-/// Appends one batch; false when the inbox is closed.
-async fn store(app: &App, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> bool {
-    let appended = match app.inbox.append_batch(batch).await {
+/// Appends one batch through the backend (which counts it for `/metrics`); false when the
+/// inbox is closed.
+async fn store(backend: &dyn Backend, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> bool {
+    let appended = match backend.append(batch, name.to_string()).await {
         Ok(a) => a,
-        Err(InboxError::NotDurable { appended, cause }) => {
+        Err(BackendError::Store(InboxError::NotDurable { appended, cause })) => {
             tracing::warn!(upstream = %name, %cause, "upstream messages kept in memory only");
             appended
         }
-        Err(InboxError::Closed) => return false,
+        Err(BackendError::Store(InboxError::Closed)) => return false,
         Err(err) => {
             tracing::error!(upstream = %name, cause = %err, "cannot store upstream messages");
             return true;
@@ -451,7 +454,6 @@ async fn store(app: &App, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> 
     };
     let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
     entry.counters.stored.fetch_add(stored, Ordering::Relaxed);
-    app.metrics.ingested(name, stored);
     true
 }
 
