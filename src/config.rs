@@ -216,7 +216,7 @@ impl Home {
 }
 
 /// Parses and validates the text of `switchboard.json`: JSON syntax, every section's shape,
-/// and each upstream. Returns the config, or every error found, in file order.
+/// `http.rateLimit`, and each upstream. Returns the config, or every error found, in file order.
 pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config::ConfigError>> {
     use crate::sources::upstream::config::{self as upstream, ConfigError, ErrorCode};
     let located = |e: serde_json::Error, message: String| ConfigError {
@@ -250,7 +250,22 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
         }),
     }
     let config = match serde_json::from_str::<Config>(text) {
-        Ok(c) => Some(c),
+        Ok(c) => {
+            // Checked here so that `config check`, the start and a live reload refuse it alike.
+            if let Err(e) = crate::sources::http::parse_rate_limit(&c.http.rate_limit) {
+                let pos = crate::sources::upstream::locate::Locator::new(text)
+                    .value(&["http", "rateLimit"]);
+                errors.push(ConfigError {
+                    code: ErrorCode::InvalidRateLimit,
+                    upstream: None,
+                    key: Some("http.rateLimit".into()),
+                    line: pos.map(|p| p.line),
+                    column: pos.map(|p| p.column),
+                    message: format!("invalid `http.rateLimit` \"{}\": {e}", c.http.rate_limit),
+                });
+            }
+            Some(c)
+        }
         Err(e) => {
             if !errors.iter().any(|x| x.key.as_deref() == Some("upstreams")) {
                 let message = e.to_string();
@@ -773,6 +788,44 @@ mod tests {
         assert!(same.applied.is_empty() && same.restart_needed.is_empty());
         let up = check(r#"{"upstreams": {"teams": {"command": "x"}}}"#).unwrap();
         assert_eq!(changed_keys(&boot, &up), ["upstreams.teams"]);
+    }
+
+    #[test]
+    fn an_invalid_http_rate_limit_is_located() {
+        let errors =
+            check("{\n  \"http\": {\"rateLimit\": \"30\"},\n  \"upstreams\": {\"a\": {}}\n}")
+                .unwrap_err();
+        let rate = &errors[0];
+        assert_eq!(
+            (
+                rate.code.as_str(),
+                rate.key.as_deref(),
+                rate.line,
+                rate.column
+            ),
+            (
+                "invalid_rate_limit",
+                Some("http.rateLimit"),
+                Some(2),
+                Some(25)
+            ),
+            "{errors:?}"
+        );
+        assert!(
+            rate.message
+                .starts_with("invalid `http.rateLimit` \"30\": "),
+            "{}",
+            rate.message
+        );
+        assert_eq!(
+            errors.len(),
+            2,
+            "the upstream's error is listed too: {errors:?}"
+        );
+        for ok in ["0", "200/1s", " 10/m "] {
+            let text = format!(r#"{{"http": {{"rateLimit": "{ok}"}}}}"#);
+            assert!(check(&text).is_ok(), "{ok:?}");
+        }
     }
 
     #[test]

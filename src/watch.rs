@@ -104,12 +104,6 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
 fn reload_config(app: &App, boot: &crate::config::Config) {
     let Some(home) = &app.home else { return };
     let report = match home.load_config() {
-        Ok(new) if crate::sources::http::parse_rate_limit(&new.http.rate_limit).is_err() => {
-            not_reloaded(format!(
-                "invalid `http.rateLimit` \"{}\"",
-                new.http.rate_limit
-            ))
-        }
         Ok(new) => {
             let plan = crate::config::plan_reload(boot, &new);
             let capacity = new.actions.queue_capacity.max(1);

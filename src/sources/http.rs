@@ -80,15 +80,10 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(ingest)
 }
 
-/// Checks the settings before the ingest listener serves on `bound`: a valid `rateLimit`,
-/// and `disableAuth` only on a loopback address. The error is one line for the operator.
+/// Checks the settings before the ingest listener serves on `bound`: `disableAuth` only on a
+/// loopback address (`rateLimit` is checked with the rest of the file, by
+/// [`crate::config::check`]). The error is one line for the operator.
 pub fn check(settings: &HttpSettings, bound: SocketAddr) -> Result<(), String> {
-    parse_rate_limit(&settings.rate_limit).map_err(|e| {
-        format!(
-            "switchboard.json: invalid `http.rateLimit` \"{}\": {e}",
-            settings.rate_limit
-        )
-    })?;
     if settings.disable_auth && !bound.ip().is_loopback() {
         return Err(format!(
             "switchboard.json: `http.disableAuth` is only honoured on a loopback address, but ingest \

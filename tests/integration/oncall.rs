@@ -496,12 +496,11 @@ fn a_changed_switchboard_json_applies_what_it_can_live_and_names_what_needs_a_re
         let s = stats();
         (s["config_reload"]["ok"] == false).then(|| s["config_reload"].clone())
     });
+    let message = reload["message"].as_str().unwrap();
     assert!(
-        reload["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("switchboard.json not reloaded: invalid `http.rateLimit` \"lots\""),
-        "{reload}"
+        message.starts_with("switchboard.json not reloaded: ")
+            && message.contains("switchboard.json:1:24: invalid `http.rateLimit` \"lots\""),
+        "the reload names the key, line and column: {reload}"
     );
     assert_eq!(stats()["delivery"]["capacity"], 3);
     assert_eq!(ingest_one(&sb), 429, "the running limit stays");

@@ -674,6 +674,16 @@ fn config_check_reports_every_upstream_error_located() {
         stderr(&serve)
     );
 
+    // The ingest rate limit is checked with the rest of the file, located too.
+    sb.write("switchboard.json", r#"{"http": {"rateLimit": "lots"}}"#);
+    let out = sb.cli(&["config", "check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let want = format!("{shown}:1:24: invalid `http.rateLimit` \"lots\": ");
+    assert!(stdout(&out).contains(&want), "{}", stdout(&out));
+    let serve = sb.cli(&["serve", "--no-stdio", "--listen", "127.0.0.1:0"]);
+    assert!(!serve.status.success());
+    assert!(stderr(&serve).contains(&want), "{}", stderr(&serve));
+
     sb.write(
         "switchboard.json",
         r#"{"upstreams": {"teams": {"command": "bridge", "channel": "dm/{{meta.chat_id}}"}}}"#,

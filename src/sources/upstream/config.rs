@@ -121,6 +121,8 @@ pub enum ErrorCode {
     InvalidGlob,
     /// Occurs when the `channel` template has an unclosed or empty placeholder.
     InvalidTemplate,
+    /// Occurs when `http.rateLimit` is not `N/<duration>` (`"200/1s"`) or `"0"`.
+    InvalidRateLimit,
 }
 
 impl ErrorCode {
@@ -136,6 +138,7 @@ impl ErrorCode {
             ErrorCode::InvalidHeader => "invalid_header",
             ErrorCode::InvalidGlob => "invalid_glob",
             ErrorCode::InvalidTemplate => "invalid_template",
+            ErrorCode::InvalidRateLimit => "invalid_rate_limit",
         }
     }
 }

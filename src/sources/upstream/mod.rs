@@ -15,7 +15,7 @@
 //! move into a daemon behind the control socket without touching them.
 
 pub mod config;
-mod locate;
+pub(crate) mod locate;
 pub mod mapping;
 pub mod names;
 pub mod ordered;
