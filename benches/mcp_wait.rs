@@ -80,10 +80,14 @@ fn wake_up(c: &mut Criterion) {
         ))
         .unwrap();
     let remote: Arc<dyn Backend> = rt.block_on(async {
-        let listener = switchboard::control::bind(&home2.control_socket()).unwrap();
+        let socket = home2.control_socket();
+        let listener = switchboard::control::bind(&socket).unwrap();
+        let lock = Arc::new(home2.lock().unwrap());
         tokio::spawn(switchboard::control::serve(
             daemon.clone(),
+            socket,
             listener,
+            lock,
             Default::default(),
         ));
         Arc::new(

@@ -5,6 +5,12 @@
 //! response lines: one for ordinary commands, a stream of events for `watch` (until the
 //! client hangs up), or, after `attach`, the multiplexed calls of a front end ([`attach`]).
 //!
+//! The socket file is the daemon's for as long as it holds the home's lock: deleted (a
+//! cleaner of stale sockets, a careless `rm`), it is bound again within
+//! [`SOCKET_CHECK_EVERY`], so front ends and the CLI find the daemon again instead of failing
+//! to start a second one. A file another process put there is left alone. At shutdown the
+//! socket is removed if it is still this daemon's.
+//!
 //! Limits, so that a stuck or hostile client cannot lock the operator out: at most
 //! [`MAX_CONNECTIONS`] connections at once (one more is told the socket is busy and
 //! closed); the request line must arrive within [`REQUEST_TIMEOUT`] and be at most
@@ -13,7 +19,7 @@
 //! client reads it.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +47,9 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// How long one response line may wait for the client to read it.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the daemon checks that its socket file is still there.
+pub const SOCKET_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A request from the CLI.
 #[derive(Debug, Serialize, Deserialize)]
@@ -153,13 +162,53 @@ pub struct Status {
     pub stats: crate::app::Stats,
 }
 
-/// Accepts connections until the app shuts down.
-pub async fn serve(app: Arc<App>, listener: UnixListener, listeners: DaemonListeners) {
+/// Accepts connections on `listener`, bound at `path`, until the app shuts down; binds the
+/// socket again if its file is deleted while `lock` still holds the home.
+pub async fn serve(
+    app: Arc<App>,
+    path: PathBuf,
+    mut listener: UnixListener,
+    lock: Arc<crate::config::HomeLock>,
+    listeners: DaemonListeners,
+) {
     let listeners = Arc::new(listeners);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut ours = inode(&path);
+    let mut check = tokio::time::interval(SOCKET_CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rebind_failed = false;
     loop {
         let stream = tokio::select! {
             _ = app.shutdown.cancelled() => break,
+            _ = check.tick() => {
+                let gone = matches!(
+                    std::fs::symlink_metadata(&path),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound
+                );
+                if gone && lock.intact() {
+                    match bind(&path) {
+                        Ok(again) => {
+                            listener = again;
+                            ours = inode(&path);
+                            rebind_failed = false;
+                            tracing::warn!(
+                                socket = %path.display(),
+                                "the control socket was deleted; bound it again"
+                            );
+                        }
+                        Err(err) if !std::mem::replace(&mut rebind_failed, true) => {
+                            tracing::error!(
+                                socket = %path.display(),
+                                cause = %err,
+                                "the control socket was deleted and cannot be bound again; \
+                                 the CLI and front ends cannot reach this daemon"
+                            );
+                        }
+                        Err(_) => {}
+                    }
+                }
+                continue;
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(err) => {
@@ -189,6 +238,16 @@ pub async fn serve(app: Arc<App>, listener: UnixListener, listeners: DaemonListe
             drop(slot);
         });
     }
+    // Only our own: a daemon that started after us (our lock was lost) owns what is there now.
+    if ours.is_some() && inode(&path) == ours {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// The inode of `path`, to tell our own socket file from one that replaced it.
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
 }
 
 /// Reads the request line: within [`REQUEST_TIMEOUT`], at most [`MAX_REQUEST_BYTES`].

@@ -19,7 +19,7 @@ pub mod log;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +68,7 @@ pub async fn run(
     } else {
         Home::open(home_dir)?
     };
-    let lock = home.lock()?;
+    let lock = Arc::new(home.lock()?);
     let mut config = home.load_config()?;
     resolve_token(&home, &mut config.http, opts.token.clone())?;
     if let Some(secret) = opts
@@ -117,13 +117,17 @@ pub async fn run(
     let control_path = home.control_socket();
     let control = crate::control::bind(&control_path)
         .with_context(|| format!("cannot bind {}", control_path.display()))?;
-    let control_ino = inode(&control_path);
     let asked = DaemonListeners {
         ingest: ingest_addr.clone(),
         mcp_http: opts.mcp_http.clone(),
     };
-    app.tasks
-        .spawn(crate::control::serve(app.clone(), control, asked));
+    app.tasks.spawn(crate::control::serve(
+        app.clone(),
+        control_path,
+        control,
+        lock.clone(),
+        asked,
+    ));
 
     let mut endpoint = serde_json::json!({ "pid": std::process::id() });
     let shared = ingest.is_some() && ingest_addr.is_some() && ingest_addr == opts.mcp_http;
@@ -198,7 +202,7 @@ pub async fn run(
             );
         }
     }
-    stop(&app, &home, control_ino).await;
+    stop(&app, &home).await;
     drop(lock);
     Ok(())
 }
@@ -211,12 +215,6 @@ async fn lock_lost(lock: &HomeLock) {
             return;
         }
     }
-}
-
-/// The inode of `path`, to tell our own file from one that replaced it.
-fn inode(path: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
 }
 
 /// Decides the ingest bearer token, in this order: `SWITCHBOARD_TOKEN`, `http.token` in
@@ -280,7 +278,7 @@ fn spawn_reload_on_sighup(app: &Arc<App>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn stop(app: &Arc<App>, home: &Home, control_ino: Option<u64>) {
+async fn stop(app: &Arc<App>, home: &Home) {
     tracing::info!("shutting down");
     app.shutdown.cancel();
     app.tasks.close();
@@ -303,9 +301,6 @@ async fn stop(app: &Arc<App>, home: &Home, control_ino: Option<u64>) {
         .and_then(|v| v["pid"].as_u64());
     if endpoint_pid == Some(u64::from(std::process::id())) {
         let _ = std::fs::remove_file(home.endpoint());
-    }
-    if control_ino.is_some() && inode(&home.control_socket()) == control_ino {
-        let _ = std::fs::remove_file(home.control_socket());
     }
     tracing::info!("stopped");
 }

@@ -332,6 +332,33 @@ fn a_deleted_lock_file_stops_the_daemon_before_a_second_one_can_write() {
 }
 
 #[test]
+fn a_deleted_control_socket_is_bound_again_and_the_cli_reaches_the_daemon() {
+    let mut sb = Switchboard::new();
+    sb.spawn_with(&["daemon", "--no-listen"]);
+    let pid = sb.pid();
+    assert_eq!(send_one(sb.home.path(), "x/y", "before"), 1);
+    let socket = sb.home.path().join("control.sock");
+    std::fs::remove_file(&socket).unwrap();
+    eventually(Duration::from_secs(5), "the socket bound again", || {
+        socket.exists().then_some(())
+    });
+    // The same daemon answers: no second one was started, nothing was lost.
+    assert_eq!(send_one(sb.home.path(), "x/y", "after"), 2);
+    assert_eq!(status_json(sb.home.path())["pid"], pid);
+    assert!(
+        sb.log()
+            .contains("the control socket was deleted; bound it again"),
+        "{}",
+        sb.log()
+    );
+    assert!(sb.terminate().success(), "{}", sb.log());
+    assert!(
+        !socket.exists(),
+        "the daemon removes its socket when it stops"
+    );
+}
+
+#[test]
 fn a_deleted_home_stops_the_daemon() {
     let mut sb = Switchboard::new();
     sb.spawn_with(&["daemon", "--no-listen"]);
