@@ -5,6 +5,9 @@
 //! - `ring_only`: the in-memory inbox (no journal).
 //! - `journal_fsync_never`: ring + journal, no fsync: acknowledged once queued for the
 //!   writer thread, which writes within about a millisecond.
+//! - `ring_only_prebuilt`, `journal_fsync_never_prebuilt`: the same two, with each message
+//!   built before the timed call (Criterion's `iter_batched`): the append alone, without the
+//!   three `String`s of its input. The rows above time both, as they always have.
 //! - `journal_fsync_interval`: ring + journal, written by the appender before it is
 //!   acknowledged (one `write(2)` per append; synced by a timer): what `never` did before.
 //! - `write_syscall_220B` (baseline): one `write(2)` of a 220-byte record to a file, the floor
@@ -16,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use switchboard::config::{Home, InboxSettings};
 use switchboard::inbox::{FsyncPolicy, Inbox, journal::Files};
 use switchboard::message::{Message, NewMessage};
@@ -46,6 +49,10 @@ fn append(c: &mut Criterion) {
     group.bench_function("ring_only", |b| {
         b.to_async(&rt).iter(|| memory.append(message()))
     });
+    group.bench_function("ring_only_prebuilt", |b| {
+        b.to_async(&rt)
+            .iter_batched(message, |m| memory.append(m), BatchSize::SmallInput)
+    });
 
     let dir = tempfile::tempdir().unwrap();
     let home = Home::open(dir.path()).unwrap();
@@ -54,6 +61,10 @@ fn append(c: &mut Criterion) {
         .unwrap();
     group.bench_function("journal_fsync_never", |b| {
         b.to_async(&rt).iter(|| never.append(message()))
+    });
+    group.bench_function("journal_fsync_never_prebuilt", |b| {
+        b.to_async(&rt)
+            .iter_batched(message, |m| never.append(m), BatchSize::SmallInput)
     });
     rt.block_on(never.close());
 
