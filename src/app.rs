@@ -456,7 +456,7 @@ impl App {
             let mut evaluated = mark;
             let mut backoff = UNREADABLE_BACKOFF_MIN;
             loop {
-                let visible = *committed.borrow_and_update();
+                let visible = committed.borrow_and_update();
                 let batch = app.inbox.read_after(evaluated, DISPATCH_BATCH).await;
                 if let Some(last) = batch.last() {
                     let now = Utc::now();

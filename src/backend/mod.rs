@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::actions::{ActionId, Event, Item};
 use crate::app::{ReloadReport, Stats};
 use crate::config::PushPolicy;
-use crate::inbox::{Appended, InboxError};
+use crate::inbox::{Appended, InboxError, SeqReceiver};
 use crate::message::{Message, NewMessage, Seq};
 
 pub use local::LocalBackend;
@@ -194,7 +194,7 @@ pub struct Feed {
     /// Lifecycle transitions.
     pub events: broadcast::Receiver<Event>,
     /// The newest committed seq.
-    pub committed: watch::Receiver<Seq>,
+    pub committed: SeqReceiver,
     /// Bumped when the upstream tools change.
     pub tools: watch::Receiver<u64>,
 }

@@ -35,7 +35,7 @@ use crate::app::ReloadReport;
 use crate::control::attach::{Attached, Call, Down, ToolList, Up};
 use crate::control::{Request, Response};
 use crate::daemon::launch::{Launch, connect_or_start};
-use crate::inbox::Appended;
+use crate::inbox::{Appended, SeqWatch};
 use crate::message::{NewMessage, Seq};
 
 /// How long a call waits for the daemon to come back before it fails.
@@ -62,7 +62,7 @@ struct Inner {
     sessions: Mutex<HashMap<u64, Local>>,
     next_handle: AtomicU64,
     events: broadcast::Sender<Event>,
-    committed: watch::Sender<Seq>,
+    committed: SeqWatch,
     tools: watch::Sender<u64>,
     /// Stops the supervisor.
     stop: CancellationToken,
@@ -114,7 +114,7 @@ impl RemoteBackend {
             sessions: Mutex::default(),
             next_handle: AtomicU64::new(1),
             events: broadcast::channel(1024).0,
-            committed: watch::channel(0).0,
+            committed: SeqWatch::new(0),
             tools: watch::channel(0).0,
             stop,
             stopped_on_purpose: Default::default(),
@@ -319,7 +319,7 @@ async fn connect(inner: &Arc<Inner>) -> anyhow::Result<Arc<Conn>> {
                         let _ = inner.events.send(event);
                     }
                     Down::Committed(seq) => {
-                        inner.committed.send_replace(seq);
+                        inner.committed.replace(seq);
                     }
                     Down::ToolsChanged(_) => {
                         inner.tools.send_modify(|n| *n += 1);

@@ -403,7 +403,7 @@ async fn forward_feed(backend: LocalBackend, tx: mpsc::Sender<Down>, gone: Cance
             },
             changed = feed.committed.changed() => {
                 if changed.is_err() { return }
-                let seq = *feed.committed.borrow_and_update();
+                let seq = feed.committed.borrow_and_update();
                 Down::Committed(seq)
             }
             changed = feed.tools.changed() => {

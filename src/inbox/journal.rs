@@ -35,9 +35,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use super::FsyncPolicy;
+use super::seq_watch::SeqWatch;
 use crate::message::{Message, Seq};
 
 /// How many bytes one backwards read takes.
@@ -232,7 +233,7 @@ pub struct Marks {
     /// Bytes encoded but not yet written.
     pub backlog_bytes: AtomicUsize,
     /// The highest visible seq.
-    pub committed: watch::Sender<Seq>,
+    pub committed: SeqWatch,
     /// Failed writes since start.
     pub errors: AtomicU64,
     /// Bytes in the active file.
@@ -263,7 +264,7 @@ impl Marks {
             reserve_asked: AtomicBool::new(false),
             backlog_bytes: AtomicUsize::new(0),
             // Readers start at the last message that exists; the first new one jumps the gap.
-            committed: watch::channel(on_disk).0,
+            committed: SeqWatch::new(on_disk),
             errors: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             is_failing: AtomicBool::new(false),
@@ -277,7 +278,7 @@ impl Marks {
     pub fn memory() -> Marks {
         let marks = Marks::new(Seq::MAX, Seq::MAX, &Reservation::default());
         marks.assigned.store(0, Ordering::Relaxed);
-        marks.committed.send_replace(0);
+        marks.committed.replace(0);
         marks
     }
 
@@ -294,12 +295,7 @@ impl Marks {
 
     /// Makes seqs up to `upto` visible, as far as they are safe.
     pub fn publish(&self, upto: Seq) {
-        let upto = upto.min(self.safe());
-        self.committed.send_if_modified(|c| {
-            let moved = upto > *c;
-            *c = (*c).max(upto);
-            moved
-        });
+        self.committed.advance(upto.min(self.safe()));
     }
 
     /// The highest seq on disk as `policy` promises it: synced for `always`, written otherwise.

@@ -25,6 +25,7 @@
 
 pub mod cursor;
 pub mod journal;
+pub mod seq_watch;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,13 +33,14 @@ use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use crate::config::{Home, InboxSettings};
 use crate::message::{LimitError, Message, MessageLimits, NewMessage, Seq};
 
 pub use cursor::StateStore;
 use journal::{Batch, Files, Job, MAX_BACKLOG, Marks, Writer};
+pub use seq_watch::{SeqReceiver, SeqWatch};
 
 /// Bytes reserved per message for its journal record (a 120-byte message encodes to ~220).
 const RECORD_BYTES_HINT: usize = 320;
@@ -602,13 +604,13 @@ impl Inbox {
     }
 
     /// A watch of the highest committed seq; changes the moment a commit lands.
-    pub fn committed(&self) -> watch::Receiver<Seq> {
+    pub fn committed(&self) -> SeqReceiver {
         self.inner.marks.committed.subscribe()
     }
 
     /// The highest committed seq (0 when empty).
     pub fn last_seq(&self) -> Seq {
-        *self.inner.marks.committed.borrow()
+        self.inner.marks.committed.get()
     }
 
     /// The message `seq`, if the ring still holds it and it is committed.

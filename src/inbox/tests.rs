@@ -262,7 +262,7 @@ async fn committed_watch_wakes_on_commit() {
         .await
         .expect("woken within 5 s")
         .unwrap();
-    assert_eq!(*rx.borrow(), 1);
+    assert_eq!(rx.borrow(), 1);
     assert_eq!(inbox.get(1).unwrap().content, "hi");
 }
 
@@ -504,7 +504,7 @@ async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() 
             // (The borrow `wait_for` returns is dropped at once: it holds the watch's lock.)
             tokio::time::timeout(
                 std::time::Duration::from_secs(5),
-                committed.wait_for(move |&c| c >= upto),
+                committed.wait_for(move |c| c >= upto),
             )
             .await
             .is_ok_and(|r| r.is_ok())
