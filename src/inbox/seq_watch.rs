@@ -11,7 +11,7 @@
 //! and notifies it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 
 use tokio::sync::Notify;
 
@@ -38,7 +38,7 @@ pub struct Closed;
 
 #[derive(Debug)]
 struct Shared {
-    value: std::sync::atomic::AtomicU64,
+    value: AtomicU64,
     /// Receivers inside [`SeqReceiver::changed`].
     waiters: AtomicUsize,
     closed: AtomicBool,

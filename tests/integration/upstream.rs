@@ -193,6 +193,19 @@ async fn connected(sb: &Switchboard, name: &str) -> Value {
 }
 
 /// The journal's records from server `name`, in journal order.
+/// The text of `GET /metrics`.
+async fn metrics(sb: &Switchboard) -> String {
+    reqwest::Client::new()
+        .get(format!("http://{}/metrics", sb.ingest.as_deref().unwrap()))
+        .bearer_auth(sb.token())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 fn journal(sb: &Switchboard, server: &str) -> Vec<Value> {
     std::fs::read_to_string(sb.home.path().join("channels.jsonl"))
         .unwrap_or_default()
@@ -272,15 +285,7 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
     }
     assert_eq!(state(&sb, "bridge")["stored"], 1000);
     // Stored through the backend, which counts them under the upstream's name.
-    let metrics = reqwest::Client::new()
-        .get(format!("http://{}/metrics", sb.ingest.as_deref().unwrap()))
-        .bearer_auth(sb.token())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&sb).await;
     assert!(
         metrics.contains("switchboard_messages_ingested_total{source=\"bridge\"} 1000\n"),
         "{metrics}"
@@ -379,15 +384,7 @@ async fn a_killed_upstream_is_restarted_and_answers_clearly_while_down() {
     let r = call(&client, "bridge__echo", json!({"text": "again"})).await;
     assert_eq!(text(&r), "echo: again");
 
-    let metrics = reqwest::Client::new()
-        .get(format!("http://{}/metrics", sb.ingest.as_deref().unwrap()))
-        .bearer_auth(sb.token())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&sb).await;
     assert!(
         metrics.contains("switchboard_upstream_up{upstream=\"bridge\"} 1\n"),
         "{metrics}"
