@@ -594,12 +594,11 @@ impl Writer {
         }
     }
 
+    /// Adds `bytes` to the backlog, which then holds the records up to `last` (0: none new, as
+    /// for an append that only repeats ids; records encoded through [`Writer::backlog`] count).
     fn enqueue(&mut self, bytes: &[u8], last: Seq) {
-        if bytes.is_empty() {
-            return;
-        }
         self.backlog.extend_from_slice(bytes);
-        self.backlog_last = last;
+        self.backlog_last = self.backlog_last.max(last);
         self.marks
             .backlog_bytes
             .store(self.backlog.len(), Ordering::Relaxed);
@@ -625,11 +624,7 @@ impl Writer {
     /// whatever was encoded into [`Writer::backlog`]; the records up to `last` are queued now.
     /// True when the caller must wake the thread.
     pub fn queued(&mut self, bytes: &[u8], last: Seq) -> bool {
-        self.backlog.extend_from_slice(bytes);
-        self.backlog_last = last;
-        self.marks
-            .backlog_bytes
-            .store(self.backlog.len(), Ordering::Relaxed);
+        self.enqueue(bytes, last);
         !std::mem::replace(&mut self.armed, true)
     }
 
@@ -1017,6 +1012,23 @@ mod tests {
 
     fn write(path: &Path, text: &str) {
         std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn a_queue_call_without_new_records_keeps_the_backlog_s_last_seq() {
+        // `never`: a record encoded straight into the backlog, then an append whose only
+        // message repeats an id still queued (no record, no new seq). Writing the backlog must
+        // still mark seq 1 written.
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path().join("channels.jsonl"));
+        let (file, _) = open_for_append(&files.active).unwrap();
+        let marks = Arc::new(Marks::new(0, 0, &Reservation::default()));
+        let mut w = Writer::new(files, file, FsyncPolicy::Never, 1 << 20, marks.clone());
+        w.backlog().extend_from_slice(record(1).as_bytes());
+        assert!(w.queued(&[], 1), "the first queue wakes the thread");
+        assert!(!w.queued(&[], 0), "armed already");
+        w.commit().unwrap();
+        assert_eq!(marks.written.load(Ordering::Acquire), 1);
     }
 
     #[test]
