@@ -235,22 +235,15 @@ mod tests {
         assert_eq!(watch.shared.waiters.load(SeqCst), 0);
         let waited = rx.wait_for(|s| s >= 2);
         tokio::pin!(waited);
-        assert!(futures_poll_once(waited.as_mut()).await.is_none());
+        assert!(futures::poll!(waited.as_mut()).is_pending());
+        assert_eq!(
+            watch.shared.waiters.load(SeqCst),
+            1,
+            "counted while it waits"
+        );
         watch.advance(1);
         watch.advance(2);
         assert_eq!(soon(waited).await, Ok(2));
         assert_eq!(watch.shared.waiters.load(SeqCst), 0);
-    }
-
-    /// Polls `fut` once: its output, or `None` when it is pending.
-    async fn futures_poll_once<F: std::future::Future + Unpin>(fut: F) -> Option<F::Output> {
-        let mut fut = fut;
-        std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(match std::pin::Pin::new(&mut fut).poll(cx) {
-                std::task::Poll::Ready(v) => Some(v),
-                std::task::Poll::Pending => None,
-            })
-        })
-        .await
     }
 }

@@ -501,7 +501,6 @@ async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() 
     let shown = |upto: Seq| {
         let mut committed = committed.clone();
         async move {
-            // (The borrow `wait_for` returns is dropped at once: it holds the watch's lock.)
             tokio::time::timeout(
                 std::time::Duration::from_secs(5),
                 committed.wait_for(move |c| c >= upto),
