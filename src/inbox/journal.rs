@@ -1,13 +1,13 @@
 //! The inbox journal: `channels.jsonl` (+ one backup, `channels.jsonl.1`) and the seq
 //! reservation `channels.seq`.
 //!
-//! Owns the files. With `fsync = always`, writes go through one writer thread
-//! that does *group commit*: it takes every batch queued since its last write,
-//! writes them in one go and shows them; a sync thread fsyncs once for everything
+//! Owns the files. With `fsync = always`, the appending task writes its batch
+//! itself under the writer's lock and shows it (no thread hand-off before a wait
+//! can see it); a sync thread does *group commit*: it fsyncs once for everything
 //! written since its last sync and only then acknowledges those appenders, while
-//! the writer goes on writing. With `interval` the appending task writes its batch
-//! itself under the writer's lock (no thread hand-off) and the thread syncs within
-//! a second of the first unsynced write, outside that lock. With `never` the
+//! others go on writing. With `interval` the appending task writes the same way and
+//! the writer thread syncs within a second of the first unsynced write, outside
+//! that lock. With `never` the
 //! appending task only queues its bytes; the thread writes them within
 //! [`FLUSH_INTERVAL`] and syncs only at rotation and shutdown.
 //! A failed write is truncated away, logged once, reported and retried with
@@ -323,7 +323,7 @@ struct SyncJob {
 }
 
 /// The sync thread of `always`: syncs once for everything written since its last sync (group
-/// commit, while the writer thread goes on writing), then answers the appenders.
+/// commit, while appenders go on writing), then answers the appenders.
 fn sync_loop(shared: &Mutex<Writer>, marks: &Marks, rx: mpsc::Receiver<SyncJob>) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
@@ -564,6 +564,10 @@ pub struct Writer {
     backlog_last: Seq,
     /// The thread waits with a timeout, so an appender need not wake it.
     armed: bool,
+    /// `always`: the sync thread's queue, for appenders that write their batch themselves
+    /// ([`Writer::append_then_sync`]). None before the writer thread starts it, after it
+    /// stops, and when it could not be spawned.
+    sync_tx: Option<mpsc::Sender<SyncJob>>,
     marks: Arc<Marks>,
 }
 
@@ -590,6 +594,7 @@ impl Writer {
             spare: Vec::new(),
             backlog_last: 0,
             armed: false,
+            sync_tx: None,
             marks,
         }
     }
@@ -612,6 +617,50 @@ impl Writer {
         let wake = (result.is_err() || self.dirty_since.is_some())
             && !std::mem::replace(&mut self.armed, true);
         (result, wake)
+    }
+
+    /// `always`: writes `bytes` now, from the appending task, and shows them (as far as the
+    /// reservation covers them); the sync thread answers `ack` once they are synced, with one
+    /// fsync for everything written since its last (group commit). So the message a wait is
+    /// woken for never waits for another thread to be scheduled first.
+    ///
+    /// A failed write answers `ack` with the cause at once and keeps the bytes for the writer
+    /// thread's retries; the result then says whether the caller must wake that thread.
+    /// `Err(ack)` when there is no sync thread: the caller hands the batch to the writer
+    /// thread instead ([`Job::Commit`]).
+    pub fn append_then_sync(
+        &mut self,
+        bytes: &[u8],
+        last: Seq,
+        ack: oneshot::Sender<Result<(), String>>,
+    ) -> Result<bool, oneshot::Sender<Result<(), String>>> {
+        if self.sync_tx.is_none() {
+            return Err(ack);
+        }
+        self.enqueue(bytes, last);
+        if let Err(cause) = self.commit() {
+            let _ = ack.send(Err(cause));
+            return Ok(!std::mem::replace(&mut self.armed, true));
+        }
+        let job = SyncJob {
+            file: self.file.clone(),
+            upto: self.marks.written.load(Ordering::Acquire),
+            acks: vec![ack],
+        };
+        let sent = self.sync_tx.as_ref().map(|tx| tx.send(job));
+        if let Some(Err(mpsc::SendError(job))) = sent {
+            // The sync thread is gone: sync here rather than never answer.
+            self.sync_tx = None;
+            let result = self.sync().map_err(|e| self.failed(e));
+            if result.is_ok() {
+                self.marks
+                    .publish(self.marks.synced.load(Ordering::Acquire));
+            }
+            for ack in job.acks {
+                let _ = ack.send(result.clone());
+            }
+        }
+        Ok(false)
     }
 
     /// `never`: the backlog, for an appender to encode its records into straight away (then
@@ -648,6 +697,9 @@ impl Writer {
                     .map(|thread| (tx, thread))
             })
             .flatten();
+        if let Some((tx, _)) = &syncer {
+            shared.lock().unwrap().sync_tx = Some(tx.clone());
+        }
         let mut backoff = Duration::from_millis(100);
         let mut reserve_failing = false;
         let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
@@ -679,6 +731,9 @@ impl Writer {
                         if unwritten {
                             marks.reserved_unwritten.fetch_max(upto, Ordering::AcqRel);
                         }
+                        // `always`: what an appender wrote past the old reservation may show
+                        // now, before its sync.
+                        marks.publish(marks.written.load(Ordering::Acquire));
                         if std::mem::take(&mut reserve_failing) {
                             tracing::info!("seq reservation written again");
                         }
@@ -807,7 +862,9 @@ impl Writer {
             }
         }
         if let Some((tx, thread)) = syncer {
-            // Every appender gets its answer before the last sync below.
+            // Every appender gets its answer before the last sync below. No appender is left
+            // to send (every sender of `rx` is gone), so the appenders' handle goes too.
+            shared.lock().unwrap().sync_tx = None;
             drop(tx);
             let _ = thread.join();
         }
@@ -1029,6 +1086,89 @@ mod tests {
         assert!(!w.queued(&[], 0), "armed already");
         w.commit().unwrap();
         assert_eq!(marks.written.load(Ordering::Acquire), 1);
+    }
+
+    /// A writer for `always` on a fresh journal, seqs up to 10 reserved (so a written record
+    /// may show before its sync), with `file` as its handle; and the sync thread's queue.
+    fn always_writer(
+        dir: &Path,
+        file: impl FnOnce(&Path) -> File,
+    ) -> (Writer, Arc<Marks>, PathBuf, mpsc::Receiver<SyncJob>) {
+        let files = Files::new(dir.join("channels.jsonl"));
+        let active = files.active.clone();
+        drop(open_for_append(&active).unwrap());
+        let marks = Arc::new(Marks::new(0, 0, &Reservation::now(10, 0, true)));
+        let mut w = Writer::new(
+            files,
+            file(&active),
+            FsyncPolicy::Always,
+            1 << 20,
+            marks.clone(),
+        );
+        let (sync_tx, sync_rx) = mpsc::channel();
+        w.sync_tx = Some(sync_tx);
+        (w, marks, active, sync_rx)
+    }
+
+    #[test]
+    fn always_writes_from_the_appending_task_and_leaves_the_ack_to_the_sync_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, marks, active, sync_rx) =
+            always_writer(dir.path(), |p| open_for_append(p).unwrap().0);
+        let (ack, mut acked) = oneshot::channel();
+        assert!(matches!(
+            w.append_then_sync(record(1).as_bytes(), 1, ack),
+            Ok(false)
+        ));
+        // Written and shown by the time the call returns, on the caller's thread...
+        assert_eq!(std::fs::read_to_string(&active).unwrap(), record(1));
+        assert_eq!(marks.committed.get(), 1);
+        assert_eq!(marks.synced.load(Ordering::Acquire), 0);
+        // ...but acknowledged only by the sync thread, which has the job.
+        assert!(acked.try_recv().is_err(), "acknowledged before any sync");
+        let job = sync_rx
+            .try_recv()
+            .expect("the sync thread is handed the sync");
+        assert_eq!(job.upto, 1);
+        for ack in job.acks {
+            ack.send(Ok(())).unwrap();
+        }
+        assert_eq!(acked.try_recv().unwrap(), Ok(()));
+
+        // Without a sync thread the batch is handed back, untouched, for the writer thread.
+        w.sync_tx = None;
+        let (ack, _acked) = oneshot::channel();
+        assert!(w.append_then_sync(record(2).as_bytes(), 2, ack).is_err());
+        assert_eq!(std::fs::read_to_string(&active).unwrap(), record(1));
+    }
+
+    #[test]
+    fn a_failed_always_write_answers_at_once_and_the_next_append_lands_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // A read-only handle: the write fails.
+        let (mut w, marks, active, sync_rx) = always_writer(dir.path(), |p| File::open(p).unwrap());
+        let (ack, mut acked) = oneshot::channel();
+        assert!(
+            matches!(w.append_then_sync(record(1).as_bytes(), 1, ack), Ok(true)),
+            "a failure wakes the writer thread, to retry with backoff"
+        );
+        assert!(matches!(acked.try_recv(), Ok(Err(_))), "told at once");
+        assert!(marks.is_failing.load(Ordering::Acquire));
+        assert_eq!(marks.committed.get(), 0, "an unwritten record is not shown");
+        assert!(sync_rx.try_recv().is_err(), "nothing to sync");
+        // The next append writes the kept record first, through a handle opened again.
+        let (ack, _acked) = oneshot::channel();
+        assert!(matches!(
+            w.append_then_sync(record(2).as_bytes(), 2, ack),
+            Ok(false)
+        ));
+        assert_eq!(
+            std::fs::read_to_string(&active).unwrap(),
+            record(1) + &record(2)
+        );
+        assert!(!marks.is_failing.load(Ordering::Acquire));
+        assert_eq!(marks.committed.get(), 2);
+        assert_eq!(sync_rx.try_recv().unwrap().upto, 2);
     }
 
     #[test]

@@ -513,9 +513,8 @@ impl Inbox {
                         .as_ref()
                         .and_then(|tx| tx.as_ref())
                         .expect("checked above");
-                    if policy != FsyncPolicy::Always
-                        && ring.last_seq + journal::RESERVE_BLOCK / 2
-                            > marks.reserved.load(Ordering::Acquire)
+                    if ring.last_seq + journal::RESERVE_BLOCK / 2
+                        > marks.reserved.load(Ordering::Acquire)
                         && !marks.reserve_asked.swap(true, Ordering::AcqRel)
                     {
                         let _ = tx.send(Job::Wake);
@@ -527,12 +526,26 @@ impl Inbox {
                     match policy {
                         FsyncPolicy::Always => {
                             let (ack, rx) = oneshot::channel();
-                            tx.send(Job::Commit(Batch {
-                                bytes,
-                                last: last_new,
-                                ack,
-                            }))
-                            .map_err(|_| InboxError::Closed)?;
+                            let written = journal
+                                .writer
+                                .lock()
+                                .unwrap()
+                                .append_then_sync(&bytes, last_new, ack);
+                            match written {
+                                // Retries the kept backlog with backoff.
+                                Ok(true) => {
+                                    let _ = tx.send(Job::Wake);
+                                }
+                                Ok(false) => {}
+                                // No sync thread: the writer thread writes and syncs.
+                                Err(ack) => tx
+                                    .send(Job::Commit(Batch {
+                                        bytes,
+                                        last: last_new,
+                                        ack,
+                                    }))
+                                    .map_err(|_| InboxError::Closed)?,
+                            }
                             Pending::Ack(rx)
                         }
                         FsyncPolicy::Interval | FsyncPolicy::Never if inline => {
