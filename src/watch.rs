@@ -7,9 +7,10 @@
 //! reads the file, so reacting to access events reloaded forever), and neither does a
 //! change of its metadata. Events are debounced (an editor's save is several events), and
 //! the watcher then compares a hash of the file with the one it last saw, so one save is
-//! one reload and a `touch` is none. The watcher only signals: the reload itself is
-//! [`App::reload_rules`], the same one SIGHUP and `rules reload` use, so a deleted or
-//! invalid file keeps the live rules.
+//! one reload and a `touch` is none. Every other file's events (the journals are written
+//! for every message) are dropped as they come, on notify's thread. The watcher only
+//! signals: the reload itself is [`App::reload_rules`], the same one SIGHUP and `rules
+//! reload` use, so a deleted or invalid file keeps the live rules.
 //!
 //! `switchboard.json` is watched the same way. A change is validated (an invalid file changes
 //! nothing and says why), then compared with the settings the daemon started with: what can
@@ -18,26 +19,40 @@
 //! needed for X" log line, kept for `stats`.
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
-use notify::{Event, RecursiveMode};
-use notify_debouncer_full::{DebounceEventResult, new_debouncer};
+use notify::{Event, RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::app::App;
 
-/// How long events are gathered before one reload.
+/// How long the watcher waits for the next event of a save before it looks at the files.
 const DEBOUNCE: Duration = Duration::from_millis(150);
+/// The longest a stream of events can put that look off.
+const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
 
 /// What the watcher last saw of the file: the hash of its bytes, `None` when it could not be
 /// read (missing or unreadable).
 type Seen = Option<[u8; 32]>;
 
+/// Which watched file an event may have changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Changed {
+    Rules,
+    Config,
+}
+
 /// Watches the home of `app` until shutdown; a no-op for an app without a home.
+///
+/// The journals live in the same directory and are written for every message, so the
+/// watcher's handler sees an event per write. It only compares the event's kind and name,
+/// on notify's thread, and passes on nothing else: the debounce and the hashing run for
+/// the two watched files only, in this task (hashing on the blocking pool).
 pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
     let Some(home) = &app.home else { return Ok(()) };
     let dir = home.dir().to_path_buf();
@@ -45,59 +60,103 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
     let Some(file_name) = path.file_name().map(|n| n.to_os_string()) else {
         return Ok(());
     };
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let (config_tx, mut config_rx) = mpsc::unbounded_channel::<()>();
-    let mut seen = fingerprint(&path);
-    let watched = path.clone();
     let config_path = home.config_file();
     let config_name = config_path
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_default();
-    let mut config_seen = fingerprint(&config_path);
-    // The settings the daemon started with, as the file gave them.
-    let boot = home.load_config().unwrap_or_default();
-    // The callback runs on the debouncer's own thread, so hashing the file blocks no async worker.
-    let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
-        let Ok(events) = result else { return };
-        if events.iter().any(|e| changes(e, &file_name)) {
-            let now = fingerprint(&watched);
-            if now != seen {
-                seen = now;
-                let _ = tx.send(());
-            }
+    let (tx, rx) = mpsc::unbounded_channel::<Changed>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+        let Ok(event) = event else { return };
+        if changes(&event, &file_name) {
+            let _ = tx.send(Changed::Rules);
         }
-        if events.iter().any(|e| changes(e, &config_name)) {
-            let now = fingerprint(&config_path);
-            if now != config_seen {
-                config_seen = now;
-                let _ = config_tx.send(());
-            }
+        if changes(&event, &config_name) {
+            let _ = tx.send(Changed::Config);
         }
     })?;
-    debouncer.watch(Path::new(&dir), RecursiveMode::NonRecursive)?;
+    watcher.watch(Path::new(&dir), RecursiveMode::NonRecursive)?;
+    let seen = fingerprint(&path);
+    let config_seen = fingerprint(&config_path);
+    // The settings the daemon started with, as the file gave them.
+    let boot = home.load_config().unwrap_or_default();
     let app2 = app.clone();
     app.tasks.spawn(async move {
-        // The debouncer stops watching when dropped: it lives as long as this task.
-        let _debouncer = debouncer;
+        // The watcher stops watching when dropped: it lives as long as this task.
+        let _watcher = watcher;
+        let mut files = Files {
+            rx,
+            rules: (path, seen),
+            config: (config_path, config_seen),
+        };
         loop {
-            tokio::select! {
+            let changed = tokio::select! {
                 _ = app2.shutdown.cancelled() => break,
-                got = rx.recv() => {
-                    if got.is_none() { break }
-                    while rx.try_recv().is_ok() {}
-                    app2.reload_rules().await;
-                }
-                got = config_rx.recv() => {
-                    if got.is_none() { break }
-                    while config_rx.try_recv().is_ok() {}
-                    reload_config(&app2, &boot);
-                }
+                changed = files.next() => changed,
+            };
+            let Some((rules, config)) = changed else {
+                break;
+            };
+            if rules {
+                app2.reload_rules().await;
+            }
+            if config {
+                reload_config(&app2, &boot);
             }
         }
     });
     tracing::info!(dir = %dir.display(), "watching for triggers.json and switchboard.json changes");
     Ok(())
+}
+
+/// The watched files, what was last seen of each, and the events that may have changed them.
+struct Files {
+    rx: mpsc::UnboundedReceiver<Changed>,
+    rules: (PathBuf, Seen),
+    config: (PathBuf, Seen),
+}
+
+impl Files {
+    /// Waits for a save that changed the content of either file: gathers events until
+    /// [`DEBOUNCE`] passes without one (an editor's save is several), then compares hashes,
+    /// so one save is one reload and a `touch` is none. Says which changed; `None` once
+    /// the watcher is gone.
+    async fn next(&mut self) -> Option<(bool, bool)> {
+        loop {
+            let first = self.rx.recv().await?;
+            let (mut rules, mut config) = (first == Changed::Rules, first == Changed::Config);
+            let until = Instant::now() + DEBOUNCE_MAX;
+            loop {
+                let quiet = tokio::time::sleep_until((Instant::now() + DEBOUNCE).min(until));
+                tokio::select! {
+                    _ = quiet => break,
+                    more = self.rx.recv() => match more {
+                        Some(Changed::Rules) => rules = true,
+                        Some(Changed::Config) => config = true,
+                        None => break,
+                    },
+                }
+            }
+            let rules = rules && changed_content(&mut self.rules).await;
+            let config = config && changed_content(&mut self.config).await;
+            if rules || config {
+                return Some((rules, config));
+            }
+        }
+    }
+}
+
+/// Whether the file's content differs from what was last seen (and remembers it).
+async fn changed_content((path, seen): &mut (PathBuf, Seen)) -> bool {
+    let read = path.clone();
+    let now = tokio::task::spawn_blocking(move || fingerprint(&read))
+        .await
+        .unwrap_or(*seen);
+    if now == *seen {
+        return false;
+    }
+    *seen = now;
+    true
 }
 
 /// Reads `switchboard.json` again: applies what can change live, names what needs a restart.
@@ -212,6 +271,67 @@ mod tests {
                 "{kind:?} on another file"
             );
         }
+    }
+
+    /// Watched files in `dir` as they are now, and the sender of their events.
+    fn files(dir: &Path) -> (Files, mpsc::UnboundedSender<Changed>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let rules = dir.join("triggers.json");
+        let config = dir.join("switchboard.json");
+        let files = Files {
+            rx,
+            rules: (rules.clone(), fingerprint(&rules)),
+            config: (config.clone(), fingerprint(&config)),
+        };
+        (files, tx)
+    }
+
+    /// What `files.next()` says within `within`, if anything.
+    async fn next_within(files: &mut Files, within: Duration) -> Option<(bool, bool)> {
+        tokio::time::timeout(within, files.next())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_events_for_one_save_is_one_change_and_a_touch_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("triggers.json"), "{}").unwrap();
+        let (mut files, tx) = files(dir.path());
+        // An editor's save: several events, the content changed.
+        std::fs::write(dir.path().join("triggers.json"), r#"{"rules":[]}"#).unwrap();
+        for _ in 0..5 {
+            tx.send(Changed::Rules).unwrap();
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(
+            next_within(&mut files, Duration::from_secs(5)).await,
+            Some((true, false))
+        );
+        assert!(
+            started.elapsed() >= DEBOUNCE,
+            "looked before the save settled"
+        );
+        assert_eq!(
+            next_within(&mut files, DEBOUNCE * 3).await,
+            None,
+            "one save, one change"
+        );
+        // Events without a change of content (a `touch`): nothing.
+        tx.send(Changed::Rules).unwrap();
+        assert_eq!(next_within(&mut files, DEBOUNCE * 3).await, None);
+        // `switchboard.json` created: its own change.
+        std::fs::write(dir.path().join("switchboard.json"), "{}").unwrap();
+        tx.send(Changed::Config).unwrap();
+        assert_eq!(
+            next_within(&mut files, Duration::from_secs(5)).await,
+            Some((false, true))
+        );
+        // The watcher gone: the stream ends (it does not time out).
+        drop(tx);
+        let ended = tokio::time::timeout(Duration::from_secs(5), files.next()).await;
+        assert_eq!(ended, Ok(None));
     }
 
     #[test]
