@@ -11,7 +11,8 @@
 //! every read and every message, so they are saved at most once a second (by
 //! [`StateStore::run_flusher`]) and at [`StateStore::flush`]: the replace costs
 //! two fsyncs and a rename, which must not sit on the path of a waiting
-//! consumer. A crash can lose the last second of cursor moves; those messages
+//! consumer; nor does it hold the state's lock, which a save takes only to copy
+//! the state. A crash can lose the last second of cursor moves; those messages
 //! then count as unread again, never the other way round.
 
 use std::collections::BTreeMap;
@@ -52,6 +53,10 @@ struct Inner {
 #[derive(Clone)]
 pub struct StateStore {
     inner: Arc<Mutex<Inner>>,
+    /// Held for a whole save, so saves land in the order their copies were taken. The
+    /// state's own lock is held only to take the copy: the replace never holds up a
+    /// cursor move, the dispatcher's mark or a read.
+    saving: Arc<Mutex<()>>,
 }
 
 impl Default for StateStore {
@@ -75,6 +80,7 @@ impl StateStore {
                 dirty: false,
                 failing: false,
             })),
+            saving: Arc::new(Mutex::new(())),
         }
     }
 
@@ -156,9 +162,8 @@ impl StateStore {
 
     /// Sets and persists the pause flag.
     pub fn set_paused(&self, paused: bool) {
-        let mut inner = self.inner.lock().unwrap();
-        inner.state.paused = paused;
-        save(&mut inner);
+        self.inner.lock().unwrap().state.paused = paused;
+        self.save();
     }
 
     /// Highest seq the engine evaluated.
@@ -178,9 +183,42 @@ impl StateStore {
 
     /// Saves anything not yet saved.
     pub fn flush(&self) {
+        if self.inner.lock().unwrap().dirty {
+            self.save();
+        }
+    }
+
+    /// Replaces `state.json` with the state as it is now.
+    fn save(&self) {
+        let _saving = self.saving.lock().unwrap();
+        let (path, bytes) = {
+            let mut inner = self.inner.lock().unwrap();
+            inner.dirty = false;
+            let Some(path) = inner.path.clone() else {
+                return;
+            };
+            let bytes = serde_json::to_vec_pretty(&inner.state).expect("state always serializes");
+            (path, bytes)
+        };
+        let result = write_atomic(&path, &bytes);
         let mut inner = self.inner.lock().unwrap();
-        if inner.dirty {
-            save(&mut inner);
+        match result {
+            Ok(()) if inner.failing => {
+                inner.failing = false;
+                tracing::info!(path = %path.display(), "state saved again");
+            }
+            Ok(()) => {}
+            Err(err) => {
+                inner.dirty = true;
+                // The flusher retries every second: one line per outage, not one per retry.
+                if !std::mem::replace(&mut inner.failing, true) {
+                    tracing::warn!(
+                        path = %path.display(),
+                        cause = %err,
+                        "cannot save state; retrying every second, logged again on recovery"
+                    );
+                }
+            }
         }
     }
 
@@ -206,32 +244,6 @@ impl StateStore {
     /// A copy of the whole state.
     pub fn snapshot(&self) -> State {
         self.inner.lock().unwrap().state.clone()
-    }
-}
-
-fn save(inner: &mut Inner) {
-    inner.dirty = false;
-    let Some(path) = &inner.path else {
-        return;
-    };
-    let bytes = serde_json::to_vec_pretty(&inner.state).expect("state always serializes");
-    match write_atomic(path, &bytes) {
-        Ok(()) if inner.failing => {
-            inner.failing = false;
-            tracing::info!(path = %path.display(), "state saved again");
-        }
-        Ok(()) => {}
-        Err(err) => {
-            inner.dirty = true;
-            // The flusher retries every second: one line per outage, not one per retry.
-            if !std::mem::replace(&mut inner.failing, true) {
-                tracing::warn!(
-                    path = %path.display(),
-                    cause = %err,
-                    "cannot save state; retrying every second, logged again on recovery"
-                );
-            }
-        }
     }
 }
 
@@ -330,6 +342,61 @@ mod tests {
         tracing::subscriber::with_default(subscriber, f);
         let bytes = sink.0.lock().unwrap().clone();
         String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_save_in_progress_holds_up_no_cursor_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let store = StateStore::open(&path).unwrap();
+        // A FIFO where the save writes its temporary file: the save blocks opening it until
+        // something reads, as long as a slow disk's fsync would.
+        let tmp = dir.path().join("state.json.tmp");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&tmp)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        store.set_cursor("copilot", 1);
+        let saving = std::thread::spawn({
+            let store = store.clone();
+            move || store.flush()
+        });
+        // The save has its copy (the state is clean again) and is stuck in the write; the
+        // state's lock is free meanwhile.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(inner) = store.inner.try_lock()
+                && !inner.dirty
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the state's lock is held while the file is written"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn({
+            let store = store.clone();
+            move || {
+                store.set_cursor("copilot", 2);
+                let _ = tx.send(store.cursor("copilot"));
+            }
+        });
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Ok(Some(2)),
+            "a cursor move waited for the save"
+        );
+        // Let the stuck save go (it fails on the FIFO), then save for real.
+        let mut fifo = std::fs::File::open(&tmp).unwrap();
+        std::io::Read::read_to_end(&mut fifo, &mut Vec::new()).unwrap();
+        saving.join().unwrap();
+        std::fs::remove_file(&tmp).unwrap();
+        store.flush();
+        assert_eq!(StateStore::open(&path).unwrap().cursor("copilot"), Some(2));
     }
 
     #[test]
