@@ -7,8 +7,10 @@
 //! - **session ends**: `DELETE` of a known session ends it (its waits return empty at once, its
 //!   claims go back to the queue) and answers 200; an unknown session answers 404;
 //! - **dropped connections**: the response body of each request is watched; when the client
-//!   goes away before the body was sent, the request's wait is cancelled and any work it had
-//!   claimed is released, and when the body completes its claims are delivered.
+//!   goes away before the response was sent, the request's wait is cancelled and any work it
+//!   had claimed is released; once the response was sent (the body ended, or hyper took the
+//!   frame carrying it: a client may close as soon as it has read it) its claims are
+//!   delivered.
 //!
 //! SSE priming events (an empty `data:` that clients before 2025-11-25 try to parse as JSON)
 //! are not sent: switchboard does not offer stream resumption.
@@ -160,21 +162,50 @@ pub fn request_guard(extensions: &rmcp::model::Extensions) -> Option<Arc<Request
         .cloned()
 }
 
-/// A response body that tells its request guard whether it was sent to the end.
+/// A response body that tells its request guard whether the request's response was sent.
+///
+/// Sent means the body ended, or the frame carrying the JSON-RPC response was handed to
+/// hyper and hyper came back for the next one: clients may close the stream as soon as they
+/// have the response (rmcp's waits 50 ms for the end, then drops it), and a result the client
+/// read must not go back to the queue for another session.
 struct Guarded {
     inner: axum::body::BodyDataStream,
     guard: Arc<RequestGuard>,
     done: bool,
+    /// The last frame handed to hyper, until hyper asks for the next.
+    handed: Option<Bytes>,
+    /// The last frame hyper took (it came back for more after it): looked at only if the
+    /// body is dropped before its end.
+    taken: Option<Bytes>,
+}
+
+impl Guarded {
+    fn new(inner: axum::body::BodyDataStream, guard: Arc<RequestGuard>) -> Guarded {
+        Guarded {
+            inner,
+            guard,
+            done: false,
+            handed: None,
+            taken: None,
+        }
+    }
 }
 
 impl Stream for Guarded {
     type Item = Result<Bytes, axum::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(frame) = self.handed.take() {
+            self.taken = Some(frame);
+        }
         let polled = Pin::new(&mut self.inner).poll_next(cx);
-        if let Poll::Ready(None) = polled {
-            self.done = true;
-            self.guard.finish(true);
+        match &polled {
+            Poll::Ready(None) => {
+                self.done = true;
+                self.guard.finish(true);
+            }
+            Poll::Ready(Some(Ok(frame))) => self.handed = Some(frame.clone()),
+            _ => {}
         }
         polled
     }
@@ -183,9 +214,38 @@ impl Stream for Guarded {
 impl Drop for Guarded {
     fn drop(&mut self) {
         if !self.done {
-            self.guard.finish(false);
+            let sent = self.taken.as_deref().is_some_and(carries_response);
+            self.guard.finish(sent);
         }
     }
+}
+
+/// Whether `frame` (one SSE event, or a plain JSON body) is a JSON-RPC response: an `id`, a
+/// `result` or an `error`, and no `method` (a request from the server has one).
+fn carries_response(frame: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        id: Option<serde::de::IgnoredAny>,
+        method: Option<serde::de::IgnoredAny>,
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    let Ok(text) = std::str::from_utf8(frame) else {
+        return false;
+    };
+    let json = if text.trim_start().starts_with('{') {
+        text.to_string()
+    } else {
+        // SSE: the event's `data:` lines, joined by newlines.
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    serde_json::from_str::<Envelope>(&json).is_ok_and(|e| {
+        e.id.is_some() && e.method.is_none() && (e.result.is_some() || e.error.is_some())
+    })
 }
 
 /// What the guard checks and remembers.
@@ -404,13 +464,122 @@ async fn post(
     match guard {
         Some(guard) => {
             let (parts, body) = response.into_parts();
-            let body = Body::from_stream(Guarded {
-                inner: body.into_data_stream(),
-                guard,
-                done: false,
-            });
+            let body = Body::from_stream(Guarded::new(body.into_data_stream(), guard));
             Response::from_parts(parts, body)
         }
         None => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::{Action, Mode};
+    use crate::message::{Message, NewMessage};
+    use futures::StreamExt;
+
+    const RESPONSE: &str = "data: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"items\":[]}}\n\n";
+    const PROGRESS: &str = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\
+                            \"params\":{\"progressToken\":1,\"progress\":1}}\n\n";
+
+    /// A lifecycle with one auto item claimed by a session, and a request guard holding it.
+    async fn claimed() -> (Lifecycle, Arc<RequestGuard>) {
+        let lc = Lifecycle::default();
+        let now = chrono::Utc::now();
+        let msg = Message::from_new(NewMessage::new("s", "c", "m"), 1, now);
+        let action = Action {
+            id: 1,
+            rule: "r".into(),
+            mode: Mode::Auto,
+            seq: 1,
+            prompt: "p".into(),
+            tools: Vec::new(),
+            created: now,
+            expires: None,
+            delivery: Default::default(),
+        };
+        lc.offer(vec![(action, Arc::new(msg))], None, now).await;
+        let session = lc.open_session("a", false, None);
+        assert_eq!(lc.take(session, "a", 10).len(), 1);
+        let guard = RequestGuard::new(lc.clone());
+        guard.hold(vec![1]);
+        (lc, guard)
+    }
+
+    /// A body of `frames` that then stays open (the server has not ended the stream yet).
+    fn body(frames: &[&'static str], guard: Arc<RequestGuard>) -> Guarded {
+        let frames: Vec<_> = frames
+            .iter()
+            .map(|f| Ok::<_, std::io::Error>(Bytes::from(*f)))
+            .collect();
+        let stream = futures::stream::iter(frames).chain(futures::stream::pending());
+        Guarded::new(Body::from_stream(stream).into_data_stream(), guard)
+    }
+
+    /// Polls `body` as hyper would, `n` times, without blocking.
+    fn poll(body: &mut Guarded, n: usize) {
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        for _ in 0..n {
+            let _ = Pin::new(&mut *body).poll_next(&mut cx);
+        }
+    }
+
+    /// (delivered, released) so far.
+    fn settled(lc: &Lifecycle) -> (u64, u64) {
+        let c = lc.stats().counters;
+        (c.delivered, c.released)
+    }
+
+    #[tokio::test]
+    async fn a_client_closing_once_it_has_the_response_gets_its_claims_delivered() {
+        // hyper took the response frame and came back for more; then the client closed.
+        let (lc, guard) = claimed().await;
+        let mut b = body(&[PROGRESS, RESPONSE], guard);
+        poll(&mut b, 3);
+        drop(b);
+        assert_eq!(settled(&lc), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_client_gone_before_the_response_was_taken_gets_its_claims_released() {
+        // Only a progress notification went out.
+        let (lc, guard) = claimed().await;
+        let mut b = body(&[PROGRESS], guard);
+        poll(&mut b, 2);
+        drop(b);
+        assert_eq!(settled(&lc), (0, 1));
+        // The response frame was handed over but hyper never came back for more.
+        let (lc, guard) = claimed().await;
+        let mut b = body(&[RESPONSE], guard);
+        poll(&mut b, 1);
+        drop(b);
+        assert_eq!(settled(&lc), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_body_sent_to_its_end_delivers() {
+        let (lc, guard) = claimed().await;
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
+        let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
+        poll(&mut b, 2);
+        drop(b);
+        assert_eq!(settled(&lc), (1, 0));
+    }
+
+    #[test]
+    fn only_a_response_counts_as_the_response() {
+        assert!(carries_response(RESPONSE.as_bytes()));
+        assert!(carries_response(
+            b"id: 7\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"x\",\"error\":{\"code\":-1,\"message\":\"m\"}}\n\n"
+        ));
+        assert!(carries_response(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        assert!(!carries_response(PROGRESS.as_bytes()));
+        assert!(!carries_response(
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sampling/createMessage\",\"result\":{}}\n\n"
+        ));
+        assert!(!carries_response(b"data: \n\n"), "a priming event");
+        assert!(!carries_response(
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"res"
+        ));
     }
 }
