@@ -65,6 +65,9 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_default();
+    // What is on disk now, before watching: a save from here on is seen as a change.
+    let seen = fingerprint(&path);
+    let config_seen = fingerprint(&config_path);
     let (tx, rx) = mpsc::unbounded_channel::<Changed>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
         let Ok(event) = event else { return };
@@ -76,8 +79,6 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
         }
     })?;
     watcher.watch(Path::new(&dir), RecursiveMode::NonRecursive)?;
-    let seen = fingerprint(&path);
-    let config_seen = fingerprint(&config_path);
     // The settings the daemon started with, as the file gave them.
     let boot = home.load_config().unwrap_or_default();
     let app2 = app.clone();

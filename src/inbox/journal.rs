@@ -5,11 +5,12 @@
 //! itself under the writer's lock and shows it (no thread hand-off before a wait
 //! can see it); a sync thread does *group commit*: it fsyncs once for everything
 //! written since its last sync and only then acknowledges those appenders, while
-//! others go on writing. With `interval` the appending task writes the same way and
-//! the writer thread syncs within a second of the first unsynced write, outside
-//! that lock. With `never` the
-//! appending task only queues its bytes; the thread writes them within
-//! [`FLUSH_INTERVAL`] and syncs only at rotation and shutdown.
+//! others go on writing. With `interval` the appending task writes the same way
+//! and the writer thread syncs within a second of the first unsynced write,
+//! outside that lock. Under both, a rotation (due once the file passes its size)
+//! syncs and renames from the appending task too. With `never` the appending task
+//! only queues its bytes; the thread writes them within [`FLUSH_INTERVAL`] and
+//! syncs only at rotation and shutdown.
 //! A failed write is truncated away, logged once, reported and retried with
 //! backoff; the caller is told the batch is not durable, and the bytes are kept
 //! (up to [`MAX_BACKLOG`]) until a retry lands them.
