@@ -530,30 +530,28 @@ mod tests {
         (c.delivered, c.released)
     }
 
+    /// (delivered, released) once a body of `frames` that stays open was polled `n` times
+    /// and then dropped: the client went away.
+    async fn settled_after(frames: &[&'static str], n: usize) -> (u64, u64) {
+        let (lc, guard) = claimed().await;
+        let mut b = body(frames, guard);
+        poll(&mut b, n);
+        drop(b);
+        settled(&lc)
+    }
+
     #[tokio::test]
     async fn a_client_closing_once_it_has_the_response_gets_its_claims_delivered() {
         // hyper took the response frame and came back for more; then the client closed.
-        let (lc, guard) = claimed().await;
-        let mut b = body(&[PROGRESS, RESPONSE], guard);
-        poll(&mut b, 3);
-        drop(b);
-        assert_eq!(settled(&lc), (1, 0));
+        assert_eq!(settled_after(&[PROGRESS, RESPONSE], 3).await, (1, 0));
     }
 
     #[tokio::test]
     async fn a_client_gone_before_the_response_was_taken_gets_its_claims_released() {
         // Only a progress notification went out.
-        let (lc, guard) = claimed().await;
-        let mut b = body(&[PROGRESS], guard);
-        poll(&mut b, 2);
-        drop(b);
-        assert_eq!(settled(&lc), (0, 1));
+        assert_eq!(settled_after(&[PROGRESS], 2).await, (0, 1));
         // The response frame was handed over but hyper never came back for more.
-        let (lc, guard) = claimed().await;
-        let mut b = body(&[RESPONSE], guard);
-        poll(&mut b, 1);
-        drop(b);
-        assert_eq!(settled(&lc), (0, 1));
+        assert_eq!(settled_after(&[RESPONSE], 1).await, (0, 1));
     }
 
     #[tokio::test]
