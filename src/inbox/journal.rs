@@ -349,6 +349,12 @@ fn sync_loop(shared: &Mutex<Writer>, marks: &Marks, rx: mpsc::Receiver<SyncJob>)
     }
 }
 
+/// `always`'s sync thread (see [`Writer::start_syncer`]): its queue and its handle.
+pub struct Syncer {
+    tx: mpsc::Sender<SyncJob>,
+    thread: std::thread::JoinHandle<()>,
+}
+
 /// A batch of encoded records for the writer.
 pub struct Batch {
     /// JSON lines, each ending in `\n`; may be empty (then the writer only retries its backlog).
@@ -678,29 +684,40 @@ impl Writer {
         !std::mem::replace(&mut self.armed, true)
     }
 
+    /// `always`: starts the sync thread and hands its queue to appenders. Called before the
+    /// first append: every append of the run then takes the same path, so the journal stays
+    /// in seq order (a batch queued for the writer thread could land after one written by an
+    /// appender that came later). None for the other policies, and when the thread cannot be
+    /// spawned: then the writer thread writes and syncs every batch.
+    pub fn start_syncer(shared: &Arc<Mutex<Writer>>) -> Option<Syncer> {
+        let mut w = shared.lock().unwrap();
+        if w.policy != FsyncPolicy::Always {
+            return None;
+        }
+        let (tx, rx) = mpsc::channel::<SyncJob>();
+        let (thread_shared, marks) = (Arc::clone(shared), Arc::clone(&w.marks));
+        let thread = std::thread::Builder::new()
+            .name("journal-sync".into())
+            .spawn(move || sync_loop(&thread_shared, &marks, rx))
+            .ok()?;
+        w.sync_tx = Some(tx.clone());
+        Some(Syncer { tx, thread })
+    }
+
     /// Runs on its own thread until every sender is gone, then writes, syncs and returns.
-    pub fn run(shared: Arc<Mutex<Writer>>, rx: mpsc::Receiver<Job>, reservation: File) {
+    /// `syncer` is [`Writer::start_syncer`]'s: the writer thread's own syncs go there too,
+    /// and it is stopped (every appender answered) before the last sync.
+    pub fn run(
+        shared: Arc<Mutex<Writer>>,
+        rx: mpsc::Receiver<Job>,
+        reservation: File,
+        syncer: Option<Syncer>,
+    ) {
         let (marks, policy) = {
             let w = shared.lock().unwrap();
             (w.marks.clone(), w.policy)
         };
-        // `always`: the syncs run on a thread of their own, so that this one writes (and
-        // shows) the next batch while the last is being synced. Without it (it could not be
-        // spawned), syncs run here.
-        let syncer = (policy == FsyncPolicy::Always)
-            .then(|| {
-                let (tx, srx) = mpsc::channel::<SyncJob>();
-                let (shared, marks) = (Arc::clone(&shared), Arc::clone(&marks));
-                std::thread::Builder::new()
-                    .name("journal-sync".into())
-                    .spawn(move || sync_loop(&shared, &marks, srx))
-                    .ok()
-                    .map(|thread| (tx, thread))
-            })
-            .flatten();
-        if let Some((tx, _)) = &syncer {
-            shared.lock().unwrap().sync_tx = Some(tx.clone());
-        }
+        let syncer = syncer.map(|s| (s.tx, s.thread));
         let mut backoff = Duration::from_millis(100);
         let mut reserve_failing = false;
         let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
@@ -1141,6 +1158,36 @@ mod tests {
         let (ack, _acked) = oneshot::channel();
         assert!(w.append_then_sync(record(2).as_bytes(), 2, ack).is_err());
         assert_eq!(std::fs::read_to_string(&active).unwrap(), record(1));
+    }
+
+    #[test]
+    fn the_sync_thread_s_queue_is_in_place_when_start_syncer_returns() {
+        // Before the first append: had it come later, an append queued for the writer thread
+        // could land after one written by an appender that came after it.
+        let dir = tempfile::tempdir().unwrap();
+        for policy in [
+            FsyncPolicy::Always,
+            FsyncPolicy::Interval,
+            FsyncPolicy::Never,
+        ] {
+            let files = Files::new(dir.path().join(format!("{policy:?}.jsonl")));
+            let (file, _) = open_for_append(&files.active).unwrap();
+            let marks = Arc::new(Marks::new(0, 0, &Reservation::default()));
+            let shared = Arc::new(Mutex::new(Writer::new(files, file, policy, 1 << 20, marks)));
+            let syncer = Writer::start_syncer(&shared);
+            let always = policy == FsyncPolicy::Always;
+            assert_eq!(syncer.is_some(), always, "{policy:?}");
+            assert_eq!(
+                shared.lock().unwrap().sync_tx.is_some(),
+                always,
+                "{policy:?}"
+            );
+            if let Some(Syncer { tx, thread }) = syncer {
+                shared.lock().unwrap().sync_tx = None;
+                drop(tx);
+                thread.join().unwrap();
+            }
+        }
     }
 
     #[test]

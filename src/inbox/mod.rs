@@ -319,9 +319,10 @@ impl Inbox {
         )));
         let (tx, rx) = std::sync::mpsc::channel();
         let thread_writer = writer.clone();
+        let syncer = Writer::start_syncer(&writer);
         let done = std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || Writer::run(thread_writer, rx, reservation))
+            .spawn(move || Writer::run(thread_writer, rx, reservation, syncer))
             .map_err(err(&files.active))?;
         let journal = Journal {
             files,
