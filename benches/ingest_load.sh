@@ -7,10 +7,11 @@
 #
 # Needs wrk (apt-get install wrk) and python3. Builds the release binary first (honours
 # CARGO_TARGET_DIR), unless BIN names a binary to measure instead (to compare two builds, run
-# the script once with each, alternating, with RUNS=1). Each run starts a fresh `switchboard serve --no-stdio` on a temporary home
-# (rate limit off, one rule that matches nothing, so the dispatcher evaluates every message but
-# no action queue fills), runs wrk against it, and stops it. Runs of the two policies are
-# interleaved so that noise from other work on the machine falls on both alike.
+# the script once with each, alternating, with RUNS=1). Each run starts a fresh
+# `switchboard serve --no-stdio` on a temporary home (rate limit off, one rule that matches
+# nothing, so the dispatcher evaluates every message but no action queue fills), runs wrk
+# against it, and stops it. Runs of the two policies are interleaved so that noise from other
+# work on the machine falls on both alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
