@@ -6,8 +6,8 @@
 #   benches/ingest_load.sh            # RUNS=3 DURATION=10s CONNECTIONS="1 32" THREADS=2
 #
 # Needs wrk (apt-get install wrk) and python3. Builds the release binary first (honours
-# CARGO_TARGET_DIR), unless BIN names a binary to measure instead (to compare two builds, run
-# the script once with each, alternating, with RUNS=1). Each run starts a fresh
+# CARGO_TARGET_DIR); BIN=path measures that binary instead (to compare two builds, run the
+# script once with each, alternating, with RUNS=1). Each run starts a fresh
 # `switchboard serve --no-stdio` on a temporary home (rate limit off, one rule that matches
 # nothing, so the dispatcher evaluates every message but no action queue fills), runs wrk
 # against it, and stops it. Runs of the two policies are interleaved so that noise from other
@@ -22,13 +22,7 @@ THREADS=${THREADS:-2}
 FSYNC_SECONDS=${FSYNC_SECONDS:-3}
 
 command -v wrk >/dev/null || { echo "error: wrk is not installed (apt-get install wrk)" >&2; exit 2; }
-if [[ -n ${BIN:-} ]]; then
-    bin=$BIN
-else
-    cargo build --release --quiet
-    bin="${CARGO_TARGET_DIR:-target}/release/switchboard"
-fi
-[[ -x $bin ]] || { echo "error: $bin is not an executable" >&2; exit 2; }
+. benches/release_bin.sh
 
 work=$(mktemp -d)
 server_pid=

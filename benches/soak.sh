@@ -27,12 +27,7 @@ RELOAD=${RELOAD:-10}
 SAMPLE=${SAMPLE:-10}
 SENDERS=${SENDERS:-4}
 
-if [[ -z ${BIN:-} ]]; then
-    cargo build --release --quiet --bin switchboard
-    target=${CARGO_TARGET_DIR:-target}
-    BIN="$(pwd)/$target/release/switchboard"
-fi
-bin=$BIN
+. benches/release_bin.sh
 
 work=$(mktemp -d)
 home="$work/home"

@@ -27,12 +27,7 @@ RATE=${RATE:-300}
 GAP_MS=${GAP_MS:-40}
 FSYNC=${FSYNC:-always}
 
-if [[ -z ${BIN:-} ]]; then
-    cargo build --release --quiet --bin switchboard
-    target=${CARGO_TARGET_DIR:-target}
-    BIN="$(pwd)/$target/release/switchboard"
-fi
-bin=$BIN
+. benches/release_bin.sh
 
 work=$(mktemp -d)
 home="$work/home"
