@@ -42,6 +42,7 @@ pub mod delivery;
 pub mod engine;
 pub mod frontend;
 pub mod fuzzing;
+pub mod home;
 pub mod inbox;
 pub mod listener;
 pub mod message;

@@ -296,7 +296,7 @@ fn compact(path: &Path, replay: &Replay) -> std::io::Result<()> {
         serde_json::to_writer(&mut text, &r).expect("records serialize");
         text.push(b'\n');
     }
-    crate::config::write_atomic(path, &text)
+    crate::home::write_atomic(path, &text)
 }
 
 #[cfg(test)]

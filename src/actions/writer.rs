@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::journal::{ActionLog, Record};
-use crate::inbox::FsyncPolicy;
+use crate::home::FsyncPolicy;
 
 /// How long an `interval` journal may hold written records unsynced.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);

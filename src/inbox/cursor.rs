@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::write_atomic;
+use crate::home::write_atomic;
 use crate::message::Seq;
 
 /// The longest a cursor move or the evaluation mark goes unsaved.

@@ -38,26 +38,13 @@ use tokio::sync::oneshot;
 use crate::config::{Home, InboxSettings};
 use crate::message::{LimitError, Message, MessageLimits, NewMessage, Seq};
 
+pub use crate::home::FsyncPolicy;
 pub use cursor::StateStore;
 use journal::{Batch, Files, Job, MAX_BACKLOG, Marks, Writer};
 pub use seq_watch::{SeqReceiver, SeqWatch};
 
 /// Bytes reserved per message for its journal record (a 120-byte message encodes to ~220).
 const RECORD_BYTES_HINT: usize = 320;
-
-/// When the journal writer calls fsync.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FsyncPolicy {
-    /// After every group commit, before acknowledging it.
-    #[default]
-    Always,
-    /// Within about a second of a write (a timer); acknowledged after the write.
-    Interval,
-    /// Never; acknowledged once queued for the writer thread, which writes within a
-    /// millisecond or so.
-    Never,
-}
 
 /// The outcome of one append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
