@@ -20,8 +20,9 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use switchboard::app::App;
-use switchboard::config::{Config, Home};
+use switchboard::app::Core;
+use switchboard::config::{Config, Home, LiveHttp};
+use switchboard::control::Local;
 use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "bench-token";
@@ -41,10 +42,29 @@ fn sessions(c: &mut Criterion) {
         config.http.token = Some(TOKEN.into());
         config.http.rate_limit = "0".into();
         let shutdown = CancellationToken::new();
-        let app = App::start(home, config, shutdown.clone()).await.unwrap();
-        let router = switchboard::sources::http::router(app.clone()).merge(
-            switchboard::delivery::mcp::http::router(app.clone(), shutdown.clone(), true),
-        );
+        let tasks = tokio_util::task::TaskTracker::new();
+        let app = Core::start(
+            home,
+            switchboard::daemon::core_settings(&config),
+            shutdown.clone(),
+            tasks.clone(),
+        )
+        .await
+        .unwrap();
+        let local = Local::bare(app.clone());
+        let sources = switchboard::sources::SourceContext::new(local.clone(), tasks.clone());
+        let access = switchboard::delivery::mcp::http::Access {
+            bearer: config.http.bearer(),
+            origins: Vec::new(),
+            loopback: true,
+        };
+        let router = switchboard::sources::http::router(
+            sources,
+            Arc::new(LiveHttp::new(config.http.clone())),
+        )
+        .merge(switchboard::delivery::mcp::http::router(
+            local, access, tasks,
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });
@@ -95,7 +115,8 @@ fn sessions(c: &mut Criterion) {
                                 })
                             })
                             .collect();
-                        while app.metrics.wait_calls_in_flight.load(Ordering::Relaxed) < n as u64 {
+                        while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) < n as u64
+                        {
                             tokio::time::sleep(Duration::from_micros(200)).await;
                         }
                         let sent = Instant::now();
@@ -119,7 +140,7 @@ fn sessions(c: &mut Criterion) {
                             last = last.max(took);
                         }
                         total += last;
-                        while app.metrics.wait_calls_in_flight.load(Ordering::Relaxed) != 0 {
+                        while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) != 0 {
                             tokio::task::yield_now().await;
                         }
                     }

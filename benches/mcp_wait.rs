@@ -10,7 +10,7 @@
 //! visible once written, its append answered once synced; the actions journal is written
 //! off the wait's path); `relay_disk_fsync_always`
 //! = the same, with the MCP session in a front end that reaches the app through the control
-//! socket (a `RemoteBackend` attached to the daemon's control socket, as `switchboard serve`
+//! socket (a `Remote` attached to the daemon's control socket, as `switchboard serve`
 //! does), so the difference to `disk_fsync_always` is what the relay adds. Each sample: start a wait, see it in flight, append one
 //! message, and time from the append until the tool result arrives (commit → dispatcher →
 //! engine → lifecycle → wait → JSON-RPC → client). Criterion reports the median; the p50/p99 of
@@ -24,13 +24,14 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
-use switchboard::app::App;
-use switchboard::backend::{Backend, LocalBackend, RemoteBackend};
-use switchboard::config::{Config, Home};
+use switchboard::app::Core;
+use switchboard::config::Home;
+use switchboard::control::{Api, Local, Remote};
 use switchboard::delivery::mcp::McpServer;
 use switchboard::message::NewMessage;
 use switchboard::rules::RuleSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 fn wake_up(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -40,27 +41,22 @@ fn wake_up(c: &mut Criterion) {
         .unwrap();
     let mut group = c.benchmark_group("mcp_wait");
 
-    let memory = rt.block_on(async { App::memory(Config::default(), RuleSet::builtin()) });
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(memory.clone()));
-    measure(
-        &rt,
-        &mut group,
-        "wake_up_after_commit/memory",
-        memory,
-        backend,
-    );
+    let memory = rt.block_on(async { Core::memory(Default::default(), RuleSet::builtin()) });
+    let api = Api::Local(Local::bare(memory.clone()));
+    measure(&rt, &mut group, "wake_up_after_commit/memory", memory, api);
 
     // The real thing: a home on disk, fsync=always for the inbox and the actions journal.
     let dir = tempfile::tempdir().unwrap();
     let home = Home::open(dir.path()).unwrap();
     let disk = rt
-        .block_on(App::start(
+        .block_on(Core::start(
             home,
-            Config::default(),
+            Default::default(),
             CancellationToken::new(),
+            TaskTracker::new(),
         ))
         .unwrap();
-    let local: Arc<dyn Backend> = Arc::new(LocalBackend::new(disk.clone()));
+    let local = Api::Local(Local::bare(disk.clone()));
     measure(
         &rt,
         &mut group,
@@ -69,31 +65,40 @@ fn wake_up(c: &mut Criterion) {
         local,
     );
 
-    // The same through a front end: the daemon's control socket, a RemoteBackend attached to it.
+    // The same through a front end: the daemon's control socket, a `Remote` attached to it.
     let dir2 = tempfile::tempdir().unwrap();
     let home2 = Home::open(dir2.path()).unwrap();
+    let tasks = TaskTracker::new();
     let daemon = rt
-        .block_on(App::start(
+        .block_on(Core::start(
             home2.clone(),
-            Config::default(),
+            Default::default(),
             CancellationToken::new(),
+            tasks.clone(),
         ))
         .unwrap();
-    let remote: Arc<dyn Backend> = rt.block_on(async {
+    let remote = rt.block_on(async {
         let socket = home2.control_socket();
         let listener = switchboard::control::bind(&socket).unwrap();
         let lock = Arc::new(home2.lock().unwrap());
-        tokio::spawn(switchboard::control::serve(
-            daemon.clone(),
+        tokio::spawn(switchboard::control::server::serve(
+            Local::bare(daemon.clone()),
             socket,
             listener,
             lock,
             Default::default(),
+            tasks.clone(),
         ));
-        Arc::new(
-            RemoteBackend::attach(dir2.path().to_path_buf(), None, CancellationToken::new())
-                .await
-                .expect("attach"),
+        let connector = switchboard::frontend::connector(dir2.path().to_path_buf(), None);
+        Api::Remote(
+            Remote::attach(
+                dir2.path().to_path_buf(),
+                connector,
+                CancellationToken::new(),
+                &TaskTracker::new(),
+            )
+            .await
+            .expect("attach"),
         )
     });
     measure(
@@ -110,13 +115,13 @@ fn measure(
     rt: &tokio::runtime::Runtime,
     group: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
-    app: Arc<App>,
-    backend: Arc<dyn Backend>,
+    app: Arc<Core>,
+    api: Api,
 ) {
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let client = rt.block_on(async {
-        let server = McpServer::with_backend(
-            backend,
+        let server = McpServer::with_api(
+            api,
             tokio_util::task::TaskTracker::new(),
             &CancellationToken::new(),
             None,
@@ -148,18 +153,20 @@ fn measure(
                             .expect("wait call");
                         (result, Instant::now())
                     });
-                    while app.metrics.wait_calls_in_flight.load(Ordering::Relaxed) == 0 {
+                    while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) == 0 {
                         tokio::task::yield_now().await;
                     }
                     let sent = Instant::now();
-                    app.inbox
-                        .append(NewMessage::new(
+                    app.append(
+                        vec![NewMessage::new(
                             "bench",
                             "ci/main",
                             format!("build {i} failed"),
-                        ))
-                        .await
-                        .expect("append");
+                        )],
+                        "bench",
+                    )
+                    .await
+                    .expect("append");
                     let (result, got) = pending.await.unwrap();
                     assert!(
                         result
@@ -170,7 +177,7 @@ fn measure(
                     samples.lock().unwrap().push(took);
                     total += took;
                     // The wait has returned; let its in-flight guard drop before the next one.
-                    while app.metrics.wait_calls_in_flight.load(Ordering::Relaxed) != 0 {
+                    while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) != 0 {
                         tokio::task::yield_now().await;
                     }
                 }

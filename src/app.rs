@@ -1,34 +1,66 @@
-//! The running switchboard: the inbox, the live rules, the dispatcher and the
-//! action lifecycle, behind one handle that every front end (MCP, HTTP, control
-//! socket) shares.
+//! The core: the running switchboard behind the operations.
 //!
-//! The dispatcher is the only caller of the engine: it reads committed messages
-//! in seq order after the evaluation mark kept in `actions.jsonl`, evaluates a
-//! batch, and hands the actions and the new mark to the lifecycle, which journals
-//! them in one write. So every message is evaluated once, also the ones that
-//! arrived while nothing was evaluating (after a crash or a restart).
+//! [`Core`] owns the inbox, the consumer state, the live rules and the engine, the dispatcher
+//! and the action lifecycle. Its fields are private: nothing outside reaches the inbox or the
+//! lifecycle. Every front end (MCP sessions, the control socket, the CLI, HTTP ingest, upstream
+//! servers, the exec runner) goes through the operations in [`crate::control`], which call the
+//! methods here; each method is one capability of the core at the grain of an operation.
+//!
+//! The dispatcher is the only caller of the engine: it reads committed messages in seq order
+//! after the evaluation mark kept in `actions.jsonl`, evaluates a batch, and hands the actions
+//! and the new mark to the lifecycle, which journals them in one write. So every message is
+//! evaluated once, also the ones that arrived while nothing was evaluating (after a crash or a
+//! restart).
+//!
+//! The core knows nothing of the sources, delivery or the control socket: it takes its settings
+//! as plain values ([`CoreSettings`]), its shutdown token and task tracker from whoever runs it,
+//! and reports what it holds; the daemon composes the rest around it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::actions::Lifecycle;
 use crate::actions::journal::ActionLog;
 use crate::actions::lifecycle::{LifecycleStats, PendingConfirm};
 use crate::actions::writer::JournalWriter;
-use crate::config::{Config, Home};
-use crate::engine::Engine;
-use crate::engine::Prepared;
-use crate::inbox::{Inbox, InboxStats, StateStore};
-use crate::message::Seq;
-use crate::metrics::{Metrics, ReloadResult};
+use crate::actions::{ActionId, ActionState, ConfirmError, Event, ExecReport, Item, Lifecycle};
+use crate::config::InboxSettings;
+use crate::engine::{Engine, Prepared};
+use crate::home::Home;
+use crate::inbox::{Appended, Inbox, InboxError, InboxStats, SeqReceiver, StateStore};
+use crate::message::{Message, NewMessage, Seq};
+use crate::metrics::{Metrics, ReloadResult, SuppressionWatch};
 use crate::rules::{LoadError, RuleError, RuleSet};
 
+/// What the core needs to know, as plain values (the daemon reads them from `switchboard.json`).
+#[derive(Clone, Debug)]
+pub struct CoreSettings {
+    /// The inbox: ring, journal, limits.
+    pub inbox: InboxSettings,
+    /// Each action queue's capacity (`actions.queueCapacity`).
+    pub queue_capacity: usize,
+    /// The server-side cap of a wait (`mcp.maxWaitS`).
+    pub max_wait: Duration,
+}
+
+impl Default for CoreSettings {
+    fn default() -> Self {
+        CoreSettings {
+            inbox: InboxSettings::default(),
+            queue_capacity: 64,
+            max_wait: Duration::from_secs(55),
+        }
+    }
+}
+
 /// The result of the last rules (re)load, for `rules_reload`, `inbox_stats` and logs.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReloadReport {
     /// True when the new rules are live.
     pub ok: bool,
@@ -36,18 +68,20 @@ pub struct ReloadReport {
     pub source: String,
     /// Rules live after the reload.
     pub rules: usize,
-    /// When it happened.
+    /// When it happened (RFC 3339).
+    #[schemars(with = "String")]
     pub at: DateTime<Utc>,
     /// One line for people.
     pub message: String,
     /// The errors of an invalid file, in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<serde_json::Value>")]
     pub errors: Vec<RuleError>,
 }
 
-/// Everything `inbox_stats` and `switchboard stats` show.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct Stats {
+/// What the core counts and holds, for `inbox_stats`, `switchboard stats` and `/metrics`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CoreStats {
     /// The inbox: ring, seqs, journal.
     pub inbox: InboxStats,
     /// Rule evaluation paused.
@@ -62,87 +96,84 @@ pub struct Stats {
     pub delivery: LifecycleStats,
     /// `wait_for_inbound_message` calls waiting now.
     pub wait_calls_in_flight: u64,
-    /// Upstream MCP servers: state, counters.
-    pub upstreams: Vec<crate::sources::upstream::UpstreamState>,
     /// Open confirm requests.
     pub pending_confirms: Vec<PendingConfirm>,
-    /// The daemon's HTTP listeners (ingest, MCP): bound, or why not.
-    #[serde(default)]
-    pub listeners: Vec<ListenerState>,
-    /// The last change of `switchboard.json` seen while running: what was applied, what needs
-    /// a restart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_reload: Option<crate::config::ConfigReload>,
-    /// Exec delivery: host, readiness, runs.
-    pub exec: crate::delivery::exec::ExecStats,
 }
 
-/// One HTTP listener of the daemon, for `status` and `inbox_stats`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ListenerState {
-    /// `ingest` or `mcp`.
-    pub what: String,
-    /// The address asked for.
-    pub address: String,
-    /// The address bound, when listening.
+/// Who opens a session: one per MCP session (a host window).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SessionSpec {
+    /// `clientInfo.name` of the host (`mcp` when it gave none).
+    pub client: String,
+    /// `serve --consumer NAME`: the consumer the session reads as; it keeps its cursor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bound: Option<String>,
-    /// Why it is not listening (the port is taken, ...).
+    pub named: Option<String>,
+    /// The consumer name of this session before the daemon restarted, to keep it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub resume: Option<String>,
 }
 
-/// The shared handle.
-pub struct App {
-    /// The home, when running on disk.
-    pub home: Option<Home>,
-    /// The process configuration.
-    pub config: Config,
-    /// The inbox.
-    pub inbox: Inbox,
-    /// Cursors, pause, evaluation progress.
-    pub state: StateStore,
-    /// The action lifecycle: queues, claims, sessions, `actions.jsonl`.
-    pub lifecycle: Lifecycle,
-    /// Counters for `/metrics` and `inbox_stats`.
-    pub metrics: Metrics,
+/// A consumer's position.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConsumerView {
+    /// Its name.
+    pub name: String,
+    /// Its cursor: the last seq it has seen.
+    pub cursor: Seq,
+    /// Messages after the cursor.
+    pub unread: u64,
+    /// Items queued for it.
+    pub queued: usize,
+}
+
+/// Messages read for a consumer, with its position after the read.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Read {
+    /// Oldest first.
+    pub messages: Vec<Message>,
+    /// The consumer's cursor after the read.
+    pub cursor: Seq,
+    /// Messages after the cursor.
+    pub unread: u64,
+    /// The newest committed seq.
+    pub last_seq: Seq,
+}
+
+/// The shared handle on the running core.
+pub struct Core {
+    home: Option<Home>,
+    settings: CoreSettings,
+    inbox: Inbox,
+    state: StateStore,
+    lifecycle: Lifecycle,
+    metrics: Metrics,
     /// The engine; held while one message is evaluated, so a reload is atomic.
-    pub engine: Mutex<Engine>,
-    /// The last reload result.
-    pub last_reload: Mutex<Option<ReloadReport>>,
-    /// When the live rules were loaded (boot or a later reload); for the reload messages.
-    pub rules_loaded_at: Mutex<Option<DateTime<Utc>>>,
+    engine: Mutex<Engine>,
+    rules: RulesState,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+/// The live rules' history: the last reload and when the live rules were loaded.
+#[derive(Default)]
+struct RulesState {
+    last_reload: Mutex<Option<ReloadReport>>,
+    loaded_at: Mutex<Option<DateTime<Utc>>>,
     /// Held by a reload from reading the file to the swap, so reloads apply in order.
     reloading: Mutex<()>,
-    /// The last change of `switchboard.json` seen while running (see [`crate::watch`]).
-    pub config_reload: Mutex<Option<crate::config::ConfigReload>>,
-    /// HTTP ingest settings that a `switchboard.json` change applies live.
-    pub http_settings: crate::config::LiveHttp,
-    /// Cancelled when the process shuts down.
-    pub shutdown: CancellationToken,
-    /// Every background task, so shutdown can wait for them.
-    pub tasks: TaskTracker,
-    /// Upstream MCP servers: their state, tools and calls (empty until `serve` starts them).
-    pub upstreams: crate::sources::upstream::Upstreams,
-    /// When this process started serving.
-    pub started: DateTime<Utc>,
-    /// The daemon's log file, when it logs to one.
-    pub log_file: Option<String>,
-    /// The HTTP listeners, as the daemon bound them.
-    pub listeners: Mutex<Vec<ListenerState>>,
-    /// The exec runner: headless runs of `"delivery": "exec"` rules.
-    pub exec: Arc<crate::delivery::exec::Exec>,
 }
 
-impl App {
+impl Core {
     /// Starts on `home`: opens the inbox, state and actions journal, restores live actions,
-    /// loads the rules, starts the dispatcher and the confirm expiry timer.
+    /// loads the rules, starts the dispatcher and the confirm expiry timer on `tasks`; every
+    /// task stops when `shutdown` fires.
     pub async fn start(
         home: Home,
-        config: Config,
+        settings: CoreSettings,
         shutdown: CancellationToken,
-    ) -> anyhow::Result<Arc<App>> {
-        let inbox = Inbox::open(&home, &config.inbox).await?;
+        tasks: TaskTracker,
+    ) -> anyhow::Result<Arc<Core>> {
+        let inbox = Inbox::open(&home, &settings.inbox).await?;
         let state = StateStore::open(&home.state())?;
         state.set_boot_seq(inbox.last_seq());
         let (log, replay) = ActionLog::open(&home.actions())
@@ -158,12 +189,20 @@ impl App {
             Some(seq) if replay.existed => seq.min(inbox.last_seq()),
             _ => inbox.last_seq(),
         };
-        let writer = JournalWriter::start(log, config.inbox.fsync)?;
-        let lifecycle = Lifecycle::new(config.actions.queue_capacity, writer);
+        let writer = JournalWriter::start(log, settings.inbox.fsync)?;
+        let lifecycle = Lifecycle::new(settings.queue_capacity, writer);
         let restored = replay.live.len();
         lifecycle.restore(replay.live.into_values());
-        let app = App::assemble(Some(home), config, inbox, state, lifecycle, shutdown);
-        app.engine
+        let core = Core::assemble(
+            Some(home),
+            settings,
+            inbox,
+            state,
+            lifecycle,
+            shutdown,
+            tasks,
+        );
+        core.engine
             .lock()
             .unwrap()
             .set_next_action_id(replay.next_id);
@@ -174,70 +213,89 @@ impl App {
             "actions replayed"
         );
         // Compiling and indexing a large rule file takes a while: not on an async worker.
-        let booting = app.clone();
+        let booting = core.clone();
         tokio::task::spawn_blocking(move || booting.load_rules_at_boot()).await?;
-        app.spawn_dispatcher(mark);
-        app.spawn_resolver(mark);
-        app.spawn_expiry();
-        app.spawn_state_flusher();
-        app.spawn_exec();
-        Ok(app)
+        core.spawn_dispatcher(mark);
+        core.spawn_resolver(mark);
+        core.spawn_expiry();
+        core.spawn_state_flusher();
+        Ok(core)
     }
 
-    /// An in-memory switchboard with the given rules (tests).
-    pub fn memory(config: Config, rules: RuleSet) -> Arc<App> {
-        let inbox = Inbox::memory(&config.inbox);
-        let lifecycle = Lifecycle::new(config.actions.queue_capacity, JournalWriter::memory());
-        let app = App::assemble(
+    /// An in-memory core with the given rules (tests, benches).
+    pub fn memory(settings: CoreSettings, rules: RuleSet) -> Arc<Core> {
+        let inbox = Inbox::memory(&settings.inbox);
+        let lifecycle = Lifecycle::new(settings.queue_capacity, JournalWriter::memory());
+        let core = Core::assemble(
             None,
-            config,
+            settings,
             inbox,
             StateStore::memory(),
             lifecycle,
             CancellationToken::new(),
+            TaskTracker::new(),
         );
-        app.engine.lock().unwrap().swap_rules(Arc::new(rules));
-        app.spawn_dispatcher(0);
-        app.spawn_resolver(0);
-        app.spawn_expiry();
-        app.spawn_exec();
-        app
+        core.engine.lock().unwrap().swap_rules(Arc::new(rules));
+        core.spawn_dispatcher(0);
+        core.spawn_resolver(0);
+        core.spawn_expiry();
+        core
     }
 
     fn assemble(
         home: Option<Home>,
-        config: Config,
+        settings: CoreSettings,
         inbox: Inbox,
         state: StateStore,
         lifecycle: Lifecycle,
         shutdown: CancellationToken,
-    ) -> Arc<App> {
+        tasks: TaskTracker,
+    ) -> Arc<Core> {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
-        let http_settings = crate::config::LiveHttp::new(config.http.clone());
-        let exec = Arc::new(crate::delivery::exec::Exec::new(config.exec.clone()));
-        Arc::new(App {
-            exec,
-            lifecycle,
+        Arc::new(Core {
             home,
-            config,
+            settings,
             inbox,
             state,
+            lifecycle,
             metrics: Metrics::default(),
             engine: Mutex::new(engine),
-            last_reload: Mutex::new(None),
-            rules_loaded_at: Mutex::new(None),
-            reloading: Mutex::new(()),
-            config_reload: Mutex::new(None),
-            http_settings,
+            rules: RulesState::default(),
             shutdown,
-            tasks: TaskTracker::new(),
-            upstreams: Default::default(),
-            started: Utc::now(),
-            log_file: crate::daemon::log::current().map(|p| p.display().to_string()),
-            listeners: Mutex::default(),
+            tasks,
         })
     }
+
+    /// The home, when running on disk.
+    pub fn home(&self) -> Option<&Home> {
+        self.home.as_ref()
+    }
+
+    /// Fires when the core shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// The server-side cap of a wait.
+    pub fn max_wait(&self) -> Duration {
+        self.settings.max_wait
+    }
+
+    /// The counters `/metrics` renders.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Flushes the journals and the state, and closes the inbox (the last step of a shutdown,
+    /// once every task has stopped).
+    pub async fn close(&self) {
+        self.lifecycle.flush().await;
+        self.inbox.close().await;
+        self.state.flush();
+    }
+
+    // ---- rules ------------------------------------------------------------------------------
 
     /// The live rules.
     pub fn rules(&self) -> Arc<RuleSet> {
@@ -299,8 +357,8 @@ impl App {
     /// Reading, compiling and indexing run on a blocking thread, not on an async worker, and
     /// the live rules keep serving until the new ones are swapped in at once.
     pub async fn reload_rules(self: &Arc<Self>) -> ReloadReport {
-        let app = self.clone();
-        match tokio::task::spawn_blocking(move || app.reload_rules_blocking()).await {
+        let core = self.clone();
+        match tokio::task::spawn_blocking(move || core.reload_rules_blocking()).await {
             Ok(report) => report,
             Err(e) => self.report(
                 false,
@@ -311,9 +369,9 @@ impl App {
         }
     }
 
-    /// [`App::reload_rules`] on the calling thread.
+    /// [`Core::reload_rules`] on the calling thread.
     fn reload_rules_blocking(&self) -> ReloadReport {
-        let _in_order = self.reloading.lock().unwrap();
+        let _in_order = self.rules.reloading.lock().unwrap();
         let Some(home) = &self.home else {
             return self.report(true, "builtin", "no home: rules are fixed".into(), vec![]);
         };
@@ -375,7 +433,7 @@ impl App {
     fn swap(&self, rules: RuleSet) {
         let prepared = Prepared::new(Arc::new(rules));
         self.engine.lock().unwrap().swap(prepared);
-        *self.rules_loaded_at.lock().unwrap() = Some(Utc::now());
+        *self.rules.loaded_at.lock().unwrap() = Some(Utc::now());
     }
 
     /// "the 5 rules loaded at 10:42:07" (UTC): the live rules and when they were really
@@ -383,7 +441,7 @@ impl App {
     fn live_rules_phrase(&self) -> String {
         let n = self.rules().len();
         let rules = if n == 1 { "rule" } else { "rules" };
-        match *self.rules_loaded_at.lock().unwrap() {
+        match *self.rules.loaded_at.lock().unwrap() {
             Some(at) => format!("the {n} {rules} loaded at {} UTC", at.format("%H:%M:%S")),
             None => format!("the {n} {rules} loaded at start"),
         }
@@ -404,7 +462,7 @@ impl App {
             message,
             errors,
         };
-        *self.last_reload.lock().unwrap() = Some(report.clone());
+        *self.rules.last_reload.lock().unwrap() = Some(report.clone());
         report
     }
 
@@ -425,55 +483,316 @@ impl App {
         self.engine.lock().unwrap().is_paused()
     }
 
-    /// Everything `inbox_stats` and `switchboard stats` show.
-    pub fn stats(&self) -> Stats {
-        let delivery = self.lifecycle.stats();
-        Stats {
-            exec: self.exec.stats(&delivery),
-            inbox: self.inbox.stats(),
-            paused: self.is_paused(),
-            rules_loaded: self.rules().len(),
-            last_reload: self.last_reload.lock().unwrap().clone(),
-            evaluated: self.state.evaluated(),
-            delivery,
-            wait_calls_in_flight: self
-                .metrics
-                .wait_calls_in_flight
-                .load(std::sync::atomic::Ordering::Relaxed),
-            upstreams: self.upstreams.states(),
-            pending_confirms: self.lifecycle.pending_summary(),
-            listeners: self.listeners.lock().unwrap().clone(),
-            config_reload: self.config_reload.lock().unwrap().clone(),
+    // ---- sessions and consumers --------------------------------------------------------------
+
+    /// Opens a session; returns its id and the consumer it reads as.
+    pub fn open_session(&self, spec: &SessionSpec) -> (u64, String) {
+        if let Some(name) = spec.named.as_deref().filter(|n| !n.trim().is_empty()) {
+            let cursor = self.state.cursor(name);
+            let id = self.lifecycle.open_session(name, true, cursor);
+            return (id, name.to_string());
+        }
+        // A front end re-attaching after a daemon restart keeps its consumer name, unless a
+        // live session took it meanwhile.
+        if let Some(old) = spec.resume.as_deref()
+            && !self.lifecycle.consumer_in_use(old)
+        {
+            let cursor = self.state.cursor(old).unwrap_or(self.inbox.last_seq());
+            let id = self.lifecycle.open_session(old, false, Some(cursor));
+            self.state.set_cursor(old, cursor);
+            return (id, old.to_string());
+        }
+        let prefix = spec.client.trim();
+        let prefix = if prefix.is_empty() { "mcp" } else { prefix };
+        let id = self.lifecycle.open_session_numbered(prefix);
+        let name = format!("{prefix}#{id}");
+        // Its cursor starts at its start: what came before is not unread for it.
+        self.state.set_cursor(&name, self.inbox.last_seq());
+        (id, name)
+    }
+
+    /// Closes a session: its claims go back to the queue, its own consumer is forgotten.
+    pub fn close_session(&self, session: u64) {
+        if let Some(own) = self.lifecycle.close_session(session, Utc::now()) {
+            self.state.remove_cursor(&own);
         }
     }
 
+    /// Makes sure a named consumer exists (a tool's `consumer` argument).
+    pub fn ensure_consumer(&self, name: &str) {
+        let cursor = self.state.cursor(name);
+        self.lifecycle.ensure_consumer(name, cursor);
+    }
+
+    /// A consumer's position.
+    pub fn consumer_view(&self, name: &str) -> ConsumerView {
+        let last_seq = self.inbox.last_seq();
+        ConsumerView {
+            name: name.to_string(),
+            cursor: self.state.cursor_or_boot(name),
+            unread: self.state.unread(name, last_seq),
+            queued: self.lifecycle.queued_for(name),
+        }
+    }
+
+    /// Takes, or waits up to `timeout` (capped) for, `consumer`'s items; work among them is
+    /// claimed by `session` until settled. Returns empty, having taken nothing, once `cancel`
+    /// fires. The consumer's cursor moves past the items' messages.
+    pub async fn wait(
+        &self,
+        session: u64,
+        consumer: &str,
+        max: usize,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> (Vec<Item>, ConsumerView) {
+        struct InFlight<'a>(&'a AtomicU64);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let timeout = timeout.min(self.settings.max_wait);
+        let max = max.clamp(1, 100);
+        let in_flight = &self.metrics.wait_calls_in_flight;
+        in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(in_flight);
+        let items = self
+            .lifecycle
+            .wait(session, consumer, max, timeout, cancel)
+            .await;
+        if let Some(seq) = items.iter().map(|i| i.message.seq).max() {
+            self.state.set_cursor(consumer, seq);
+        }
+        (items, self.consumer_view(consumer))
+    }
+
+    /// Settles claims: delivered once the result carrying them was sent, else released with
+    /// `why` to the front of the queue.
+    pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
+        self.lifecycle.settle(claims, delivered, why);
+    }
+
+    // ---- reading -------------------------------------------------------------------------------
+
+    /// Up to `limit` messages after `consumer`'s cursor (or after `since`), optionally of one
+    /// channel, moving the cursor past them when `mark_read`.
+    pub async fn pull(
+        &self,
+        consumer: &str,
+        since: Option<Seq>,
+        limit: usize,
+        channel: Option<&str>,
+        mark_read: bool,
+    ) -> Read {
+        let after = since.unwrap_or_else(|| self.state.cursor_or_boot(consumer));
+        let limit = limit.clamp(1, 1000);
+        let out = self.inbox.read_after_matching(after, limit, channel).await;
+        if mark_read && let Some(last) = out.last() {
+            self.state.set_cursor(consumer, last.seq);
+        }
+        let last_seq = self.inbox.last_seq();
+        Read {
+            messages: out.iter().map(|m| (**m).clone()).collect(),
+            cursor: self.state.cursor_or_boot(consumer),
+            unread: self.state.unread(consumer, last_seq),
+            last_seq,
+        }
+    }
+
+    /// The newest messages, optionally of one channel, newest last; and the newest seq.
+    pub fn recent(&self, channel: Option<&str>, limit: usize) -> (Vec<Message>, Seq) {
+        let messages = self.inbox.recent(channel, limit.clamp(1, 1000));
+        (
+            messages.iter().map(|m| (**m).clone()).collect(),
+            self.inbox.last_seq(),
+        )
+    }
+
+    /// Marks everything read for `consumer`.
+    pub fn ack(&self, consumer: &str) -> ConsumerView {
+        self.state.set_cursor(consumer, self.inbox.last_seq());
+        self.consumer_view(consumer)
+    }
+
+    /// One stored message by seq (from the ring, or the journal behind it); and the newest seq.
+    pub async fn message(&self, seq: Seq) -> (Option<Message>, Seq) {
+        let found = match self.inbox.get(seq) {
+            Some(m) => Some(m),
+            None => self
+                .inbox
+                .read_after(seq.saturating_sub(1), 1)
+                .await
+                .into_iter()
+                .find(|m| m.seq == seq),
+        };
+        (found.map(|m| (*m).clone()), self.inbox.last_seq())
+    }
+
+    /// Messages committed after `after`, oldest first (what `watch` follows).
+    pub async fn read_after(&self, after: Seq, limit: usize) -> Vec<Message> {
+        self.inbox
+            .read_after(after, limit)
+            .await
+            .iter()
+            .map(|m| (**m).clone())
+            .collect()
+    }
+
+    // ---- writing -------------------------------------------------------------------------------
+
+    /// Appends messages (durable under the fsync policy before it returns), counted as from
+    /// `source`.
+    pub async fn append(
+        &self,
+        messages: Vec<NewMessage>,
+        source: &str,
+    ) -> Result<Vec<Appended>, InboxError> {
+        let result = self.inbox.append_batch(messages).await;
+        // Messages kept in memory only are in the inbox all the same: counted. A repeat of a
+        // recent id is acknowledged but not stored: not counted.
+        if let Ok(appended) | Err(InboxError::NotDurable { appended, .. }) = &result {
+            let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
+            if stored > 0 {
+                self.metrics.ingested(source, stored);
+            }
+        }
+        result
+    }
+
+    /// Splits `messages` into those within the inbox's limits and, by position, why each of
+    /// the others is over one.
+    pub fn split_by_limits(
+        &self,
+        messages: Vec<NewMessage>,
+    ) -> (Vec<NewMessage>, Vec<(usize, String)>) {
+        let mut fit = Vec::with_capacity(messages.len());
+        let mut refused = Vec::new();
+        for (index, m) in messages.into_iter().enumerate() {
+            match self.settings.inbox.limits.check(&m) {
+                Ok(()) => fit.push(m),
+                Err(e) => refused.push((index, e.to_string())),
+            }
+        }
+        (fit, refused)
+    }
+
+    // ---- confirms ------------------------------------------------------------------------------
+
+    /// Answers a confirm: `Ok(Some(item))` approved, `Ok(None)` denied. With `claim_for`, the
+    /// approved item is claimed by that session; without, it is queued for any session. The
+    /// answer is on disk before this returns.
+    pub async fn confirm(
+        &self,
+        id: ActionId,
+        approve: bool,
+        by: &str,
+        claim_for: Option<u64>,
+    ) -> Result<Option<Item>, ConfirmError> {
+        let item = self
+            .lifecycle
+            .confirm(id, approve, by, claim_for, Utc::now())?;
+        self.lifecycle.flush().await;
+        Ok(item)
+    }
+
+    /// Open confirm requests, oldest first.
+    pub fn pending(&self) -> Vec<Item> {
+        self.lifecycle.pending_confirms()
+    }
+
+    // ---- exec work -----------------------------------------------------------------------------
+
+    /// Waits for exec work and marks it `running`; `None` once `cancel` fires. `on_start` runs
+    /// before the `running` event is published.
+    pub async fn exec_next(
+        &self,
+        cancel: &CancellationToken,
+        on_start: impl FnOnce(&Item),
+    ) -> Option<Item> {
+        self.lifecycle.next_exec(cancel, on_start).await
+    }
+
+    /// Ends an exec run.
+    pub fn exec_finish(
+        &self,
+        id: ActionId,
+        state: ActionState,
+        reason: Option<String>,
+        report: ExecReport,
+    ) {
+        self.lifecycle.finish_exec(id, state, reason, report);
+    }
+
+    /// Changes each action queue's capacity from now on (a config reload).
+    pub fn set_queue_capacity(&self, capacity: usize) -> bool {
+        if self.lifecycle.capacity() == capacity {
+            return false;
+        }
+        self.lifecycle.set_capacity(capacity);
+        true
+    }
+
+    // ---- what it holds -------------------------------------------------------------------------
+
+    /// Every lifecycle transition from now on, and the committed seq.
+    pub fn subscribe(&self) -> (broadcast::Receiver<Event>, SeqReceiver) {
+        (self.lifecycle.subscribe(), self.inbox.committed())
+    }
+
+    /// Suppressions as they happen (for `watch`).
+    pub fn suppressions(&self) -> SuppressionWatch {
+        self.metrics.suppressions.subscribe()
+    }
+
+    /// The newest committed seq.
+    pub fn last_seq(&self) -> Seq {
+        self.inbox.last_seq()
+    }
+
+    /// Everything the core counts and holds.
+    pub fn stats(&self) -> CoreStats {
+        CoreStats {
+            inbox: self.inbox.stats(),
+            paused: self.is_paused(),
+            rules_loaded: self.rules().len(),
+            last_reload: self.rules.last_reload.lock().unwrap().clone(),
+            evaluated: self.state.evaluated(),
+            delivery: self.lifecycle.stats(),
+            wait_calls_in_flight: self.metrics.wait_calls_in_flight.load(Ordering::Relaxed),
+            pending_confirms: self.lifecycle.pending_summary(),
+        }
+    }
+
+    // ---- the tasks -----------------------------------------------------------------------------
+
     /// The dispatcher: evaluates committed messages after `mark`, in seq order, in batches,
     /// and offers the actions with the new mark to the lifecycle (one journal write per batch).
-    fn spawn_dispatcher(self: &Arc<App>, mark: Seq) {
-        let app = self.clone();
+    fn spawn_dispatcher(self: &Arc<Core>, mark: Seq) {
+        let core = self.clone();
         self.tasks.spawn(async move {
-            let mut committed = app.inbox.committed();
+            let mut committed = core.inbox.committed();
             let mut evaluated = mark;
             let mut backoff = UNREADABLE_BACKOFF_MIN;
             loop {
                 let visible = committed.borrow_and_update();
-                let batch = app.inbox.read_after(evaluated, DISPATCH_BATCH).await;
+                let batch = core.inbox.read_after(evaluated, DISPATCH_BATCH).await;
                 if let Some(last) = batch.last() {
                     let now = Utc::now();
                     let mut actions = Vec::new();
                     for msg in &batch {
-                        let eval = app.engine.lock().unwrap().evaluate(msg, now);
+                        let eval = core.engine.lock().unwrap().evaluate(msg, now);
                         for s in &eval.suppressed {
-                            app.metrics.suppressed(&s.rule, s.reason);
+                            core.metrics.suppressed(&s.rule, s.reason);
                         }
                         for action in eval.actions {
-                            app.metrics.action(&action.rule, action.mode);
+                            core.metrics.action(&action.rule, action.mode);
                             actions.push((action, msg.clone()));
                         }
                     }
                     evaluated = last.seq;
-                    app.lifecycle.offer(actions, Some(evaluated), now).await;
-                    app.state.set_evaluated(evaluated);
+                    core.lifecycle.offer(actions, Some(evaluated), now).await;
+                    core.state.set_evaluated(evaluated);
                     backoff = UNREADABLE_BACKOFF_MIN;
                     continue;
                 }
@@ -487,14 +806,14 @@ impl App {
                         );
                     }
                     tokio::select! {
-                        _ = app.shutdown.cancelled() => break,
+                        _ = core.shutdown.cancelled() => break,
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(UNREADABLE_BACKOFF_MAX);
                     continue;
                 }
                 tokio::select! {
-                    _ = app.shutdown.cancelled() => break,
+                    _ = core.shutdown.cancelled() => break,
                     changed = committed.changed() => if changed.is_err() { break },
                 }
             }
@@ -505,64 +824,55 @@ impl App {
     /// visible before a later message is checked against them) and closes the pending
     /// confirms that a message resolves ([`crate::engine::resolve`]). It reads no message
     /// while no live rule has a resolve key, and while paused it closes nothing.
-    fn spawn_resolver(self: &Arc<App>, mark: Seq) {
-        let app = self.clone();
+    fn spawn_resolver(self: &Arc<Core>, mark: Seq) {
+        let core = self.clone();
         self.tasks.spawn(async move {
-            let mut evaluated = app.lifecycle.evaluated();
+            let mut evaluated = core.lifecycle.evaluated();
             let mut done = mark;
             loop {
                 let upto = *evaluated.borrow_and_update();
                 while done < upto {
-                    let rules = app.rules();
-                    if !crate::engine::resolve::any(&rules) || app.is_paused() {
+                    let rules = core.rules();
+                    if !crate::engine::resolve::any(&rules) || core.is_paused() {
                         done = upto;
                         break;
                     }
                     // Every confirm a message up to `upto` made is visible by now: with none
                     // pending, there is nothing to read.
-                    let mut pending = app.lifecycle.pending_confirms();
+                    let mut pending = core.lifecycle.pending_confirms();
                     if pending.is_empty() {
                         done = upto;
                         break;
                     }
-                    let batch = app.inbox.read_after(done, DISPATCH_BATCH).await;
+                    let batch = core.inbox.read_after(done, DISPATCH_BATCH).await;
                     for msg in batch.iter().take_while(|m| m.seq <= upto) {
                         if pending.is_empty() {
                             break;
                         }
                         let ids = crate::engine::resolve::resolved_by(&rules, msg, &pending);
                         if !ids.is_empty() {
-                            app.lifecycle.resolve(&ids, msg.seq, Utc::now());
+                            core.lifecycle.resolve(&ids, msg.seq, Utc::now());
                             pending.retain(|i| !ids.contains(&i.action_id));
                         }
                     }
                     done = batch.last().map_or(upto, |m| m.seq.min(upto));
                 }
                 tokio::select! {
-                    _ = app.shutdown.cancelled() => break,
+                    _ = core.shutdown.cancelled() => break,
                     changed = evaluated.changed() => if changed.is_err() { break },
                 }
             }
         });
     }
 
-    fn spawn_expiry(self: &Arc<App>) {
+    fn spawn_expiry(self: &Arc<Core>) {
         let lifecycle = self.lifecycle.clone();
         let token = self.shutdown.clone();
         self.tasks
             .spawn(async move { lifecycle.run_expiry(token).await });
     }
 
-    /// The exec runner: takes `"delivery": "exec"` work as slots free up, until shutdown.
-    fn spawn_exec(self: &Arc<App>) {
-        self.exec.spawn(
-            self.lifecycle.clone(),
-            self.tasks.clone(),
-            self.shutdown.clone(),
-        );
-    }
-
-    fn spawn_state_flusher(self: &Arc<App>) {
+    fn spawn_state_flusher(self: &Arc<Core>) {
         let state = self.state.clone();
         let token = self.shutdown.clone();
         self.tasks
@@ -574,5 +884,5 @@ impl App {
 const DISPATCH_BATCH: usize = 256;
 
 /// The dispatcher's first and longest wait for messages it cannot read yet.
-const UNREADABLE_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(100);
-const UNREADABLE_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+const UNREADABLE_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const UNREADABLE_BACKOFF_MAX: Duration = Duration::from_secs(5);

@@ -9,8 +9,6 @@ use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::HttpSettings;
-
 /// How bearer requests are authenticated.
 #[derive(Clone)]
 pub enum Bearer {
@@ -32,9 +30,10 @@ pub struct Refusal {
 }
 
 impl Bearer {
-    /// The bearer check that `settings` ask for.
-    pub fn from_settings(settings: &HttpSettings) -> Bearer {
-        match (&settings.token, settings.disable_auth) {
+    /// The check for `token` (none or empty: every request is refused), or none at all when
+    /// `disable_auth` (the caller allows that on loopback only).
+    pub fn new(token: Option<&str>, disable_auth: bool) -> Bearer {
+        match (token, disable_auth) {
             (_, true) => Bearer::Disabled,
             (Some(token), false) if !token.is_empty() => Bearer::Token(digest(token.as_bytes())),
             _ => Bearer::Unset,
@@ -148,10 +147,7 @@ mod tests {
 
     #[test]
     fn bearer_tokens_are_checked() {
-        let bearer = Bearer::from_settings(&HttpSettings {
-            token: Some("s3cret".into()),
-            ..HttpSettings::default()
-        });
+        let bearer = Bearer::new(Some("s3cret"), false);
         let mut h = HeaderMap::new();
         assert_eq!(bearer.check(&h).unwrap_err().code, "missing_token");
         h.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());

@@ -6,14 +6,16 @@
 //! default, so a fresh machine needs no file at all.
 
 use std::fs;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::home::FsyncPolicy;
 
+pub use crate::control::PushPolicy;
+pub use crate::delivery::exec::{ExecKind, ExecSettings};
+pub use crate::delivery::mcp::McpSettings;
 pub use crate::home::{HOME_ENV, Home, HomeError, HomeLock, restrict, write_atomic};
+pub use crate::sources::http::{HttpSettings, LiveHttp};
 
 impl Home {
     /// Loads `switchboard.json`, or the defaults when it does not exist.
@@ -204,79 +206,6 @@ impl Default for InboxSettings {
     }
 }
 
-/// HTTP ingest settings.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct HttpSettings {
-    /// Listen address; `--listen` overrides it.
-    pub listen: String,
-    /// The bearer token; default: the `token` file, generated at first start.
-    pub token: Option<String>,
-    /// Accept requests without a token (only honoured on a loopback address).
-    pub disable_auth: bool,
-    /// Shared secret for GitHub's `X-Hub-Signature-256`.
-    pub github_secret: Option<String>,
-    /// Largest accepted request body in bytes.
-    pub body_limit: usize,
-    /// Per-source rate limit, e.g. `"100/1s"`; `"0"` = none.
-    pub rate_limit: String,
-}
-
-impl Default for HttpSettings {
-    fn default() -> Self {
-        HttpSettings {
-            listen: "127.0.0.1:8787".to_string(),
-            token: None,
-            disable_auth: false,
-            github_secret: None,
-            body_limit: 1024 * 1024,
-            rate_limit: "200/1s".to_string(),
-        }
-    }
-}
-
-/// MCP delivery settings.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct McpSettings {
-    /// Server-side cap on `wait_for_inbound_message`'s timeout, in seconds.
-    pub max_wait_s: u64,
-    /// `notifications/claude/channel`: `auto` (Claude Code only), `always` or `never`.
-    pub claude_channel: PushPolicy,
-    /// Browser origins allowed on `/mcp` besides loopback ones (exact `scheme://host[:port]`).
-    pub allowed_origins: Vec<String>,
-}
-
-impl Default for McpSettings {
-    fn default() -> Self {
-        McpSettings {
-            max_wait_s: 55,
-            claude_channel: PushPolicy::Auto,
-            allowed_origins: Vec::new(),
-        }
-    }
-}
-
-impl McpSettings {
-    /// The wait cap as a duration.
-    pub fn max_wait(&self) -> Duration {
-        Duration::from_secs(self.max_wait_s)
-    }
-}
-
-/// When to send the Claude Code channel push.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PushPolicy {
-    /// Only to clients whose name contains `claude`.
-    #[default]
-    Auto,
-    /// To every client.
-    Always,
-    /// Never.
-    Never,
-}
-
 /// Action queue settings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -351,48 +280,6 @@ fn leaves(config: &Config) -> std::collections::BTreeMap<String, serde_json::Val
     out
 }
 
-/// The HTTP ingest settings a config reload can change while ingest runs (`http.rateLimit`,
-/// `http.githubSecret`), with a generation so ingest notices a change with one atomic read.
-#[derive(Debug, Default)]
-pub struct LiveHttp {
-    settings: std::sync::RwLock<HttpSettings>,
-    generation: std::sync::atomic::AtomicU64,
-}
-
-impl LiveHttp {
-    /// Starts from the settings the process started with.
-    pub fn new(settings: HttpSettings) -> LiveHttp {
-        LiveHttp {
-            settings: std::sync::RwLock::new(settings),
-            generation: Default::default(),
-        }
-    }
-
-    /// The current generation (bumped by every change).
-    pub fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// The generation and the settings.
-    pub fn get(&self) -> (u64, HttpSettings) {
-        let s = self.settings.read().unwrap();
-        (self.generation(), s.clone())
-    }
-
-    /// Replaces the settings when `change` alters them; returns whether it did.
-    pub fn update(&self, change: impl FnOnce(&mut HttpSettings)) -> bool {
-        let mut s = self.settings.write().unwrap();
-        let before = serde_json::to_value(&*s).unwrap_or_default();
-        change(&mut s);
-        let changed = serde_json::to_value(&*s).unwrap_or_default() != before;
-        if changed {
-            self.generation
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        }
-        changed
-    }
-}
-
 /// The keys whose values differ between `old` and `new`, sorted.
 pub fn changed_keys(old: &Config, new: &Config) -> Vec<String> {
     let (a, b) = (leaves(old), leaves(new));
@@ -438,105 +325,10 @@ pub fn plan_reload(boot: &Config, new: &Config) -> ConfigReload {
     }
 }
 
-/// Which headless host runs exec delivery.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ExecKind {
-    /// GitHub Copilot CLI (`copilot`).
-    #[default]
-    CopilotCli,
-    /// Claude Code (`claude`).
-    ClaudeCode,
-}
-
-impl ExecKind {
-    /// The name used in `switchboard.json`, records and stats.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExecKind::CopilotCli => "copilot-cli",
-            ExecKind::ClaudeCode => "claude-code",
-        }
-    }
-
-    /// The command looked up on `PATH` when `exec.command` is not set.
-    pub fn default_command(self) -> &'static str {
-        match self {
-            ExecKind::CopilotCli => "copilot",
-            ExecKind::ClaudeCode => "claude",
-        }
-    }
-}
-
-/// Exec delivery settings (`exec`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct ExecSettings {
-    /// `copilot-cli` (default) or `claude-code`.
-    pub kind: ExecKind,
-    /// The host binary; default `copilot` / `claude` on `PATH`.
-    pub command: Option<String>,
-    /// The model to ask the host for; default: the host's own choice.
-    pub model: Option<String>,
-    /// Working directory of runs; default: the daemon's.
-    pub cwd: Option<PathBuf>,
-    /// Runs at once (default 2); more exec work waits in its queue.
-    pub max_concurrent: usize,
-    /// The longest one run may take (default `"10m"`); then it is stopped as `timeout`.
-    #[serde(with = "duration_text")]
-    pub turn_timeout: Duration,
-    /// The longest a run may print nothing (default `"2m"`); then it is stopped as `stalled`.
-    #[serde(with = "duration_text")]
-    pub stall_timeout: Duration,
-    /// Extra arguments for the host, after switchboard's own.
-    pub args: Vec<String>,
-    /// Extra environment for the host (e.g. a provider setting), over the daemon's own.
-    pub env: std::collections::BTreeMap<String, String>,
-}
-
-impl Default for ExecSettings {
-    fn default() -> Self {
-        ExecSettings {
-            kind: ExecKind::CopilotCli,
-            command: None,
-            model: None,
-            cwd: None,
-            max_concurrent: 2,
-            turn_timeout: Duration::from_secs(600),
-            stall_timeout: Duration::from_secs(120),
-            args: Vec::new(),
-            env: Default::default(),
-        }
-    }
-}
-
-/// A duration written as text (`"10m"`, `"90s"`), with the rules' duration syntax; zero is
-/// refused.
-mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        match crate::rules::duration::parse(&text) {
-            Ok(d) if !d.is_zero() => Ok(d),
-            Ok(_) => Err(serde::de::Error::custom(format!(
-                "invalid duration \"{text}\": must be longer than zero"
-            ))),
-            Err(reason) => Err(serde::de::Error::custom(format!(
-                "invalid duration \"{text}\": {reason}"
-            ))),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
 
     use super::*;
 

@@ -1,8 +1,8 @@
 //! `switchboard serve`: an MCP front end on stdio, attached to the home's daemon.
 //!
 //! What a host launches. It holds no state of its own: every tool call goes to the daemon
-//! through a [`RemoteBackend`], which starts the daemon when none runs and re-attaches when it
-//! restarts. Each front end is its own MCP session, so N host windows are N consumers of one
+//! through a [`Remote`], which starts the daemon when none runs and re-attaches when it
+//! restarts. Every task it starts runs on one tracker and is stopped before it exits. Each front end is its own MCP session, so N host windows are N consumers of one
 //! inbox. The front end ends when the host closes stdin (or on SIGINT/SIGTERM); the daemon
 //! keeps running, so webhooks keep landing.
 
@@ -13,9 +13,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{Backend, RemoteBackend};
-use crate::control::DaemonListeners;
-use crate::daemon::launch::Launch;
+use crate::control::remote::Connector;
+use crate::control::{Api, DaemonListeners, Remote};
+use crate::daemon::launch::{Launch, connect_or_start};
 use crate::delivery::mcp::McpServer;
 
 /// What a front end asks of the daemon it starts, and how its session reads.
@@ -85,9 +85,16 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
     let launch = Launch::current(home.clone(), opts.daemon_args())?;
-    let backend = RemoteBackend::attach(home, Some(launch), stop.clone()).await?;
-    if let Some(attached) = backend.attached() {
+    let remote = Remote::attach(
+        home.clone(),
+        connector(home, Some(launch)),
+        stop.clone(),
+        &tasks,
+    )
+    .await?;
+    if let Some(attached) = remote.welcome() {
         let differs = opts.differences(&attached.listeners);
         if !differs.is_empty() {
             tracing::warn!(
@@ -106,9 +113,12 @@ pub async fn run(
             );
         }
     }
-    let backend: Arc<dyn Backend> = Arc::new(backend);
-    let tasks = TaskTracker::new();
-    let server = McpServer::with_backend(backend, tasks.clone(), &stop, opts.consumer.clone());
+    let server = McpServer::with_api(
+        Api::Remote(remote),
+        tasks.clone(),
+        &stop,
+        opts.consumer.clone(),
+    );
     let link = server.link();
     tokio::select! {
         result = crate::delivery::mcp::serve_stdio(server, stop.clone()) => {
@@ -121,8 +131,26 @@ pub async fn run(
     // The session ends. Its close is sent if the writer gets to it; either way the daemon
     // closes every session of this connection when the process exits and the socket closes.
     link.end();
-    tasks.close();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait()).await;
     stop.cancel();
+    tasks.close();
+    if tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            tasks = tasks.len(),
+            "front-end tasks still running after 2s; exiting anyway"
+        );
+    }
     Ok(())
+}
+
+/// How a front end reaches the daemon of `home`: the control socket, starting the daemon with
+/// `launch` when none answers (without `launch`, `None` when none runs).
+pub fn connector(home: PathBuf, launch: Option<Launch>) -> Connector {
+    let (home, launch) = (Arc::new(home), Arc::new(launch));
+    Arc::new(move || {
+        let (home, launch) = (home.clone(), launch.clone());
+        Box::pin(async move { connect_or_start(&home, (*launch).as_ref()).await })
+    })
 }

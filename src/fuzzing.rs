@@ -110,20 +110,25 @@ pub fn generic_webhook(data: &[u8]) {
     }
 }
 
-/// A control socket request line; a decoded request re-encodes and decodes again.
+/// A control socket line, both ways; a decoded line re-encodes and decodes again.
 pub fn control_request(data: &[u8]) {
-    if let Ok(request) = serde_json::from_slice::<crate::control::Request>(data) {
-        let line = serde_json::to_vec(&request).expect("a request encodes");
-        serde_json::from_slice::<crate::control::Request>(&line).expect("and decodes");
+    use crate::control::Call;
+    use crate::control::wire::{Down, Greeting, Up};
+    if let Ok(call) = serde_json::from_slice::<Call>(data) {
+        let line = serde_json::to_vec(&call).expect("a call encodes");
+        serde_json::from_slice::<Call>(&line).expect("and decodes");
     }
-    // The lines of an attached connection, both ways.
-    if let Ok(up) = serde_json::from_slice::<crate::control::attach::Up>(data) {
-        let line = serde_json::to_vec(&up).expect("a call encodes");
-        serde_json::from_slice::<crate::control::attach::Up>(&line).expect("and decodes");
+    if let Ok(up) = serde_json::from_slice::<Up>(data) {
+        let line = serde_json::to_vec(&up).expect("a line encodes");
+        serde_json::from_slice::<Up>(&line).expect("and decodes");
     }
-    if let Ok(down) = serde_json::from_slice::<crate::control::attach::Down>(data) {
+    if let Ok(down) = serde_json::from_slice::<Down>(data) {
         let line = serde_json::to_vec(&down).expect("a daemon line encodes");
-        serde_json::from_slice::<crate::control::attach::Down>(&line).expect("and decodes");
+        serde_json::from_slice::<Down>(&line).expect("and decodes");
+    }
+    if let Ok(greeting) = serde_json::from_slice::<Greeting>(data) {
+        let line = serde_json::to_vec(&greeting).expect("a greeting encodes");
+        serde_json::from_slice::<Greeting>(&line).expect("and decodes");
     }
 }
 

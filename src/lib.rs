@@ -33,7 +33,6 @@
 pub mod actions;
 pub mod app;
 pub mod auth;
-pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod control;

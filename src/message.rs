@@ -174,6 +174,43 @@ impl Message {
     }
 }
 
+/// A message as every reader outside the journal sees it: the MCP tools and the inbox
+/// resource, push, `list --json`, `watch --json` and `pending --json`. The one shape for
+/// people and agents: `server` (the journal's `serverName` is kept only in `channels.jsonl`,
+/// for chatcli), and the timestamp in RFC 3339 with whole seconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MessageView {
+    /// Inbox sequence number.
+    pub seq: Seq,
+    /// The source's own id, when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Which source: an upstream server's name, `alertmanager`, `github`, `http`, `cli`.
+    pub server: String,
+    /// Slash-separated channel.
+    pub channel: String,
+    /// The text: outside data, untrusted, grants no permission.
+    pub content: String,
+    /// Flat string metadata (labels, sender, url...).
+    pub metadata: BTreeMap<String, String>,
+    /// When it was received (or the source's own time), RFC 3339, whole seconds.
+    pub timestamp: String,
+}
+
+impl From<&Message> for MessageView {
+    fn from(m: &Message) -> MessageView {
+        MessageView {
+            seq: m.seq,
+            id: m.id.clone(),
+            server: m.server.clone(),
+            channel: m.channel.clone(),
+            content: m.content.clone(),
+            metadata: m.metadata.clone(),
+            timestamp: format_timestamp(m.timestamp),
+        }
+    }
+}
+
 /// `s` as a JSON string, as `serde_json` writes it. The check for bytes to escape has no early
 /// exit, so that it compiles to a vector loop.
 fn json_str(out: &mut Vec<u8>, s: &str) {

@@ -1,8 +1,9 @@
 //! Process counters, rendered as Prometheus text for `GET /metrics`.
 //!
-//! Every part counts through the methods here (ingest by source, actions by
-//! rule and mode, suppressions by reason, drops, rules reloads by result); gauges (queue depths, ring
-//! depth) are read from the running parts at render time.
+//! The core counts through the methods here (ingest by source, actions by rule and mode,
+//! suppressions by reason, rules reloads by result); the lifecycle's counters and the gauges
+//! (queue depths, ring depth) are read at render time. The daemon's other parts (HTTP ingest,
+//! upstreams, exec) render their own families beside these.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -20,7 +21,6 @@ pub struct Metrics {
     ingested: Mutex<BTreeMap<String, u64>>,
     actions: Mutex<BTreeMap<(String, Mode), u64>>,
     suppressed: Mutex<BTreeMap<(String, SuppressReason), u64>>,
-    rejected: Mutex<BTreeMap<(&'static str, u16), u64>>,
     reloads: Mutex<BTreeMap<ReloadResult, u64>>,
     /// Suppressions as they happen, for `watch`.
     pub suppressions: SuppressionTap,
@@ -154,16 +154,6 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    /// An HTTP ingest request was refused with `status` and error code `code`.
-    pub fn http_rejected(&self, code: &'static str, status: u16) {
-        *self
-            .rejected
-            .lock()
-            .unwrap()
-            .entry((code, status))
-            .or_default() += 1;
-    }
-
     /// A rules reload ended with `result`.
     pub fn rule_reload(&self, result: ReloadResult) {
         *self.reloads.lock().unwrap().entry(result).or_default() += 1;
@@ -179,11 +169,85 @@ impl Metrics {
             .unwrap_or(0)
     }
 
+    /// Prometheus text exposition of every counter and gauge of the core: these counters, the
+    /// lifecycle's (`delivery`), and readings of the inbox and the queues taken now.
+    pub fn render(
+        &self,
+        inbox: &crate::inbox::InboxStats,
+        delivery: &crate::actions::lifecycle::LifecycleStats,
+    ) -> String {
+        let counters = [
+            (
+                "switchboard_journal_write_errors_total",
+                "Failed inbox journal writes since start.",
+                inbox.journal_errors as f64,
+            ),
+            (
+                "switchboard_duplicates_total",
+                "Messages acknowledged as a repeat of a recent source id and not stored again.",
+                inbox.duplicates as f64,
+            ),
+        ];
+        let gauges = [
+            (
+                "switchboard_ring_depth",
+                "Messages held in the in-memory ring.",
+                inbox.ring_depth as f64,
+            ),
+            (
+                "switchboard_last_seq",
+                "Highest committed message seq.",
+                inbox.last_seq as f64,
+            ),
+            (
+                "switchboard_journal_failing",
+                "1 while inbox journal writes fail, else 0.",
+                f64::from(u8::from(inbox.journal_status.starts_with("failing"))),
+            ),
+            (
+                "switchboard_queue_nudges",
+                "Nudges no consumer has seen yet.",
+                delivery.nudges_undelivered as f64,
+            ),
+            (
+                "switchboard_queue_pending_confirms",
+                "Confirms waiting for an answer.",
+                delivery.pending_confirms as f64,
+            ),
+            (
+                "switchboard_queue_work",
+                "Auto prompts and approved confirms waiting for the agent.",
+                delivery.queued_work as f64,
+            ),
+            (
+                "switchboard_queue_claimed_work",
+                "Work claimed by a wait whose result is not yet sent.",
+                delivery.claimed_work as f64,
+            ),
+            (
+                "switchboard_sessions",
+                "MCP sessions connected now.",
+                delivery.sessions as f64,
+            ),
+            (
+                "switchboard_exec_running",
+                "Exec runs in flight.",
+                delivery.exec_running as f64,
+            ),
+            (
+                "switchboard_exec_queued",
+                "Exec work waiting for a slot.",
+                delivery.exec_queued as f64,
+            ),
+        ];
+        self.render_with(&delivery.counters, &counters, &gauges)
+    }
+
     /// Prometheus text exposition of the counters, followed by `counters` and `gauges` read
     /// from the running parts (journal write errors, duplicates; ring and queue depths).
     /// `lifecycle` are the action lifecycle's own counters (drops, transitions), read as they
     /// are so that `/metrics` and `inbox_stats` never disagree.
-    pub fn render(
+    pub fn render_with(
         &self,
         lifecycle: &crate::actions::lifecycle::Counters,
         counters: &[Reading],
@@ -273,7 +337,7 @@ impl Metrics {
             "counter",
             "Exec runs that did not succeed, by kind.",
         );
-        for kind in crate::delivery::exec::event::ExecFailure::ALL {
+        for kind in crate::actions::ExecFailure::ALL {
             let n = lifecycle.exec_failures.get(&kind).copied().unwrap_or(0);
             let _ = writeln!(
                 out,
@@ -291,18 +355,6 @@ impl Metrics {
             "switchboard_wait_calls_in_flight {}",
             self.wait_calls_in_flight.load(Ordering::Relaxed)
         );
-        family(
-            &mut out,
-            "switchboard_http_rejections_total",
-            "counter",
-            "HTTP ingest requests refused, by error code and status.",
-        );
-        for ((code, status), n) in self.rejected.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "switchboard_http_rejections_total{{code=\"{code}\",status=\"{status}\"}} {n}"
-            );
-        }
         family(
             &mut out,
             "switchboard_rule_reloads_total",
@@ -351,8 +403,6 @@ mod tests {
         m.ingested("alertmanager", 3);
         m.action("crit \"alerts\"", Mode::Confirm);
         m.suppressed("ci", SuppressReason::Dedup);
-        m.http_rejected("rate_limited", 429);
-        m.http_rejected("rate_limited", 429);
         m.rule_reload(ReloadResult::Ok);
         m.rule_reload(ReloadResult::Invalid);
         m.rule_reload(ReloadResult::Invalid);
@@ -361,7 +411,7 @@ mod tests {
             released: 2,
             ..Default::default()
         };
-        let text = m.render(
+        let text = m.render_with(
             &lifecycle,
             &[(
                 "switchboard_journal_write_errors_total",
@@ -377,9 +427,6 @@ mod tests {
         assert!(text.contains("switchboard_suppressed_total{rule=\"ci\",reason=\"dedup\"} 1\n"));
         assert!(text.contains("switchboard_actions_dropped_total{mode=\"auto\"} 1\n"));
         assert!(text.contains("switchboard_ring_depth 7\n"));
-        assert!(text.contains(
-            "switchboard_http_rejections_total{code=\"rate_limited\",status=\"429\"} 2\n"
-        ));
         assert!(text.contains(
             "# TYPE switchboard_journal_write_errors_total counter\nswitchboard_journal_write_errors_total 2\n"
         ));

@@ -9,7 +9,7 @@
 //! the watcher then compares a hash of the file with the one it last saw, so one save is
 //! one reload and a `touch` is none. Every other file's events (the journals are written
 //! for every message) are dropped as they come, on notify's thread. The watcher only
-//! signals: the reload itself is [`App::reload_rules`], the same one SIGHUP and `rules
+//! signals: the reload itself is the `reload` operation, the same one SIGHUP and `rules
 //! reload` use, so a deleted or invalid file keeps the live rules.
 //!
 //! `switchboard.json` is watched the same way. A change is validated (an invalid file changes
@@ -29,7 +29,24 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::app::App;
+use crate::config::{Config, ConfigReload, Home, LiveHttp};
+use crate::control::Local;
+use crate::control::ops::{QueueCapacity, Reload};
+
+/// What the watcher reloads, and where it says what a `switchboard.json` change did.
+#[derive(Clone)]
+pub struct Watched {
+    /// The daemon's operations (`reload`, `queue_capacity`).
+    pub api: Local,
+    /// The home whose files are watched.
+    pub home: Home,
+    /// The HTTP ingest settings that change live.
+    pub http: Arc<LiveHttp>,
+    /// The last change of `switchboard.json`, for `stats`.
+    pub config_reload: Arc<std::sync::Mutex<Option<ConfigReload>>>,
+    /// Where the watcher runs.
+    pub tasks: tokio_util::task::TaskTracker,
+}
 
 /// How long the watcher waits for the next event of a save before it looks at the files.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -47,14 +64,14 @@ enum Changed {
     Config,
 }
 
-/// Watches the home of `app` until shutdown; a no-op for an app without a home.
+/// Watches the home until shutdown.
 ///
 /// The journals live in the same directory and are written for every message, so the
 /// watcher's handler sees an event per write. It only compares the event's kind and name,
 /// on notify's thread, and passes on nothing else: the debounce and the hashing run for
 /// the two watched files only, in this task (hashing on the blocking pool).
-pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
-    let Some(home) = &app.home else { return Ok(()) };
+pub fn spawn(watched: Watched) -> anyhow::Result<()> {
+    let home = &watched.home;
     let dir = home.dir().to_path_buf();
     let path = home.triggers();
     let Some(file_name) = path.file_name().map(|n| n.to_os_string()) else {
@@ -81,8 +98,8 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
     watcher.watch(Path::new(&dir), RecursiveMode::NonRecursive)?;
     // The settings the daemon started with, as the file gave them.
     let boot = home.load_config().unwrap_or_default();
-    let app2 = app.clone();
-    app.tasks.spawn(async move {
+    let tasks = watched.tasks.clone();
+    tasks.spawn(async move {
         // The watcher stops watching when dropped: it lives as long as this task.
         let _watcher = watcher;
         let mut files = Files {
@@ -92,17 +109,17 @@ pub fn spawn(app: &Arc<App>) -> anyhow::Result<()> {
         };
         loop {
             let changed = tokio::select! {
-                _ = app2.shutdown.cancelled() => break,
+                _ = watched.api.shutdown().cancelled() => break,
                 changed = files.next() => changed,
             };
             let Some((rules, config)) = changed else {
                 break;
             };
             if rules {
-                app2.reload_rules().await;
+                let _ = watched.api.call(Reload {}).await;
             }
             if config {
-                reload_config(&app2, &boot);
+                reload_config(&watched, &boot).await;
             }
         }
     });
@@ -161,19 +178,16 @@ async fn changed_content((path, seen): &mut (PathBuf, Seen)) -> bool {
 }
 
 /// Reads `switchboard.json` again: applies what can change live, names what needs a restart.
-fn reload_config(app: &App, boot: &crate::config::Config) {
-    let Some(home) = &app.home else { return };
-    let report = match home.load_config() {
+async fn reload_config(watched: &Watched, boot: &Config) {
+    let report = match watched.home.load_config() {
         Ok(new) => {
             let plan = crate::config::plan_reload(boot, &new);
             let capacity = new.actions.queue_capacity.max(1);
-            if app.lifecycle.capacity() != capacity {
-                app.lifecycle.set_capacity(capacity);
-            }
+            let _ = watched.api.call(QueueCapacity { capacity }).await;
             // `SWITCHBOARD_GITHUB_SECRET` wins over the file, as at start.
             let secret_from_env =
                 std::env::var(crate::config::GITHUB_SECRET_ENV).is_ok_and(|v| !v.trim().is_empty());
-            app.http_settings.update(|http| {
+            watched.http.update(|http| {
                 http.rate_limit = new.http.rate_limit.clone();
                 if !secret_from_env {
                     http.github_secret = new.http.github_secret.clone();
@@ -188,14 +202,14 @@ fn reload_config(app: &App, boot: &crate::config::Config) {
         }
         Err(e) => not_reloaded(format!("{e:#}")),
     };
-    *app.config_reload.lock().unwrap() = Some(report);
+    *watched.config_reload.lock().unwrap() = Some(report);
 }
 
 /// The report (and error log line) of a `switchboard.json` that was not applied, for `why`.
-fn not_reloaded(why: String) -> crate::config::ConfigReload {
+fn not_reloaded(why: String) -> ConfigReload {
     let message = format!("switchboard.json not reloaded: {why}; the running settings stay");
     tracing::error!("{message}");
-    crate::config::ConfigReload {
+    ConfigReload {
         at: crate::message::format_timestamp(chrono::Utc::now()),
         ok: false,
         message,

@@ -5,6 +5,7 @@ mod integration {
     pub mod util;
 
     mod cli;
+    mod control;
     mod daemon;
     mod exec;
     mod faults;

@@ -8,14 +8,17 @@
 //! repaint the screen. `--json` output stays JSON. Every write goes through `writeln!` so a
 //! closed pipe (`switchboard list | head -1`) is an error `main` turns into a quiet exit 0.
 
-use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use crate::control::{Client, PendingView, Request};
+use super::show::{message_line, pending_line};
+use crate::control::ops::{Confirm, GetStats, List, Pause, Pending, Reload, Rules, Stats};
+use crate::control::{Client, PendingView};
+use crate::delivery::exec::ExecStats;
+use crate::message::MessageView;
 
 /// Options of `list`.
 #[derive(Debug, Args)]
@@ -102,46 +105,22 @@ fn print_json(value: &serde_json::Value) -> std::io::Result<()> {
     writeln!(std::io::stdout().lock(), "{text}")
 }
 
-/// `text` with every control character (C0, DEL, C1) and every bidi override escaped, so it
-/// prints as one inert line: a newline becomes `\n`, ESC `\x1b`, U+202E `\u{202e}`.
-pub fn escape(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(needs_escape) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
 /// `switchboard list`.
 pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
-    let messages: Vec<crate::message::Message> = Client::connect(&home)
+    let messages = Client::connect(&home)
         .await?
-        .request(&Request::List {
+        .call(List {
             channel: args.channel,
             limit: args.limit,
         })
-        .await?;
+        .await?
+        .messages;
     {
         let mut out = std::io::stdout().lock();
         for m in messages {
             if args.json {
                 // The shape the MCP tools use: `server`, not the journal's `serverName`.
-                let v = crate::delivery::mcp::tools::message_json(&m);
+                let v = serde_json::to_string(&MessageView::from(&m))?;
                 writeln!(out, "{v}")?;
             } else {
                 writeln!(out, "{}", message_line(&m))?;
@@ -150,17 +129,6 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
         out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-pub(crate) fn message_line(m: &crate::message::Message) -> String {
-    format!(
-        "#{} {} {}/{}: {}",
-        m.seq,
-        m.timestamp_rfc3339(),
-        escape(&m.server),
-        escape(&m.channel),
-        escape(&m.content)
-    )
 }
 
 /// `switchboard confirm ID [yes|no]`.
@@ -173,18 +141,22 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
         );
     };
     let approve = matches!(decision, Decision::Yes);
-    let approved: Option<crate::actions::Item> = Client::connect(&home)
+    let approved = Client::connect(&home)
         .await?
-        .request(&Request::Confirm {
+        .call(Confirm {
             id: args.id,
             approve,
+            by: "cli".into(),
+            claim_for: None,
         })
         .await?;
     let mut out = std::io::stdout().lock();
     match approved {
         Some(item) => {
             writeln!(out, "approved {}; queued for the agent:", args.id)?;
-            print_json(&crate::delivery::mcp::tools::item_json(&item))?;
+            print_json(&serde_json::to_value(crate::control::ItemView::from(
+                &item,
+            ))?)?;
         }
         None => writeln!(out, "denied {}", args.id)?,
     }
@@ -193,10 +165,7 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
 
 /// `switchboard pause` / `resume`.
 pub async fn pause(home: PathBuf, paused: bool) -> anyhow::Result<ExitCode> {
-    let now: crate::control::Paused = Client::connect(&home)
-        .await?
-        .request(&Request::Pause { paused })
-        .await?;
+    let now = Client::connect(&home).await?.call(Pause { paused }).await?;
     writeln!(
         std::io::stdout().lock(),
         "{}",
@@ -211,10 +180,11 @@ pub async fn pause(home: PathBuf, paused: bool) -> anyhow::Result<ExitCode> {
 
 /// `switchboard stats`: a summary for people, or `--json`.
 pub async fn stats(home: PathBuf, args: StatsArgs) -> anyhow::Result<ExitCode> {
-    let stats: crate::app::Stats = Client::connect(&home)
+    let stats = Client::connect(&home)
         .await?
-        .request(&Request::Stats)
-        .await?;
+        .call(GetStats { consumer: None })
+        .await?
+        .stats;
     let text = if args.json {
         serde_json::to_string_pretty(&stats)?
     } else {
@@ -225,7 +195,8 @@ pub async fn stats(home: PathBuf, args: StatsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The summary `switchboard stats` prints.
-fn stats_text(s: &crate::app::Stats) -> String {
+fn stats_text(all: &Stats) -> String {
+    let s = &all.core;
     let d = &s.delivery;
     let dropped: u64 = d.counters.dropped.values().sum();
     let mut out = vec![
@@ -251,18 +222,21 @@ fn stats_text(s: &crate::app::Stats) -> String {
             d.sessions,
             dropped
         ),
-        exec_line(&s.exec),
+        all.part::<ExecStats>("exec")
+            .map(|e| exec_line(&e))
+            .unwrap_or_else(|| "exec      not wired".into()),
         format!(
             "          {} waits in flight; actions journal {}",
             s.wait_calls_in_flight, d.actions_journal
         ),
     ];
-    for l in &s.listeners {
+    let listeners: Vec<crate::daemon::ListenerState> = all.part("listeners").unwrap_or_default();
+    for l in &listeners {
         if let Some(error) = &l.error {
             out.push(format!("{:<9} WARNING not listening: {error}", l.what));
         }
     }
-    if let Some(r) = &s.config_reload {
+    if let Some(r) = all.part::<crate::config::ConfigReload>("config_reload") {
         out.push(format!("config    {} (at {})", r.message, r.at));
     }
     if d.pending_confirms > 0 {
@@ -272,7 +246,7 @@ fn stats_text(s: &crate::app::Stats) -> String {
 }
 
 /// The `exec` line of `stats`: host, readiness, runs.
-fn exec_line(e: &crate::delivery::exec::ExecStats) -> String {
+fn exec_line(e: &ExecStats) -> String {
     let failed: u64 = e.failed.values().sum();
     format!(
         "exec      {} (`{}`{}), preflight {}; {} running of {}, {} queued, {} succeeded, {} not",
@@ -296,10 +270,7 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
     if args.hook {
         return super::hooks::pending_hook(home).await;
     }
-    let open: Vec<PendingView> = Client::connect(&home)
-        .await?
-        .request(&Request::Pending)
-        .await?;
+    let open: Vec<PendingView> = Client::connect(&home).await?.call(Pending {}).await?;
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&open)?)?;
@@ -320,47 +291,11 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// One open confirm: `#7 [oncall-critical] alerts/critical, 14m left: EXCERPT`.
-pub(crate) fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
-    let left = p
-        .expires_at
-        .as_deref()
-        .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
-        .map(|e| {
-            let secs = (e.with_timezone(&chrono::Utc) - now).num_seconds().max(0) as u64;
-            let shown = humantime::format_duration(std::time::Duration::from_secs(secs));
-            format!("{shown} left")
-        })
-        .unwrap_or_else(|| "no expiry".into());
-    let excerpt: String = p.content.split_whitespace().collect::<Vec<_>>().join(" ");
-    let excerpt = match excerpt.char_indices().nth(100) {
-        Some((cut, _)) => format!("{}…", &excerpt[..cut]),
-        None => excerpt,
-    };
-    format!(
-        "#{} [{}] {}/{} seq {}, {left}: {}",
-        p.id,
-        escape(&p.rule),
-        escape(&p.server),
-        escape(&p.channel),
-        p.seq,
-        escape(&excerpt)
-    )
-}
-
 /// `switchboard rules reload`.
 pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
     // A refused reload still carries its report: the errors, one per line.
-    let response = Client::connect(&home).await?.call(&Request::Reload).await?;
-    let report: crate::app::ReloadReport = match serde_json::from_value(response.result) {
-        Ok(report) => report,
-        Err(_) => anyhow::bail!(
-            response
-                .error
-                .unwrap_or_else(|| "the daemon refused the reload".into())
-        ),
-    };
-    if !response.ok {
+    let report = Client::connect(&home).await?.call(Reload {}).await?;
+    if !report.ok {
         for e in &report.errors {
             eprintln!("{}", e.message);
         }
@@ -372,10 +307,7 @@ pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
 
 /// `switchboard rules list`.
 pub async fn rules_list(home: PathBuf) -> anyhow::Result<ExitCode> {
-    let rules: Vec<serde_json::Value> = Client::connect(&home)
-        .await?
-        .request(&Request::Rules)
-        .await?;
+    let rules = Client::connect(&home).await?.call(Rules {}).await?;
     print_json(&serde_json::Value::Array(rules))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -512,35 +444,5 @@ mod tests {
         )));
         assert!(!is_build_output(Path::new("/opt/target/switchboard")));
         assert_eq!(copilot_timeout_ms(55), 85_000);
-    }
-
-    #[test]
-    fn escape_makes_control_characters_visible() {
-        let table = [
-            ("plain text, üñí €", "plain text, üñí €"),
-            ("two\nlines", "two\\nlines"),
-            ("\x1b[2J\x1b[31mred", "\\x1b[2J\\x1b[31mred"),
-            ("tab\there\r", "tab\\there\\r"),
-            ("nul\0 del\x7f", "nul\\x00 del\\x7f"),
-            ("c1 \u{9b}31m", "c1 \\u{9b}31m"),
-            ("bidi \u{202e}txt.exe", "bidi \\u{202e}txt.exe"),
-        ];
-        for (raw, want) in table {
-            assert_eq!(escape(raw), want, "{raw:?}");
-        }
-        assert!(matches!(escape("clean"), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn a_message_line_is_one_line() {
-        let msg = crate::message::Message::from_new(
-            crate::message::NewMessage::new("x\x1b]0;title\x07", "a\nb", "line\n#2 forged"),
-            7,
-            chrono::Utc::now(),
-        );
-        let line = message_line(&msg);
-        assert!(!line.chars().any(|c| c.is_control()), "{line:?}");
-        assert!(line.contains("a\\nb"), "{line:?}");
-        assert!(line.ends_with("line\\n#2 forged"), "{line:?}");
     }
 }

@@ -20,7 +20,8 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use crate::control::{Client, PendingView, Request};
+use crate::control::ops::{GetStats, Pending};
+use crate::control::{Client, PendingView};
 
 /// How long Copilot waits for the hook (it only asks the local daemon).
 const HOOK_TIMEOUT_S: u64 = 10;
@@ -99,13 +100,10 @@ pub async fn pending_hook(home: PathBuf) -> anyhow::Result<ExitCode> {
 }
 
 async fn gather(home: &Path) -> anyhow::Result<(Vec<PendingView>, u64)> {
-    let pending = Client::connect(home).await?.call(&Request::Pending).await?;
-    let open: Vec<PendingView> = serde_json::from_value(pending.result).unwrap_or_default();
-    let stats = Client::connect(home).await?.call(&Request::Stats).await?;
-    let queued = stats.result["delivery"]["queued_work"]
-        .as_u64()
-        .unwrap_or(0);
-    Ok((open, queued))
+    let mut client = Client::connect(home).await?;
+    let open = client.call(Pending {}).await?;
+    let stats = client.call(GetStats { consumer: None }).await?;
+    Ok((open, stats.stats.core.delivery.queued_work as u64))
 }
 
 /// The hook's JSON: `{}` when nothing waits, else `additionalContext` telling the agent what
@@ -123,10 +121,7 @@ pub fn hook_output(open: &[PendingView], queued: u64, now: chrono::DateTime<chro
             if open.len() == 1 { "" } else { "s" }
         ));
         for p in open {
-            text.push_str(&format!(
-                "- {}\n",
-                super::control_cmds::pending_line(p, now)
-            ));
+            text.push_str(&format!("- {}\n", super::show::pending_line(p, now)));
         }
     }
     if queued > 0 {
@@ -156,6 +151,8 @@ mod tests {
             prompt: "look".into(),
             content: content.into(),
             expires_at: None,
+            tools: vec![],
+            message: None,
         }
     }
 

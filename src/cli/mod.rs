@@ -6,6 +6,7 @@ mod hooks;
 mod rules;
 mod send;
 mod serve;
+mod show;
 mod watch;
 
 use std::path::PathBuf;

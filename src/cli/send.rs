@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::control::{Client, Request};
+use crate::control::Client;
+use crate::control::ops::Append;
 use crate::message::NewMessage;
 
 /// Options of `send`.
@@ -40,10 +41,11 @@ pub async fn execute(home: PathBuf, args: SendArgs) -> anyhow::Result<ExitCode> 
     let mut msg = NewMessage::new(args.server, args.channel, args.text);
     msg.id = args.id;
     msg.metadata.extend(args.meta);
-    let appended: Vec<crate::inbox::Appended> = Client::connect(&home)
+    let appended = Client::connect(&home)
         .await?
-        .request(&Request::Send {
+        .call(Append {
             messages: vec![msg],
+            source: "cli".into(),
         })
         .await?;
     let Some(first) = appended.first() else {

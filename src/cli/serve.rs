@@ -7,10 +7,14 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::control::{Client, Request, Status};
+use crate::control::Client;
+use crate::control::ops::{GetStatus, Shutdown, Status};
 use crate::daemon::DaemonOptions;
+use crate::daemon::ListenerState;
 use crate::daemon::launch::{Launch, alive, connect_or_start};
+use crate::delivery::exec::ExecStats;
 use crate::frontend::FrontendOptions;
+use crate::sources::upstream::UpstreamState;
 
 /// Options of `serve`.
 #[derive(Debug, Args)]
@@ -145,13 +149,10 @@ pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     let mut client = Client::connect(&home).await?;
-    let response = client.call(&Request::Shutdown).await?;
-    if !response.ok {
-        anyhow::bail!(
-            "the daemon refused to stop: {}",
-            response.error.unwrap_or_default()
-        );
-    }
+    client
+        .call(Shutdown {})
+        .await
+        .map_err(|e| anyhow::anyhow!("the daemon refused to stop: {e}"))?;
     let deadline = tokio::time::Instant::now() + STOP_WAIT;
     while alive(status.pid) {
         if tokio::time::Instant::now() >= deadline {
@@ -195,7 +196,7 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         println!("{v}");
         return Ok(ExitCode::SUCCESS);
     }
-    let s = &status.stats;
+    let s = &status.stats.core;
     println!(
         "switchboard daemon: running (pid {}, version {}) since {}",
         status.pid, status.version, status.started
@@ -221,12 +222,15 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         s.delivery.queued_work,
         s.delivery.claimed_work
     );
-    let failed: u64 = s.exec.failed.values().sum();
-    println!(
-        "  exec: {} (preflight {}); {} running, {} queued, {} succeeded, {} not",
-        s.exec.host, s.exec.preflight, s.exec.running, s.exec.queued, s.exec.succeeded, failed
-    );
-    for u in &s.upstreams {
+    if let Some(exec) = status.stats.part::<ExecStats>("exec") {
+        let failed: u64 = exec.failed.values().sum();
+        println!(
+            "  exec: {} (preflight {}); {} running, {} queued, {} succeeded, {} not",
+            exec.host, exec.preflight, exec.running, exec.queued, exec.succeeded, failed
+        );
+    }
+    let upstreams: Vec<UpstreamState> = status.stats.part("upstreams").unwrap_or_default();
+    for u in &upstreams {
         println!(
             "  upstream {}: {:?}{}",
             u.name,
@@ -241,7 +245,8 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
 }
 
 fn print_listeners(status: &Status) {
-    for l in &status.stats.listeners {
+    let listeners: Vec<ListenerState> = status.stats.part("listeners").unwrap_or_default();
+    for l in &listeners {
         match (&l.bound, &l.error) {
             (Some(bound), _) => println!("  {}: listening on {bound}", l.what),
             (None, Some(error)) => println!("  {}: WARNING not listening: {error}", l.what),
@@ -258,10 +263,10 @@ async fn status_of(home: &Path) -> anyhow::Result<Option<Status>> {
     let Ok(Some(stream)) = connect_or_start(home, None).await else {
         return Ok(None);
     };
-    let mut client = Client::from_stream(stream);
-    let response = client.call(&Request::Status).await?;
-    if !response.ok {
-        anyhow::bail!("status: {}", response.error.unwrap_or_default());
-    }
-    Ok(Some(serde_json::from_value(response.result)?))
+    let mut client = Client::on(stream, false).await?;
+    let status = client
+        .call(GetStatus {})
+        .await
+        .map_err(|e| anyhow::anyhow!("status: {e}"))?;
+    Ok(Some(status))
 }

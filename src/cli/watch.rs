@@ -16,10 +16,25 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::control_cmds::{escape, message_line, pending_line};
+use super::show::{escape, message_line, pending_line};
 use crate::actions::{Event, ItemKind};
-use crate::control::{Client, PendingView, Request, Response, WatchEvent};
-use crate::delivery::mcp::tools::{item_json, message_json};
+use crate::control::ops::{Pending, Pull};
+use crate::control::wire::Down;
+use crate::control::{Client, ItemView, PendingView};
+use crate::message::{Message, MessageView, Seq};
+
+/// A line of `watch`: a message or an action transition.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WatchEvent {
+    /// A committed message.
+    Message(Message),
+    /// An action transition (queued, answered, expired, resolved, claimed, delivered,
+    /// released, dropped).
+    Action(Event),
+    /// A matching rule that did not fire (dedup, rate limit).
+    Suppressed(crate::metrics::Suppression),
+}
 
 /// Options of `watch`.
 #[derive(Debug, Args)]
@@ -35,18 +50,67 @@ pub struct WatchArgs {
     pub full: bool,
 }
 
-/// Opens the event stream of the server on `home`.
-pub async fn open_stream(home: &Path) -> anyhow::Result<Client> {
-    let mut client = Client::connect(home).await?;
-    client.send(&Request::Watch).await?;
-    Ok(client)
+/// Opens the event stream of the server on `home`; and the newest seq, where messages start.
+pub async fn open_stream(home: &Path) -> anyhow::Result<(Client, Seq)> {
+    let mut client = Client::watch(home).await?;
+    let last = client
+        .call(crate::control::ops::List {
+            channel: None,
+            limit: 1,
+        })
+        .await?
+        .last_seq;
+    Ok((client, last))
+}
+
+/// The stream: pushes, and the messages each commit makes readable.
+struct Stream {
+    client: Client,
+    after: Seq,
+    ready: std::collections::VecDeque<WatchEvent>,
+}
+
+impl Stream {
+    /// The next event; `Err` with why once the daemon went away.
+    async fn next(&mut self) -> Result<WatchEvent, String> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Ok(e);
+            }
+            match self.client.next_push().await {
+                Ok(Some(Down::Event(e))) => return Ok(WatchEvent::Action(e)),
+                Ok(Some(Down::Suppressed(s))) => return Ok(WatchEvent::Suppressed(s)),
+                Ok(Some(Down::Committed(seq))) if seq > self.after => {
+                    let read = self
+                        .client
+                        .call(Pull {
+                            consumer: String::new(),
+                            since_seq: Some(self.after),
+                            limit: 256,
+                            channel: None,
+                            mark_read: false,
+                        })
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for m in read.messages {
+                        self.after = self.after.max(m.seq);
+                        self.ready.push_back(WatchEvent::Message(m));
+                    }
+                }
+                Ok(Some(Down::Stopping)) => return Err("the daemon is stopping".into()),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("the event stream ended".into()),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
 }
 
 /// How long `watch` waits for a daemon that went away to come back.
 pub const RECONNECT_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Reopens the stream once a daemon answers again, trying for [`RECONNECT_FOR`].
-async fn reconnect(home: &Path) -> Option<Client> {
+async fn reconnect(home: &Path) -> Option<(Client, Seq)> {
     let deadline = tokio::time::Instant::now() + RECONNECT_FOR;
     while tokio::time::Instant::now() < deadline {
         if let Ok(client) = open_stream(home).await {
@@ -100,14 +164,15 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
         }
         found
     };
-    let mut stream = open_stream(&home).await?;
-    // The confirms already waiting; opened after the stream, so none falls between the two
-    // (one created meanwhile shows twice, never zero times).
-    let pending = Client::connect(&home)
-        .await?
-        .call(&Request::Pending)
-        .await?;
-    let open: Vec<PendingView> = serde_json::from_value(pending.result).unwrap_or_default();
+    let (client, after) = open_stream(&home).await?;
+    let mut stream = Stream {
+        client,
+        after,
+        ready: Default::default(),
+    };
+    // The confirms already waiting; asked after the stream opened, so none falls between the
+    // two (one created meanwhile shows twice, never zero times).
+    let open: Vec<PendingView> = stream.client.call(Pending {}).await?;
     {
         let mut out = stdout.lock();
         let now = chrono::Utc::now();
@@ -133,18 +198,17 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
         out.flush()?;
     }
     loop {
-        let ended = match stream.next_line::<Value>().await {
-            Ok(Some(v)) => Ok(v),
-            Ok(None) => Err("the event stream ended".to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        let value = match ended {
-            Ok(v) => v,
+        let event = match stream.next().await {
+            Ok(event) => event,
             Err(why) => {
                 // A daemon restarted by a front end (or systemd) is back within a second or so.
                 match reconnect(&home).await {
-                    Some(again) => {
-                        stream = again;
+                    Some((client, after)) => {
+                        stream = Stream {
+                            client,
+                            after,
+                            ready: Default::default(),
+                        };
                         if !args.json {
                             let note = format!(
                                 "reconnected: the daemon restarted ({why}); messages that came \
@@ -165,11 +229,6 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
                 }
             }
         };
-        if value.get("ok") == Some(&Value::Bool(false)) {
-            let refused: Response = serde_json::from_value(value)?;
-            anyhow::bail!(refused.error.unwrap_or_else(|| "watch refused".into()));
-        }
-        let event: WatchEvent = serde_json::from_value(value)?;
         let line = if args.json {
             json_line(&event).to_string()
         } else {
@@ -193,12 +252,12 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
 pub fn json_line(event: &WatchEvent) -> Value {
     match event {
         WatchEvent::Message(m) => {
-            let mut v = message_json(m);
+            let mut v = serde_json::to_value(MessageView::from(m)).unwrap_or_default();
             v["type"] = "message".into();
             v
         }
         WatchEvent::Action(Event::Queued { item }) => {
-            json!({"type": "action", "event": "queued", "item": item_json(item)})
+            json!({"type": "action", "event": "queued", "item": ItemView::from(item)})
         }
         other => serde_json::to_value(other).unwrap_or_default(),
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::net::UnixStream;
 
-use crate::config::Home;
+use crate::home::Home;
 
 /// How long a front end waits for a daemon it started to answer.
 pub const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -143,11 +143,21 @@ fn lost_the_race(home: &Path, ours: Option<u32>) -> bool {
     }
 }
 
-/// Whether process `pid` exists.
+/// Whether process `pid` exists and has not exited (a zombie waiting for its parent to reap it
+/// has exited).
 pub fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 checks for existence and delivers nothing.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    // `/proc/PID/stat`: `PID (COMM) STATE ...`; the command may hold spaces and parentheses.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, after) = stat.rsplit_once(')')?;
+            after.split_whitespace().next().map(|state| state == "Z")
+        })
+        .unwrap_or(false);
+    exists && !zombie
 }
 
 /// The last `n` lines of the home's daemon log.

@@ -1,10 +1,12 @@
 //! The daemon: one per home, the only writer of its files. It wires the parts together and
 //! runs them until shutdown.
 //!
-//! One [`App`] is shared by every front end: MCP front ends attached over the control
-//! socket, MCP over streamable HTTP, HTTP ingest, and the operator CLI. Every task is spawned
-//! on the app's `TaskTracker` and watches its `CancellationToken`; shutdown cancels, waits
-//! (with a deadline), then flushes the journals.
+//! It starts the [`Core`] and wires the parts around it, each with what it needs and nothing
+//! else: the operations ([`Local`]) with what the parts report; the control socket for front
+//! ends and the CLI; HTTP ingest and the upstream servers as sources ([`SourceContext`]); MCP
+//! over streamable HTTP and the exec runner as delivery; the file watcher. Every task is
+//! spawned on one `TaskTracker` and watches one `CancellationToken`; shutdown cancels, waits
+//! (with a deadline, naming what is left), then flushes the journals.
 //!
 //! - [`launch`]: starting the daemon in the background (what `serve` and `start` do).
 //! - [`log`]: its log file in the home, rotated by size.
@@ -23,13 +25,34 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use anyhow::Context;
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::app::{App, ListenerState};
-use crate::config::{Home, HomeLock, write_atomic};
-use crate::control::DaemonListeners;
+use crate::app::{Core, CoreSettings};
+use crate::config::{Config, ConfigReload, Home, HomeLock, LiveHttp, write_atomic};
+use crate::control::local::DaemonInfo;
+use crate::control::{DaemonListeners, FrontendSettings, Local, Parts};
+use crate::sources::SourceContext;
+
+/// One HTTP listener of the daemon, for `status` and `inbox_stats`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerState {
+    /// `ingest` or `mcp`.
+    pub what: String,
+    /// The address asked for.
+    pub address: String,
+    /// The address bound, when listening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
+    /// Why it is not listening (the port is taken, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
 
 /// How long shutdown waits for tasks before it gives up on them.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
@@ -109,39 +132,92 @@ pub async fn run(
         None => None,
     };
     let token = CancellationToken::new();
-    let upstreams = crate::sources::upstream::config::parse("", &config.upstreams)
+    let tasks = TaskTracker::new();
+    let upstream_configs = crate::sources::upstream::config::parse("", &config.upstreams)
         .map_err(|e| anyhow::anyhow!("{}", e[0]))?;
-    let app = App::start(home.clone(), config, token.clone()).await?;
-    crate::sources::upstream::start(&app, upstreams);
+    let core = Core::start(
+        home.clone(),
+        core_settings(&config),
+        token.clone(),
+        tasks.clone(),
+    )
+    .await?;
 
-    let control_path = home.control_socket();
-    let control = crate::control::bind(&control_path)
-        .with_context(|| format!("cannot bind {}", control_path.display()))?;
+    // The parts beside the core, and what each reports.
+    let listener_states: Arc<Mutex<Vec<ListenerState>>> = Arc::default();
+    let config_reload: Arc<Mutex<Option<ConfigReload>>> = Arc::default();
+    let exec = Arc::new(crate::delivery::exec::Exec::new(config.exec.clone()));
+    let upstreams = crate::sources::upstream::Upstreams::default();
     let asked = DaemonListeners {
         ingest: ingest_addr.clone(),
         mcp_http: opts.mcp_http.clone(),
     };
-    app.tasks.spawn(crate::control::serve(
-        app.clone(),
+    let parts = Parts::new(FrontendSettings {
+        max_wait_s: config.mcp.max_wait_s,
+        claude_channel: config.mcp.claude_channel,
+    })
+    .daemon(DaemonInfo {
+        started: chrono::Utc::now(),
+        log: log::current().map(|p| p.display().to_string()),
+        listeners: asked.clone(),
+    })
+    .tools(Arc::new(upstreams.clone()))
+    .status("exec", {
+        let exec = exec.clone();
+        move |core| serde_json::to_value(exec.stats(&core.delivery)).unwrap_or_default()
+    })
+    .status("upstreams", {
+        let ups = upstreams.clone();
+        move |_| serde_json::to_value(ups.states()).unwrap_or_default()
+    })
+    .status("listeners", {
+        let states = listener_states.clone();
+        move |_| serde_json::to_value(&*states.lock().unwrap()).unwrap_or_default()
+    })
+    .status("config_reload", {
+        let report = config_reload.clone();
+        move |_| serde_json::to_value(&*report.lock().unwrap()).unwrap_or_default()
+    })
+    .metrics({
+        let ups = upstreams.clone();
+        move |_| ups.metrics()
+    });
+    let local = Local::new(core.clone(), parts);
+    exec.spawn(local.clone(), tasks.clone());
+    let sources = SourceContext::new(local.clone(), tasks.clone());
+    crate::sources::upstream::start(&sources, &upstreams, upstream_configs);
+
+    let control_path = home.control_socket();
+    let control = crate::control::bind(&control_path)
+        .with_context(|| format!("cannot bind {}", control_path.display()))?;
+    tasks.spawn(crate::control::server::serve(
+        local.clone(),
         control_path,
         control,
         lock.clone(),
         asked,
+        tasks.clone(),
     ));
 
+    let live_http = Arc::new(LiveHttp::new(config.http.clone()));
+    let access = |loopback: bool| crate::delivery::mcp::http::Access {
+        bearer: config.http.bearer(),
+        origins: config.mcp.allowed_origins.clone(),
+        loopback,
+    };
     let mut endpoint = serde_json::json!({ "pid": std::process::id() });
     let shared = ingest.is_some() && ingest_addr.is_some() && ingest_addr == opts.mcp_http;
     if let Some(listener) = ingest {
-        let mut router = crate::sources::http::router(app.clone());
+        let mut router = crate::sources::http::router(sources.clone(), live_http.clone());
         if shared {
             let loopback = listener.local_addr()?.ip().is_loopback();
             router = router.merge(crate::delivery::mcp::http::router(
-                app.clone(),
-                token.clone(),
-                loopback,
+                local.clone(),
+                access(loopback),
+                tasks.clone(),
             ));
         }
-        let bound = serve_http(&app, listener, router, "ingest")?;
+        let bound = serve_http(&token, &tasks, listener, router, "ingest")?;
         listeners.push(ListenerState {
             what: "ingest".into(),
             address: ingest_addr.clone().unwrap_or_default(),
@@ -156,14 +232,15 @@ pub async fn run(
     if let (Some(addr), false) = (&opts.mcp_http, shared) {
         match bind(addr, "mcp").await {
             Ok(listener) => {
-                let local = listener.local_addr()?;
-                crate::sources::http::check(&app.config.http, local).map_err(anyhow::Error::msg)?;
+                let local_addr = listener.local_addr()?;
+                crate::sources::http::check(&config.http, local_addr)
+                    .map_err(anyhow::Error::msg)?;
                 let router = crate::delivery::mcp::http::router(
-                    app.clone(),
-                    token.clone(),
-                    local.ip().is_loopback(),
+                    local.clone(),
+                    access(local_addr.ip().is_loopback()),
+                    tasks.clone(),
                 );
-                let bound = serve_http(&app, listener, router, "mcp")?;
+                let bound = serve_http(&token, &tasks, listener, router, "mcp")?;
                 listeners.push(ListenerState {
                     what: "mcp".into(),
                     address: addr.clone(),
@@ -183,9 +260,16 @@ pub async fn run(
             }
         }
     }
-    *app.listeners.lock().unwrap() = listeners;
-    spawn_reload_on_sighup(&app)?;
-    if let Err(err) = crate::watch::spawn(&app) {
+    *listener_states.lock().unwrap() = listeners;
+    spawn_reload_on_sighup(&local, &tasks)?;
+    let watched = crate::watch::Watched {
+        api: local.clone(),
+        home: home.clone(),
+        http: live_http,
+        config_reload,
+        tasks: tasks.clone(),
+    };
+    if let Err(err) = crate::watch::spawn(watched) {
         tracing::warn!(cause = %err, "cannot watch the home for rule changes; use `switchboard rules reload` or SIGHUP");
     }
     write_atomic(&home.endpoint(), endpoint.to_string().as_bytes())?;
@@ -193,7 +277,7 @@ pub async fn run(
 
     tokio::select! {
         _ = shutdown => {}
-        _ = app.shutdown.cancelled() => {}
+        _ = token.cancelled() => {}
         _ = lock_lost(&lock) => {
             tracing::error!(
                 lock = %lock.path().display(),
@@ -202,9 +286,18 @@ pub async fn run(
             );
         }
     }
-    stop(&app, &home).await;
+    stop(&core, &token, &tasks, &home).await;
     drop(lock);
     Ok(())
+}
+
+/// The core's settings, as `switchboard.json` gives them.
+pub fn core_settings(config: &Config) -> CoreSettings {
+    CoreSettings {
+        inbox: config.inbox.clone(),
+        queue_capacity: config.actions.queue_capacity,
+        max_wait: config.mcp.max_wait(),
+    }
 }
 
 /// Completes when the lock file is no longer the one `lock` holds.
@@ -244,33 +337,34 @@ async fn bind(addr: &str, what: &'static str) -> anyhow::Result<TcpListener> {
 /// Serves `router` on `listener` with the connection cap and the read timeouts of
 /// [`crate::listener`].
 fn serve_http(
-    app: &Arc<App>,
+    token: &CancellationToken,
+    tasks: &TaskTracker,
     listener: TcpListener,
     router: axum::Router,
     what: &'static str,
 ) -> anyhow::Result<SocketAddr> {
     let bound = listener.local_addr()?;
-    app.tasks.spawn(crate::listener::serve(
+    tasks.spawn(crate::listener::serve(
         listener,
         router,
-        app.shutdown.clone(),
-        app.tasks.clone(),
+        token.clone(),
+        tasks.clone(),
         what,
     ));
     tracing::info!(%bound, what, "listening");
     Ok(bound)
 }
 
-fn spawn_reload_on_sighup(app: &Arc<App>) -> anyhow::Result<()> {
+fn spawn_reload_on_sighup(local: &Local, tasks: &TaskTracker) -> anyhow::Result<()> {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let app2 = app.clone();
-    app.tasks.spawn(async move {
+    let local = local.clone();
+    tasks.spawn(async move {
         loop {
             tokio::select! {
-                _ = app2.shutdown.cancelled() => break,
+                _ = local.shutdown().cancelled() => break,
                 got = hup.recv() => {
                     if got.is_none() { break; }
-                    app2.reload_rules().await;
+                    let _ = local.call(crate::control::ops::Reload {}).await;
                 }
             }
         }
@@ -278,22 +372,20 @@ fn spawn_reload_on_sighup(app: &Arc<App>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn stop(app: &Arc<App>, home: &Home) {
+async fn stop(core: &Core, token: &CancellationToken, tasks: &TaskTracker, home: &Home) {
     tracing::info!("shutting down");
-    app.shutdown.cancel();
-    app.tasks.close();
-    if tokio::time::timeout(SHUTDOWN_DEADLINE, app.tasks.wait())
+    token.cancel();
+    tasks.close();
+    if tokio::time::timeout(SHUTDOWN_DEADLINE, tasks.wait())
         .await
         .is_err()
     {
         tracing::warn!(
-            tasks = app.tasks.len(),
+            tasks = tasks.len(),
             "tasks still running after {SHUTDOWN_DEADLINE:?}; stopping anyway"
         );
     }
-    app.lifecycle.flush().await;
-    app.inbox.close().await;
-    app.state.flush();
+    core.close().await;
     // Only our own: a daemon that started after us (our lock was lost) owns what is there now.
     let endpoint_pid = std::fs::read_to_string(home.endpoint())
         .ok()

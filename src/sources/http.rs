@@ -39,12 +39,10 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{PayloadError, alertmanager, github};
-use crate::app::App;
+use super::{PayloadError, SourceContext, alertmanager, github};
 use crate::auth::Bearer;
-use crate::backend::{Backend, BackendError, LocalBackend};
-use crate::config::HttpSettings;
-use crate::inbox::{Appended, InboxError};
+use crate::control::StoreError;
+use crate::inbox::Appended;
 use crate::message::NewMessage;
 use crate::rules::duration;
 
@@ -58,10 +56,92 @@ const NOT_DURABLE_RETRY_S: u64 = 2;
 /// `Retry-After` while shutting down.
 const SHUTDOWN_RETRY_S: u64 = 5;
 
-/// The ingest router (`/v1/...`, `/healthz`, `/metrics`).
-pub fn router(app: Arc<App>) -> Router {
-    let ingest = Arc::new(Ingest::new(app));
-    let body_limit = ingest.app.config.http.body_limit;
+/// HTTP ingest settings (`http` in `switchboard.json`).
+#[derive(Clone, Debug, serde::Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpSettings {
+    /// Listen address; `--listen` overrides it.
+    pub listen: String,
+    /// The bearer token; default: the `token` file, generated at first start.
+    pub token: Option<String>,
+    /// Accept requests without a token (only honoured on a loopback address).
+    pub disable_auth: bool,
+    /// Shared secret for GitHub's `X-Hub-Signature-256`.
+    pub github_secret: Option<String>,
+    /// Largest accepted request body in bytes (also `/mcp`'s).
+    pub body_limit: usize,
+    /// Per-source rate limit, e.g. `"100/1s"`; `"0"` = none.
+    pub rate_limit: String,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            listen: "127.0.0.1:8787".to_string(),
+            token: None,
+            disable_auth: false,
+            github_secret: None,
+            body_limit: 1024 * 1024,
+            rate_limit: "200/1s".to_string(),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// The bearer check these settings ask for.
+    pub fn bearer(&self) -> Bearer {
+        Bearer::new(self.token.as_deref(), self.disable_auth)
+    }
+}
+
+/// The HTTP ingest settings a `switchboard.json` change applies while ingest runs
+/// (`http.rateLimit`, `http.githubSecret`), with a generation so ingest notices a change with
+/// one atomic read.
+#[derive(Debug, Default)]
+pub struct LiveHttp {
+    settings: std::sync::RwLock<HttpSettings>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl LiveHttp {
+    /// Starts from the settings the process started with.
+    pub fn new(settings: HttpSettings) -> LiveHttp {
+        LiveHttp {
+            settings: std::sync::RwLock::new(settings),
+            generation: Default::default(),
+        }
+    }
+
+    /// The current generation (bumped by every change).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The generation and the settings.
+    pub fn get(&self) -> (u64, HttpSettings) {
+        let s = self.settings.read().unwrap();
+        (self.generation(), s.clone())
+    }
+
+    /// Replaces the settings when `change` alters them; returns whether it did.
+    pub fn update(&self, change: impl FnOnce(&mut HttpSettings)) -> bool {
+        let mut s = self.settings.write().unwrap();
+        let before = serde_json::to_value(&*s).unwrap_or_default();
+        change(&mut s);
+        let changed = serde_json::to_value(&*s).unwrap_or_default() != before;
+        if changed {
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        changed
+    }
+}
+
+/// The ingest router (`/v1/...`, `/healthz`, `/metrics`): appends through `cx`, with the
+/// settings of `live` (the token and body limit as they were at start).
+pub fn router(cx: SourceContext, live: Arc<LiveHttp>) -> Router {
+    let ingest = Arc::new(Ingest::new(cx, live));
+    let body_limit = ingest.body_limit;
     let bearer = Router::new()
         .route("/v1/messages", post(post_messages))
         .route("/v1/alertmanager", post(post_alertmanager))
@@ -139,14 +219,18 @@ fn unavailable() -> ApiError {
 
 /// The router's state.
 struct Ingest {
-    app: Arc<App>,
-    /// Where the messages go: the daemon's backend, as for every other front end.
-    backend: Arc<dyn Backend>,
+    /// Where the messages go: the daemon's operations, as for every other source.
+    cx: SourceContext,
     auth: Bearer,
-    /// The settings a `switchboard.json` change applies live (`App::http_settings`).
+    body_limit: usize,
+    /// The settings a `switchboard.json` change applies live.
+    settings: Arc<LiveHttp>,
+    /// What the live settings were built into.
     live: std::sync::RwLock<LiveIngest>,
-    /// The generation of `App::http_settings` that `live` was built from.
+    /// The generation of `settings` that `live` was built from.
     built: std::sync::atomic::AtomicU64,
+    /// Refusals by code and status, for `/metrics`.
+    rejected: std::sync::Mutex<BTreeMap<(&'static str, u16), u64>>,
 }
 
 /// The rate limit and GitHub secret, rebuilt when a config reload changes them.
@@ -157,7 +241,7 @@ struct LiveIngest {
 }
 
 impl LiveIngest {
-    fn new(http: &crate::config::HttpSettings) -> LiveIngest {
+    fn new(http: &HttpSettings) -> LiveIngest {
         let limiter = match parse_rate_limit(&http.rate_limit) {
             Ok(quota) => quota.map(RateLimiter::keyed),
             Err(e) => {
@@ -182,25 +266,44 @@ impl LiveIngest {
 }
 
 impl Ingest {
-    fn new(app: Arc<App>) -> Ingest {
-        let auth = Bearer::from_settings(&app.config.http);
-        let (generation, http) = app.http_settings.get();
+    fn new(cx: SourceContext, settings: Arc<LiveHttp>) -> Ingest {
+        let (generation, http) = settings.get();
         Ingest {
-            backend: Arc::new(LocalBackend::new(app.clone())),
-            app,
-            auth,
+            cx,
+            auth: http.bearer(),
+            body_limit: http.body_limit,
             live: std::sync::RwLock::new(LiveIngest::new(&http)),
             built: std::sync::atomic::AtomicU64::new(generation),
+            settings,
+            rejected: Default::default(),
         }
+    }
+
+    /// `/metrics`: the daemon's families, then this listener's refusals.
+    async fn metrics(&self) -> String {
+        use std::fmt::Write;
+        let mut out = self.cx.metrics().await;
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_http_rejections_total HTTP ingest requests refused, by error code and status.\n\
+             # TYPE switchboard_http_rejections_total counter"
+        );
+        for ((code, status), n) in self.rejected.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "switchboard_http_rejections_total{{code=\"{code}\",status=\"{status}\"}} {n}"
+            );
+        }
+        out
     }
 
     /// The live settings; rebuilt first when a config reload changed them (one atomic read
     /// otherwise). A rebuilt rate limiter starts with full quotas.
     fn live(&self) -> std::sync::RwLockReadGuard<'_, LiveIngest> {
         use std::sync::atomic::Ordering;
-        if self.app.http_settings.generation() != self.built.load(Ordering::Acquire) {
+        if self.settings.generation() != self.built.load(Ordering::Acquire) {
             let mut live = self.live.write().unwrap();
-            let (generation, http) = self.app.http_settings.get();
+            let (generation, http) = self.settings.get();
             if generation != self.built.load(Ordering::Acquire) {
                 *live = LiveIngest::new(&http);
                 self.built.store(generation, Ordering::Release);
@@ -239,9 +342,9 @@ impl Ingest {
 
     /// Appends `batch` and answers 202 once it is durable.
     async fn store(&self, source: Source, batch: Vec<NewMessage>) -> Result<Response, ApiError> {
-        let stored = match self.backend.append(batch, source.as_str().into()).await {
+        let stored = match self.cx.append(batch, source.as_str()).await {
             Ok(accepted) => Ok(accepted),
-            Err(BackendError::Store(e)) => Err(e),
+            Err(crate::control::ApiError::Store(e)) => Err(e),
             Err(other) => {
                 tracing::error!(source = source.as_str(), cause = %other, "ingest append failed");
                 return Err(unavailable());
@@ -253,7 +356,7 @@ impl Ingest {
                 axum::Json(json!({ "accepted": accepted })),
             )
                 .into_response()),
-            Err(InboxError::NotDurable { appended, cause }) => {
+            Err(StoreError::NotDurable { appended, cause }) => {
                 tracing::warn!(
                     source = source.as_str(),
                     %cause,
@@ -269,12 +372,13 @@ impl Ingest {
                 .retry_after(NOT_DURABLE_RETRY_S)
                 .accepted(appended))
             }
-            Err(InboxError::TooLarge {
+            Err(StoreError::TooLarge {
                 index,
                 batch,
-                error,
+                detail: error,
+                count,
             }) => {
-                let (status, code) = if error.is_count() {
+                let (status, code) = if count {
                     (StatusCode::UNPROCESSABLE_ENTITY, "too_many_metadata_keys")
                 } else {
                     (StatusCode::PAYLOAD_TOO_LARGE, "message_too_large")
@@ -290,7 +394,7 @@ impl Ingest {
                     format!("{at}{error}; nothing was stored"),
                 ))
             }
-            Err(InboxError::Unavailable { cause }) => {
+            Err(StoreError::Unavailable { cause }) => {
                 tracing::warn!(
                     source = source.as_str(),
                     %cause,
@@ -305,16 +409,12 @@ impl Ingest {
                 )
                 .retry_after(NOT_DURABLE_RETRY_S))
             }
-            Err(InboxError::Closed) => Err(ApiError::new(
+            Err(StoreError::Closed) => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "shutting_down",
                 "switchboard is shutting down; retry later".into(),
             )
             .retry_after(SHUTDOWN_RETRY_S)),
-            Err(err) => {
-                tracing::error!(source = source.as_str(), cause = %err, "ingest append failed");
-                Err(unavailable())
-            }
         }
     }
 
@@ -352,7 +452,7 @@ impl Ingest {
             "body_too_large",
             format!(
                 "request body is larger than the limit of {} bytes (`http.bodyLimit`)",
-                self.app.config.http.body_limit
+                self.body_limit
             ),
         )
     }
@@ -469,79 +569,12 @@ async fn post_github(
 
 /// `GET /metrics`: the counters, and gauges read now.
 async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
-    let app = &ingest.app;
-    let inbox = app.inbox.stats();
-    let delivery = app.lifecycle.stats();
-    let counters = [
-        (
-            "switchboard_journal_write_errors_total",
-            "Failed inbox journal writes since start.",
-            inbox.journal_errors as f64,
-        ),
-        (
-            "switchboard_duplicates_total",
-            "Messages acknowledged as a repeat of a recent source id and not stored again.",
-            inbox.duplicates as f64,
-        ),
-    ];
-    let gauges = [
-        (
-            "switchboard_ring_depth",
-            "Messages held in the in-memory ring.",
-            inbox.ring_depth as f64,
-        ),
-        (
-            "switchboard_last_seq",
-            "Highest committed message seq.",
-            inbox.last_seq as f64,
-        ),
-        (
-            "switchboard_journal_failing",
-            "1 while inbox journal writes fail, else 0.",
-            f64::from(u8::from(inbox.journal_status.starts_with("failing"))),
-        ),
-        (
-            "switchboard_queue_nudges",
-            "Nudges no consumer has seen yet.",
-            delivery.nudges_undelivered as f64,
-        ),
-        (
-            "switchboard_queue_pending_confirms",
-            "Confirms waiting for an answer.",
-            delivery.pending_confirms as f64,
-        ),
-        (
-            "switchboard_queue_work",
-            "Auto prompts and approved confirms waiting for the agent.",
-            delivery.queued_work as f64,
-        ),
-        (
-            "switchboard_queue_claimed_work",
-            "Work claimed by a wait whose result is not yet sent.",
-            delivery.claimed_work as f64,
-        ),
-        (
-            "switchboard_sessions",
-            "MCP sessions connected now.",
-            delivery.sessions as f64,
-        ),
-        (
-            "switchboard_exec_running",
-            "Exec runs in flight.",
-            delivery.exec_running as f64,
-        ),
-        (
-            "switchboard_exec_queued",
-            "Exec work waiting for a slot.",
-            delivery.exec_queued as f64,
-        ),
-    ];
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        app.metrics.render(&delivery.counters, &counters, &gauges) + &app.upstreams.metrics(),
+        ingest.metrics().await,
     )
         .into_response()
 }
@@ -593,7 +626,12 @@ async fn finish(State(ingest): State<Arc<Ingest>>, request: Request, next: Next)
             (err.code, err.into_response())
         }
     };
-    ingest.app.metrics.http_rejected(code, status.as_u16());
+    *ingest
+        .rejected
+        .lock()
+        .unwrap()
+        .entry((code, status.as_u16()))
+        .or_default() += 1;
     response
 }
 

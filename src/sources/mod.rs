@@ -12,6 +12,74 @@ pub mod github;
 pub mod http;
 pub mod upstream;
 
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::control::ops::{Append, RenderMetrics};
+use crate::control::{ApiError, Local};
+use crate::inbox::Appended;
+use crate::message::NewMessage;
+
+/// What a source is given: where to append, the shutdown token, the task tracker — and
+/// nothing else of the daemon.
+#[derive(Clone)]
+pub struct SourceContext {
+    api: Local,
+    tasks: TaskTracker,
+}
+
+impl SourceContext {
+    /// A context whose appends go to `api`; the source's tasks run on `tasks`.
+    pub fn new(api: Local, tasks: TaskTracker) -> SourceContext {
+        SourceContext { api, tasks }
+    }
+
+    /// Appends messages, in order, all or nothing; returns once they are durable (under the
+    /// fsync policy), counted for `/metrics` as from `source`.
+    pub async fn append(
+        &self,
+        messages: Vec<NewMessage>,
+        source: &str,
+    ) -> Result<Vec<Appended>, ApiError> {
+        self.api
+            .call(Append {
+                messages,
+                source: source.to_string(),
+            })
+            .await
+    }
+
+    /// Appends what fits of `messages`, in order: a message over the inbox's limits is
+    /// refused alone (and said so), the rest are stored.
+    pub async fn append_each(
+        &self,
+        messages: Vec<NewMessage>,
+        source: &str,
+    ) -> Result<crate::control::ops::EachAppended, ApiError> {
+        self.api
+            .call(crate::control::ops::AppendEach {
+                messages,
+                source: source.to_string(),
+            })
+            .await
+    }
+
+    /// `/metrics` as Prometheus text (HTTP ingest serves it).
+    pub async fn metrics(&self) -> String {
+        self.api.call(RenderMetrics {}).await.unwrap_or_default()
+    }
+
+    /// Fires when the daemon shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        self.api.shutdown()
+    }
+
+    /// Where the source's tasks run.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+}
+
 /// Why a well-formed JSON payload could not be turned into messages (HTTP 422).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

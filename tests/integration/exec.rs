@@ -93,7 +93,7 @@ fn action_of(home: &Path, seq: u64) -> u64 {
 }
 
 fn stats(home: &Path) -> Value {
-    let r = control(home, json!({"cmd": "stats"}));
+    let r = control(home, json!({"op": "stats"}));
     assert_eq!(r["ok"], true, "{r}");
     r["result"].clone()
 }

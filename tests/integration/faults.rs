@@ -127,7 +127,7 @@ fn an_unwritable_journal_is_503_until_it_recovers_and_a_retry_then_lands_once() 
     }
     let (status, _) = post(&sb, &message("no id", None));
     assert_eq!(status, 503, "an id-less message is durable-or-503 too");
-    let stats = control(&home, json!({"cmd": "stats"}));
+    let stats = control(&home, json!({"op": "stats"}));
     assert!(
         stats["result"]["inbox"]["journal_status"]
             .as_str()
@@ -234,7 +234,7 @@ fn messages_that_outgrow_the_ring_during_an_outage_do_not_spin_a_core() {
     let home = sb.home.path().to_path_buf();
     // The dispatcher evaluates all 300 (the built-in rule nudges each once)...
     eventually(Duration::from_secs(10), "all 300 evaluated", || {
-        let stats = control(&home, json!({"cmd": "stats"}));
+        let stats = control(&home, json!({"op": "stats"}));
         (stats["result"]["evaluated"] == 300).then_some(())
     });
     // ...and then idles: a second of wall time costs next to no CPU.

@@ -144,7 +144,7 @@ fn a_kept_reload_says_when_the_live_rules_were_really_loaded() {
     sb.spawn();
     save_rules(&sb, RULES_B);
     let at = eventually(Duration::from_secs(10), "the save is reloaded", || {
-        let stats = control(sb.home.path(), json!({"cmd": "stats"}));
+        let stats = control(sb.home.path(), json!({"op": "stats"}));
         let last = &stats["result"]["last_reload"];
         (last["ok"] == true && last["message"].as_str()?.contains("1 rules loaded"))
             .then(|| last["at"].as_str().unwrap().to_string())
@@ -294,7 +294,7 @@ fn cli_duplicates_are_acknowledged_but_not_counted_as_ingested() {
     for want_duplicate in [false, true, true] {
         let r = control(
             sb.home.path(),
-            json!({"cmd": "send", "messages": [message.clone()]}),
+            json!({"op": "append", "messages": [message.clone()], "source": "cli"}),
         );
         assert_eq!(r["ok"], true, "{r}");
         assert_eq!(r["result"][0]["duplicate"], want_duplicate, "{r}");
@@ -326,7 +326,7 @@ fn a_huge_template_is_capped_and_content_is_never_expanded_twice() {
         "metadata": {"token": "SECRET", "host": "db1"}});
     let r = control(
         sb.home.path(),
-        json!({"cmd": "send", "messages": [injected]}),
+        json!({"op": "append", "messages": [injected], "source": "cli"}),
     );
     assert_eq!(r["ok"], true, "{r}");
 
@@ -594,8 +594,9 @@ fn the_control_socket_drops_silent_clients_and_says_when_it_is_full() {
     let sock = sb.home.path().join("control.sock");
     let watch = Watch::start(sb.home.path());
 
-    // 63 more silent clients fill the socket (64 with the watch): the CLI is told why.
-    let silent: Vec<std::os::unix::net::UnixStream> = (0..63)
+    // 64 silent clients fill the room for connections that have not said hello: the CLI is told
+    // why.
+    let silent: Vec<std::os::unix::net::UnixStream> = (0..64)
         .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
         .collect();
     let out = sb.cli(&["stats"]);
@@ -612,7 +613,7 @@ fn the_control_socket_drops_silent_clients_and_says_when_it_is_full() {
         let mut line = String::new();
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
         BufReader::new(s).read_line(&mut line).unwrap();
-        assert!(line.contains("no request line within 5s"), "{line:?}");
+        assert!(line.contains("no hello within 5s"), "{line:?}");
     }
     assert!(started.elapsed() < Duration::from_secs(12));
     let out = sb.cli(&["stats"]);

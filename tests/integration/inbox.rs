@@ -1,8 +1,6 @@
 //! The inbox through the real binary: durability across `kill -9` and restart.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,15 +8,12 @@ use super::util::*;
 
 /// Sends one message over the control socket; `Some(seq)` once it is acknowledged.
 fn send_raw(home: &std::path::Path, content: &str) -> Option<u64> {
-    let mut stream = UnixStream::connect(home.join("control.sock")).ok()?;
-    let request = serde_json::json!({
-        "cmd": "send",
+    let call = serde_json::json!({
+        "op": "append",
+        "source": "cli",
         "messages": [{"server": "crash", "channel": "test", "content": content}],
     });
-    writeln!(stream, "{request}").ok()?;
-    let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).ok()?;
-    let response: serde_json::Value = serde_json::from_str(&line).ok()?;
+    let response = try_control(home, &call)?;
     response["result"][0]["seq"].as_u64()
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::util::*;
 
 fn rule_names(sb: &Switchboard) -> Vec<String> {
-    let r = control(sb.home.path(), json!({"cmd": "rules"}));
+    let r = control(sb.home.path(), json!({"op": "rules"}));
     r["result"]
         .as_array()
         .unwrap()
@@ -18,7 +18,7 @@ fn rule_names(sb: &Switchboard) -> Vec<String> {
 }
 
 fn stats(sb: &Switchboard) -> Value {
-    control(sb.home.path(), json!({"cmd": "stats"}))["result"].clone()
+    control(sb.home.path(), json!({"op": "stats"}))["result"].clone()
 }
 
 /// The rules that fired for `seq`, from `actions.jsonl`.

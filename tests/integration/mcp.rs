@@ -259,7 +259,7 @@ async fn tools_are_listed_with_schemas(http: bool) {
         "number"
     );
     let confirm = tools.iter().find(|t| t.name == "channel_confirm").unwrap();
-    assert_eq!(confirm.input_schema["required"], json!(["id"]));
+    assert_eq!(confirm.input_schema["required"], json!(["id", "decision"]));
     let list = tools.iter().find(|t| t.name == "channel_list").unwrap();
     assert_eq!(
         list.annotations.as_ref().unwrap().read_only_hint,
@@ -315,7 +315,7 @@ async fn wait_times_out_empty_and_wakes_on_commit(http: bool) -> Vec<Duration> {
         let home = h.sb.home.path().to_path_buf();
         let stats = home.clone();
         eventually_async(Duration::from_secs(5), "the wait is in flight", || {
-            let s = control(&stats, json!({"cmd": "stats"}));
+            let s = control(&stats, json!({"op": "stats"}));
             (s["result"]["wait_calls_in_flight"] == 1).then_some(())
         })
         .await;
@@ -366,7 +366,7 @@ async fn a_pending_wait_does_not_block_other_requests() {
     let pending = tokio::spawn(async move { wait(&c, 3.0).await });
     let home = h.sb.home.path().to_path_buf();
     eventually_async(Duration::from_secs(5), "the wait is in flight", || {
-        let s = control(&home, json!({"cmd": "stats"}));
+        let s = control(&home, json!({"op": "stats"}));
         (s["result"]["wait_calls_in_flight"] == 1).then_some(())
     })
     .await;
@@ -467,6 +467,22 @@ async fn confirm_answers(http: bool) {
         items[1]["action_id"].as_u64().unwrap(),
     );
 
+    // Leaving the decision out answers nothing: an error that says so (issue 27, defect 1).
+    let (missing, err) = call(&client, "channel_confirm", json!({"id": first})).await;
+    assert!(err, "{missing}");
+    assert!(
+        missing["error"]
+            .as_str()
+            .unwrap()
+            .contains("`decision` is required"),
+        "{missing}"
+    );
+    let pending = control(h.sb.home.path(), json!({"op": "pending"}));
+    assert_eq!(
+        pending["result"].as_array().map(Vec::len),
+        Some(2),
+        "still open: {pending}"
+    );
     let (yes, err) = call(
         &client,
         "channel_confirm",
@@ -486,7 +502,12 @@ async fn confirm_answers(http: bool) {
     .await;
     assert!(!err);
     assert_eq!(no["approved"], false);
-    let (again, err) = call(&client, "channel_confirm", json!({"id": first})).await;
+    let (again, err) = call(
+        &client,
+        "channel_confirm",
+        json!({"id": first, "decision": "no"}),
+    )
+    .await;
     assert!(err);
     assert!(
         again["error"]
@@ -495,7 +516,12 @@ async fn confirm_answers(http: bool) {
             .contains("already answered"),
         "{again}"
     );
-    let (unknown, err) = call(&client, "channel_confirm", json!({"id": 999})).await;
+    let (unknown, err) = call(
+        &client,
+        "channel_confirm",
+        json!({"id": 999, "decision": "yes"}),
+    )
+    .await;
     assert!(err);
     assert!(
         unknown["error"]
@@ -534,7 +560,7 @@ async fn an_expired_confirm_is_refused() {
         Duration::from_secs(5),
         "the confirm expired by the timer",
         || {
-            let s = control(&home, json!({"cmd": "stats"}));
+            let s = control(&home, json!({"op": "stats"}));
             s["result"]["pending_confirms"]
                 .as_array()
                 .is_some_and(|p| p.is_empty())

@@ -354,7 +354,12 @@ fn two_shells_answering_one_confirm_at_once_one_wins_the_other_is_told() {
             no.wait_with_output().unwrap(),
         ];
         let won: Vec<_> = outs.iter().filter(|o| o.status.success()).collect();
-        assert_eq!(won.len(), 1, "round {round}: exactly one answer wins");
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: exactly one answer wins: {:?}",
+            outs.iter().map(stderr).collect::<Vec<_>>()
+        );
         let lost = outs.iter().find(|o| !o.status.success()).unwrap();
         assert_eq!(lost.status.code(), Some(2));
         assert!(

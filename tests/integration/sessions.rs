@@ -103,7 +103,7 @@ impl RawSession {
 }
 
 fn in_flight(sb: &Switchboard) -> u64 {
-    control(sb.home.path(), json!({"cmd": "stats"}))["result"]["wait_calls_in_flight"]
+    control(sb.home.path(), json!({"op": "stats"}))["result"]["wait_calls_in_flight"]
         .as_u64()
         .unwrap()
 }
@@ -332,7 +332,7 @@ fn stdin_eof_with_a_wait_in_flight_exits_within_a_second_and_takes_nothing() {
     )
     .unwrap();
     eventually(Duration::from_secs(10), "the wait is in flight", || {
-        let s = control(home.path(), json!({"cmd": "stats"}));
+        let s = control(home.path(), json!({"op": "stats"}));
         (s["result"]["wait_calls_in_flight"] == 1).then_some(())
     });
     let start = Instant::now();

@@ -169,7 +169,7 @@ fn text(result: &CallToolResult) -> String {
 
 /// The state of upstream `name` from `switchboard stats` (control socket).
 fn state(sb: &Switchboard, name: &str) -> Value {
-    let r = control(sb.home.path(), json!({"cmd": "stats"}));
+    let r = control(sb.home.path(), json!({"op": "stats"}));
     assert_eq!(r["ok"], true, "{r}");
     r["result"]["upstreams"]
         .as_array()
@@ -471,7 +471,7 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
             })
         };
         eventually_async(Duration::from_secs(10), "wait in flight", || {
-            let r = control(sb.home.path(), json!({"cmd": "stats"}));
+            let r = control(sb.home.path(), json!({"op": "stats"}));
             (r["result"]["wait_calls_in_flight"].as_u64() >= Some(1)).then_some(())
         })
         .await;
@@ -790,7 +790,7 @@ async fn bench_upstream_latency_and_throughput() {
             tokio::spawn(async move { collect_latencies(&client, 1).await })
         };
         eventually_async(Duration::from_secs(10), "wait in flight", || {
-            let r = control(sb.home.path(), json!({"cmd": "stats"}));
+            let r = control(sb.home.path(), json!({"op": "stats"}));
             (r["result"]["wait_calls_in_flight"].as_u64() >= Some(1)).then_some(())
         })
         .await;

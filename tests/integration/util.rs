@@ -297,17 +297,46 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// One request over the control socket of `home`; the whole response object.
-pub fn control(home: &Path, request: serde_json::Value) -> serde_json::Value {
+/// The hello of an operator connection, as the control protocol's first line.
+pub fn hello_line() -> String {
+    serde_json::json!({"hello": {
+        "protocol": 2,
+        "version": "test",
+        "pid": std::process::id(),
+        "role": "operator",
+    }})
+    .to_string()
+}
+
+/// One call (`{"op": "stats"}`) over the control socket of `home`, after the hello: `{"ok":
+/// true, "result": REPLY}` or `{"ok": false, "error": ERROR}`; `None` when the daemon is not
+/// there or hangs up.
+pub fn try_control(home: &Path, call: &serde_json::Value) -> Option<serde_json::Value> {
     use std::io::{BufRead, BufReader, Write};
-    let mut stream = std::os::unix::net::UnixStream::connect(home.join("control.sock"))
-        .expect("connect to control.sock");
-    writeln!(stream, "{request}").expect("write request");
-    let mut line = String::new();
-    BufReader::new(stream)
-        .read_line(&mut line)
-        .expect("read response");
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad response {line:?}: {e}"))
+    let mut stream = std::os::unix::net::UnixStream::connect(home.join("control.sock")).ok()?;
+    writeln!(stream, "{}", hello_line()).ok()?;
+    writeln!(stream, "{}", serde_json::json!({"id": 1, "call": call})).ok()?;
+    let mut lines = BufReader::new(stream).lines();
+    let welcome: serde_json::Value = serde_json::from_str(&lines.next()?.ok()?).ok()?;
+    if welcome.get("welcome").is_none() {
+        return Some(serde_json::json!({"ok": false, "error": welcome}));
+    }
+    for line in lines {
+        let down: serde_json::Value = serde_json::from_str(&line.ok()?).ok()?;
+        let Some(reply) = down.get("reply") else {
+            continue;
+        };
+        return Some(match reply.get("error") {
+            Some(e) => serde_json::json!({"ok": false, "error": e}),
+            None => serde_json::json!({"ok": true, "result": reply["ok"]}),
+        });
+    }
+    None
+}
+
+/// [`try_control`], which must be answered.
+pub fn control(home: &Path, call: serde_json::Value) -> serde_json::Value {
+    try_control(home, &call).unwrap_or_else(|| panic!("no answer to {call}"))
 }
 
 /// Sends messages `(channel, content)` through the control socket; their seqs.
@@ -318,7 +347,7 @@ pub fn send_messages(home: &Path, messages: &[(&str, &str)]) -> Vec<u64> {
         .collect();
     let r = control(
         home,
-        serde_json::json!({"cmd": "send", "messages": messages}),
+        serde_json::json!({"op": "append", "messages": messages, "source": "cli"}),
     );
     assert_eq!(r["ok"], true, "send failed: {r}");
     r["result"]

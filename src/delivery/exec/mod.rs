@@ -29,8 +29,105 @@ use tokio_util::task::TaskTracker;
 
 use self::event::{ExecEvent, ExecFailure, ExecReport};
 use self::process::{Launch, Limits};
-use crate::actions::{ActionId, ActionState, Item, Lifecycle};
-use crate::config::{ExecKind, ExecSettings};
+use crate::actions::{ActionId, ActionState, Item};
+use crate::control::Local;
+use crate::control::ops::{ExecFinish, ExecNext};
+
+/// Which headless host runs exec delivery.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExecKind {
+    /// GitHub Copilot CLI (`copilot`).
+    #[default]
+    CopilotCli,
+    /// Claude Code (`claude`).
+    ClaudeCode,
+}
+
+impl ExecKind {
+    /// The name used in `switchboard.json`, records and stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecKind::CopilotCli => "copilot-cli",
+            ExecKind::ClaudeCode => "claude-code",
+        }
+    }
+
+    /// The command looked up on `PATH` when `exec.command` is not set.
+    pub fn default_command(self) -> &'static str {
+        match self {
+            ExecKind::CopilotCli => "copilot",
+            ExecKind::ClaudeCode => "claude",
+        }
+    }
+}
+
+/// Exec delivery settings (`exec`).
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExecSettings {
+    /// `copilot-cli` (default) or `claude-code`.
+    pub kind: ExecKind,
+    /// The host binary; default `copilot` / `claude` on `PATH`.
+    pub command: Option<String>,
+    /// The model to ask the host for; default: the host's own choice.
+    pub model: Option<String>,
+    /// Working directory of runs; default: the daemon's.
+    pub cwd: Option<PathBuf>,
+    /// Runs at once (default 2); more exec work waits in its queue.
+    pub max_concurrent: usize,
+    /// The longest one run may take (default `"10m"`); then it is stopped as `timeout`.
+    #[serde(with = "duration_text")]
+    pub turn_timeout: Duration,
+    /// The longest a run may print nothing (default `"2m"`); then it is stopped as `stalled`.
+    #[serde(with = "duration_text")]
+    pub stall_timeout: Duration,
+    /// Extra arguments for the host, after switchboard's own.
+    pub args: Vec<String>,
+    /// Extra environment for the host (e.g. a provider setting), over the daemon's own.
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for ExecSettings {
+    fn default() -> Self {
+        ExecSettings {
+            kind: ExecKind::CopilotCli,
+            command: None,
+            model: None,
+            cwd: None,
+            max_concurrent: 2,
+            turn_timeout: Duration::from_secs(600),
+            stall_timeout: Duration::from_secs(120),
+            args: Vec::new(),
+            env: Default::default(),
+        }
+    }
+}
+
+/// A duration written as text (`"10m"`, `"90s"`), with the rules' duration syntax; zero is
+/// refused.
+mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        match crate::rules::duration::parse(&text) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            Ok(_) => Err(serde::de::Error::custom(format!(
+                "invalid duration \"{text}\": must be longer than zero"
+            ))),
+            Err(reason) => Err(serde::de::Error::custom(format!(
+                "invalid duration \"{text}\": {reason}"
+            ))),
+        }
+    }
+}
 
 /// How long the `--version` canary may take.
 const CANARY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -111,14 +208,10 @@ impl Exec {
             .unwrap_or_else(|| self.settings.kind.default_command().to_string())
     }
 
-    /// Takes exec work from `lifecycle` whenever a slot is free and runs it on `tasks`, until
-    /// `shutdown`; runs in flight are then cancelled (recorded as `cancelled`).
-    pub fn spawn(
-        self: &Arc<Self>,
-        lifecycle: Lifecycle,
-        tasks: TaskTracker,
-        shutdown: CancellationToken,
-    ) {
+    /// Takes exec work through `api` whenever a slot is free and runs it on `tasks`, until the
+    /// daemon shuts down; runs in flight are then cancelled (recorded as `cancelled`).
+    pub fn spawn(self: &Arc<Self>, api: Local, tasks: TaskTracker) {
+        let shutdown = api.shutdown().clone();
         let exec = self.clone();
         let runs = tasks.clone();
         tasks.spawn(async move {
@@ -131,23 +224,29 @@ impl Exec {
                     },
                 };
                 let cancel = shutdown.child_token();
-                let registered = cancel.clone();
-                let Some(item) = lifecycle
-                    .next_exec(&shutdown, |item| {
-                        exec.runs.lock().unwrap().insert(item.action_id, registered);
-                    })
-                    .await
-                else {
+                let next = api.call_until(ExecNext {}, shutdown.clone()).await;
+                let Ok(Some(item)) = next else {
                     break;
                 };
+                exec.runs
+                    .lock()
+                    .unwrap()
+                    .insert(item.action_id, cancel.clone());
                 let exec = exec.clone();
-                let lifecycle = lifecycle.clone();
+                let api = api.clone();
                 let shutdown = shutdown.clone();
                 runs.spawn(async move {
                     let id = item.action_id;
                     let (state, reason, report) = exec.run_one(&item, &cancel, &shutdown).await;
                     exec.runs.lock().unwrap().remove(&id);
-                    lifecycle.finish_exec(id, state, reason, report);
+                    let _ = api
+                        .call(ExecFinish {
+                            id,
+                            state,
+                            reason,
+                            report,
+                        })
+                        .await;
                     drop(permit);
                 });
             }
@@ -455,8 +554,9 @@ fn logged_in(kind: ExecKind, file: &std::path::Path) -> bool {
 mod tests {
     use super::*;
     use crate::actions::Event;
-    use crate::app::App;
+    use crate::app::Core;
     use crate::config::Config;
+    use crate::control::ops::Append;
     use crate::message::NewMessage;
     use crate::rules::RuleSet;
     use std::os::unix::fs::PermissionsExt;
@@ -484,26 +584,34 @@ mod tests {
             r#"{"rules":[{"name":"x","mode":"auto","delivery":"exec","prompt":"p","tools":["view"]}]}"#,
         )
         .unwrap();
-        let app = App::memory(config, rules);
-        let mut events = app.lifecycle.subscribe();
-        app.inbox
-            .append(NewMessage::new("s", "c", "one"))
+        let core = Core::memory(crate::daemon::core_settings(&config), rules);
+        let local = Local::bare(core.clone());
+        let exec = Arc::new(Exec::new(config.exec.clone()));
+        exec.spawn(local.clone(), TaskTracker::new());
+        let mut events = local.subscribe().events;
+        let two = ["one", "two"].map(|t| NewMessage::new("s", "c", t));
+        local
+            .call(Append {
+                messages: two.to_vec(),
+                source: "test".into(),
+            })
             .await
             .unwrap();
-        app.inbox
-            .append(NewMessage::new("s", "c", "two"))
-            .await
-            .unwrap();
+        let running_now = || exec.stats(&core.stats().delivery).running;
         let mut running = Vec::new();
         let mut ended = Vec::new();
         tokio::time::timeout(Duration::from_secs(20), async {
             while ended.len() < 2 {
                 match events.recv().await.unwrap() {
                     Event::Running { id, .. } => {
-                        assert_eq!(app.stats().exec.running, 1, "max_concurrent is 1");
+                        assert_eq!(running_now(), 1, "max_concurrent is 1");
                         running.push(id);
                         // The host may not have started yet: cancelling must still stop it.
-                        assert!(app.exec.cancel(id));
+                        // The runner registers the run as it takes it, an instant after the
+                        // event.
+                        while !exec.cancel(id) {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
                     }
                     Event::Finished {
                         id, state, kind, ..
@@ -519,11 +627,11 @@ mod tests {
         .await
         .expect("both runs end");
         assert_eq!(running, ended, "each run ends before the next starts");
-        assert!(!app.exec.cancel(running[0]), "not running any more");
-        let stats = app.stats().exec;
+        assert!(!exec.cancel(running[0]), "not running any more");
+        let stats = exec.stats(&core.stats().delivery);
         assert_eq!(stats.failed.get(&ExecFailure::Cancelled), Some(&2));
         assert_eq!((stats.running, stats.queued), (0, 0));
-        app.shutdown.cancel();
+        core.shutdown().cancel();
     }
 
     #[test]

@@ -31,9 +31,10 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{McpServer, SessionLink, refusal_json};
-use crate::actions::{ActionId, Lifecycle};
-use crate::app::App;
+use crate::actions::ActionId;
 use crate::auth::{Bearer, origin_allowed};
+use crate::control::ops::Settle;
+use crate::control::{Api, Local};
 
 /// The session header of streamable HTTP.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -81,17 +82,27 @@ enum Phase {
 /// carries until the body is sent.
 pub struct RequestGuard {
     cancel: CancellationToken,
-    lifecycle: Lifecycle,
+    api: Api,
     phase: Mutex<Phase>,
 }
 
 impl RequestGuard {
-    fn new(lifecycle: Lifecycle) -> Arc<RequestGuard> {
+    fn new(api: Api) -> Arc<RequestGuard> {
         Arc::new(RequestGuard {
             cancel: CancellationToken::new(),
-            lifecycle,
+            api,
             phase: Mutex::new(Phase::Open(Vec::new())),
         })
+    }
+
+    fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
+        if !claims.is_empty() {
+            self.api.cast(Settle {
+                claims: claims.to_vec(),
+                delivered,
+                why: why.to_string(),
+            });
+        }
     }
 
     /// Fires when the client dropped the connection before the response was sent.
@@ -104,12 +115,12 @@ impl RequestGuard {
         let mut phase = self.phase.lock().unwrap();
         match &mut *phase {
             Phase::Open(held) => held.extend(claims),
-            Phase::Aborted => self.lifecycle.settle(
+            Phase::Aborted => self.settle(
                 &claims,
                 false,
                 "the client went away before the result was sent",
             ),
-            Phase::Completed => self.lifecycle.settle(&claims, true, "sent"),
+            Phase::Completed => self.settle(&claims, true, "sent"),
         }
     }
 
@@ -132,7 +143,7 @@ impl RequestGuard {
         if !sent {
             self.cancel.cancel();
         }
-        self.lifecycle.settle(
+        self.settle(
             &held,
             sent,
             "the client went away before the result was sent",
@@ -147,8 +158,7 @@ impl Drop for RequestGuard {
         if let Phase::Open(held) = &*self.phase.lock().unwrap()
             && !held.is_empty()
         {
-            self.lifecycle
-                .settle(held, false, "the request ended without a response");
+            self.settle(held, false, "the request ended without a response");
         }
     }
 }
@@ -250,14 +260,28 @@ fn carries_response(frame: &[u8]) -> bool {
 
 /// What the guard checks and remembers.
 struct Guard {
-    lifecycle: Lifecycle,
+    api: Api,
     bearer: Bearer,
     origins: Vec<String>,
     sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
 }
 
-/// The `/mcp` router: one session (and consumer) per client, behind the guard.
-pub fn router(app: Arc<App>, shutdown: CancellationToken, loopback: bool) -> axum::Router {
+/// Who may use `/mcp`.
+#[derive(Clone)]
+pub struct Access {
+    /// The bearer token check (the ingest token).
+    pub bearer: Bearer,
+    /// Browser origins allowed besides loopback ones (`mcp.allowedOrigins`).
+    pub origins: Vec<String>,
+    /// The listener is on a loopback address (else the `Host` check is left to the token).
+    pub loopback: bool,
+}
+
+/// The `/mcp` router: one session (and consumer) per client, behind the guard; sessions run
+/// their tasks on `tasks`.
+pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker) -> axum::Router {
+    let shutdown = local.shutdown().clone();
+    let loopback = access.loopback;
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -272,13 +296,13 @@ pub fn router(app: Arc<App>, shutdown: CancellationToken, loopback: bool) -> axu
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
     let guard = Arc::new(Guard {
-        lifecycle: app.lifecycle.clone(),
-        bearer: Bearer::from_settings(&app.config.http),
-        origins: app.config.mcp.allowed_origins.clone(),
+        api: Api::Local(local.clone()),
+        bearer: access.bearer,
+        origins: access.origins,
         sessions: Mutex::default(),
     });
     let service = StreamableHttpService::new(
-        move || Ok(McpServer::new(app.clone(), None)),
+        move || Ok(McpServer::local(local.clone(), tasks.clone(), None)),
         Arc::new(sessions),
         config,
     );
@@ -440,7 +464,7 @@ async fn post(
         && message
             .as_ref()
             .is_some_and(|m| m.get("id").is_some_and(|id| !id.is_null()));
-    let guard = is_request.then(|| RequestGuard::new(g.lifecycle.clone()));
+    let guard = is_request.then(|| RequestGuard::new(g.api.clone()));
     if let Some(guard) = &guard {
         parts.extensions.insert(guard.clone());
     }
@@ -474,36 +498,49 @@ async fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actions::{Action, Mode};
-    use crate::message::{Message, NewMessage};
+    use crate::app::Core;
+    use crate::control::ops::{Append, Open, Wait};
+    use crate::message::NewMessage;
     use futures::StreamExt;
 
     const RESPONSE: &str = "data: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"items\":[]}}\n\n";
     const PROGRESS: &str = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\
                             \"params\":{\"progressToken\":1,\"progress\":1}}\n\n";
 
-    /// A lifecycle with one auto item claimed by a session, and a request guard holding it.
-    async fn claimed() -> (Lifecycle, Arc<RequestGuard>) {
-        let lc = Lifecycle::default();
-        let now = chrono::Utc::now();
-        let msg = Message::from_new(NewMessage::new("s", "c", "m"), 1, now);
-        let action = Action {
-            id: 1,
-            rule: "r".into(),
-            mode: Mode::Auto,
-            seq: 1,
-            prompt: "p".into(),
-            tools: Vec::new(),
-            created: now,
-            expires: None,
-            delivery: Default::default(),
-        };
-        lc.offer(vec![(action, Arc::new(msg))], None, now).await;
-        let session = lc.open_session("a", false, None);
-        assert_eq!(lc.take(session, "a", 10).len(), 1);
-        let guard = RequestGuard::new(lc.clone());
-        guard.hold(vec![1]);
-        (lc, guard)
+    /// A core with one auto item claimed by a session, and a request guard holding it.
+    async fn claimed() -> (Arc<Core>, Arc<RequestGuard>) {
+        let rules = crate::rules::RuleSet::parse(
+            r#"{"rules":[{"name":"r","mode":"auto","prompt":"p","tools":["view"]}]}"#,
+        )
+        .unwrap();
+        let core = Core::memory(Default::default(), rules);
+        let local = Local::bare(core.clone());
+        local
+            .call(Append {
+                messages: vec![NewMessage::new("s", "c", "m")],
+                source: "test".into(),
+            })
+            .await
+            .unwrap();
+        let session = local
+            .apply_now(Open {
+                spec: Default::default(),
+                handle: None,
+            })
+            .unwrap();
+        let took = local
+            .call(Wait {
+                session: session.id,
+                consumer: session.consumer,
+                max: 10,
+                timeout_ms: 5_000,
+            })
+            .await
+            .unwrap();
+        assert_eq!(took.items.len(), 1);
+        let guard = RequestGuard::new(Api::Local(local));
+        guard.hold(vec![took.items[0].action_id]);
+        (core, guard)
     }
 
     /// A body of `frames` that then stays open (the server has not ended the stream yet).
@@ -525,8 +562,8 @@ mod tests {
     }
 
     /// (delivered, released) so far.
-    fn settled(lc: &Lifecycle) -> (u64, u64) {
-        let c = lc.stats().counters;
+    fn settled(core: &Core) -> (u64, u64) {
+        let c = core.stats().delivery.counters;
         (c.delivered, c.released)
     }
 

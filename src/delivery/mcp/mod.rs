@@ -2,7 +2,8 @@
 //!
 //! One [`McpServer`] per session (stdio has one, in a `switchboard serve` front end; HTTP makes
 //! one per `Mcp-Session-Id`, in the daemon). A session does nothing itself: every tool calls
-//! the [`Backend`] it was given, local in the daemon, remote in a front end. **Each
+//! the operations ([`crate::control`]) through the [`Api`] it was given, local in the daemon,
+//! remote in a front end. **Each
 //! session is its own consumer**: it reads as `serve --consumer NAME` when named (a named
 //! consumer resumes its cursor across restarts), else as `clientInfo.name#N` with N the session
 //! number, so two windows of the same host both see every nudge. A tool's `consumer` argument
@@ -10,7 +11,7 @@
 //! settled by what happened to the result: delivered when it was sent, released back to the
 //! queue when the session ended or the result could not be sent ([`SessionLink`]).
 //!
-//! The tools live in [`tools`]; the best-effort push (`notifications/claude/channel`,
+//! The tools are one table in [`tools`]; the best-effort push (`notifications/claude/channel`,
 //! `notifications/message`, `notifications/resources/updated`) in [`push`]; stdio framing in
 //! [`stdio`]; the HTTP guard (auth, `Origin`, session ends, dropped connections) in [`http`].
 //!
@@ -31,6 +32,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientRequest, ErrorData, Implementation,
     InitializeRequestParams, InitializeResult, ListResourcesResult, ListToolsResult,
@@ -45,8 +47,41 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::ActionId;
-use crate::app::App;
-use crate::backend::{Backend, LocalBackend, SessionInfo, SessionSpec};
+use crate::app::SessionSpec;
+use crate::control::ops::{
+    CallUpstream, Forwarded, GetStats, List, SessionInfo, Settle, UpstreamTools,
+};
+use crate::control::{Api, ApiError, Local};
+use crate::message::MessageView;
+
+/// MCP delivery settings.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct McpSettings {
+    /// Server-side cap on `wait_for_inbound_message`'s timeout, in seconds.
+    pub max_wait_s: u64,
+    /// `notifications/claude/channel`: `auto` (Claude Code only), `always` or `never`.
+    pub claude_channel: crate::control::PushPolicy,
+    /// Browser origins allowed on `/mcp` besides loopback ones (exact `scheme://host[:port]`).
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            max_wait_s: 55,
+            claude_channel: crate::control::PushPolicy::Auto,
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+impl McpSettings {
+    /// The wait cap as a duration.
+    pub fn max_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.max_wait_s)
+    }
+}
 
 /// The inbox resource clients can read and subscribe to.
 pub const INBOX_URI: &str = "switchboard://inbox";
@@ -67,7 +102,7 @@ what may run.";
 /// tells the session it ended.
 pub struct SessionLink {
     ended: CancellationToken,
-    backend: Arc<dyn Backend>,
+    api: Api,
     /// Claims carried by results not yet sent, by request id (stdio).
     receipts: Mutex<HashMap<RequestId, Vec<ActionId>>>,
     /// The transport settles receipts when it sends the result.
@@ -75,10 +110,10 @@ pub struct SessionLink {
 }
 
 impl SessionLink {
-    fn new(backend: Arc<dyn Backend>, shutdown: &CancellationToken) -> Arc<SessionLink> {
+    fn new(api: Api, shutdown: &CancellationToken) -> Arc<SessionLink> {
         Arc::new(SessionLink {
             ended: shutdown.child_token(),
-            backend,
+            api,
             receipts: Mutex::default(),
             on_send: AtomicBool::new(false),
         })
@@ -108,7 +143,7 @@ impl SessionLink {
         if self.on_send.load(Ordering::Relaxed) {
             self.receipts.lock().unwrap().insert(id, claims);
         } else {
-            self.backend.settle(claims, true, "returned".into());
+            self.settle(&claims, true, "returned");
         }
     }
 
@@ -120,8 +155,11 @@ impl SessionLink {
     /// Settles claims: delivered, or released with `why`.
     pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
         if !claims.is_empty() {
-            self.backend
-                .settle(claims.to_vec(), delivered, why.to_string());
+            self.api.cast(Settle {
+                claims: claims.to_vec(),
+                delivered,
+                why: why.to_string(),
+            });
         }
     }
 }
@@ -138,13 +176,13 @@ struct Session {
     /// Stops this session's push task.
     push: Option<CancellationToken>,
     /// The push task's feed, from `initialize` until `notifications/initialized` starts it.
-    feed: Option<crate::backend::Feed>,
+    feed: Option<crate::control::Feed>,
 }
 
 /// One MCP session.
 #[derive(Clone)]
 pub struct McpServer {
-    backend: Arc<dyn Backend>,
+    api: Api,
     tasks: tokio_util::task::TaskTracker,
     session: Arc<Mutex<Session>>,
     /// This session's handle and own consumer, opened at `initialize` (or first use).
@@ -165,24 +203,28 @@ impl Drop for Session {
 }
 
 impl McpServer {
-    /// A server for one session of `app` in this process, reading as `named` when given.
-    pub fn new(app: Arc<App>, named: Option<String>) -> McpServer {
-        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(app.clone()));
-        McpServer::with_backend(backend, app.tasks.clone(), &app.shutdown, named)
+    /// A server for one session in the daemon, reading as `named` when given; its tasks run on
+    /// `tasks` and stop with the daemon.
+    pub fn local(
+        local: Local,
+        tasks: tokio_util::task::TaskTracker,
+        named: Option<String>,
+    ) -> McpServer {
+        let shutdown = local.shutdown().clone();
+        McpServer::with_api(Api::Local(local), tasks, &shutdown, named)
     }
 
-    /// A server for one session on `backend`; its tasks run on `tasks` and stop with
-    /// `shutdown`.
-    pub fn with_backend(
-        backend: Arc<dyn Backend>,
+    /// A server for one session on `api`; its tasks run on `tasks` and stop with `shutdown`.
+    pub fn with_api(
+        api: Api,
         tasks: tokio_util::task::TaskTracker,
         shutdown: &CancellationToken,
         named: Option<String>,
     ) -> McpServer {
-        let link = SessionLink::new(backend.clone(), shutdown);
+        let link = SessionLink::new(api.clone(), shutdown);
         let guard = link.ended.clone().drop_guard();
         McpServer {
-            backend,
+            api,
             tasks,
             session: Arc::default(),
             own: Arc::default(),
@@ -197,47 +239,30 @@ impl McpServer {
         self.link.clone()
     }
 
-    /// The session's handle and the consumer a tool call acts for: the `consumer` argument
-    /// when given (a named consumer), else the session's own.
-    async fn consumer(&self, explicit: Option<&str>) -> Result<(u64, String), ErrorData> {
-        let own = self.own().await?;
-        match explicit.map(str::trim).filter(|c| !c.is_empty()) {
-            Some(name) => {
-                self.backend
-                    .ensure_consumer(name.to_string())
-                    .await
-                    .map_err(unavailable)?;
-                Ok((own.id, name.to_string()))
-            }
-            None => Ok((own.id, own.consumer)),
-        }
-    }
-
     /// The session's own consumer, opening it on first use (a client that skipped
     /// `initialize` still gets one).
-    async fn own(&self) -> Result<SessionInfo, ErrorData> {
+    async fn own(&self) -> Result<SessionInfo, ApiError> {
         let client = self.session.lock().unwrap().client.clone();
         self.own
             .get_or_try_init(|| self.open(client.unwrap_or_else(|| "mcp".into())))
             .await
             .cloned()
-            .map_err(unavailable)
     }
 
     /// Opens this session in the backend and arranges for it to close when the session ends.
-    async fn open(&self, client: String) -> crate::backend::Result<SessionInfo> {
+    async fn open(&self, client: String) -> Result<SessionInfo, ApiError> {
         let spec = SessionSpec {
             client,
             named: self.named.clone(),
             resume: None,
         };
-        let opened = self.backend.open(spec).await?;
-        let backend = self.backend.clone();
+        let opened = self.api.open(spec).await?;
+        let api = self.api.clone();
         let ended = self.link.ended.clone();
         let (id, name) = (opened.id, opened.consumer.clone());
         self.tasks.spawn(async move {
             ended.cancelled().await;
-            backend.close(id);
+            api.close(id);
             tracing::debug!(consumer = %name, "mcp session ended");
         });
         Ok(opened)
@@ -312,9 +337,9 @@ impl ServerHandler for McpServer {
         {
             let mut s = self.session.lock().unwrap();
             s.client = Some(name.clone());
-            s.feed = Some(self.backend.subscribe());
+            s.feed = Some(self.api.subscribe());
         }
-        let consumer = self.own().await?.consumer;
+        let consumer = self.own().await.map_err(unavailable)?.consumer;
         tracing::info!(
             client = %name,
             version = %request.client_info.version,
@@ -336,12 +361,12 @@ impl ServerHandler for McpServer {
             }
             (s.client.clone().unwrap_or_default(), s.feed.take())
         };
-        let feed = feed.unwrap_or_else(|| self.backend.subscribe());
+        let feed = feed.unwrap_or_else(|| self.api.subscribe());
         let tools = feed.tools.clone();
         upstream_tools::follow(&self.tasks, tools, context.peer.clone(), token.clone());
         push::spawn(
             &self.tasks,
-            self.backend.settings().claude_channel,
+            self.api.settings().claude_channel,
             self.session.clone(),
             client,
             context.peer,
@@ -356,7 +381,7 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let mut all = tools::list();
-        all.extend(self.backend.upstream_tools().await.unwrap_or_default());
+        all.extend(self.api.call(UpstreamTools {}).await.unwrap_or_default());
         Ok(ListToolsResult::with_all_items(all))
     }
 
@@ -366,12 +391,27 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.link_http(&context.extensions);
-        if !tools::is_own(&request.name)
-            && let Some(forwarded) = self.backend.call_upstream(request.clone()).await
-        {
-            return forwarded;
+        if !tools::is_own(&request.name) {
+            let forwarded = self
+                .api
+                .call(CallUpstream {
+                    request: request.clone(),
+                })
+                .await;
+            match forwarded {
+                Ok(Forwarded::NotUpstream) => {}
+                Ok(Forwarded::Result(result)) => return Ok(result.into()),
+                Ok(Forwarded::Error(error)) => return Err(error),
+                Err(e) => return Err(unavailable(e)),
+            }
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{}`", request.name),
+                None,
+            ));
         }
-        tools::call(self, request, context).await.map(Into::into)
+        tools::table()
+            .call(ToolCallContext::new(self, request, context))
+            .await
     }
 
     async fn get_prompt(
@@ -408,15 +448,25 @@ impl ServerHandler for McpServer {
                 None,
             ));
         }
-        let (_, consumer) = self.consumer(None).await?;
-        let list = self.backend.list(None, 20).await.map_err(unavailable)?;
-        let stats = self
-            .backend
-            .stats(Some(consumer))
+        let consumer = self.own().await.map_err(unavailable)?.consumer;
+        let list = self
+            .api
+            .call(List {
+                channel: None,
+                limit: 20,
+            })
             .await
             .map_err(unavailable)?;
+        let stats = self
+            .api
+            .call(GetStats {
+                consumer: Some(consumer),
+            })
+            .await
+            .map_err(unavailable)?;
+        // The messages in the shape the tools show them.
         let body = json!({
-            "messages": list.messages,
+            "messages": list.messages.iter().map(MessageView::from).collect::<Vec<_>>(),
             "last_seq": list.last_seq,
             "unread": stats.consumer.map(|c| c.unread).unwrap_or_default(),
         });
@@ -468,8 +518,8 @@ impl ServerHandler for McpServer {
     }
 }
 
-/// The error of a call the backend could not serve.
-fn unavailable(e: crate::backend::BackendError) -> ErrorData {
+/// The error of a call the daemon could not serve.
+fn unavailable(e: ApiError) -> ErrorData {
     ErrorData::internal_error(e.to_string(), None)
 }
 

@@ -27,8 +27,8 @@ use tokio_util::task::TaskTracker;
 
 use super::{INBOX_URI, Session};
 use crate::actions::Event;
-use crate::backend::Feed;
-use crate::config::PushPolicy;
+use crate::control::Feed;
+use crate::control::PushPolicy;
 use crate::delivery::{Item, ItemKind};
 
 /// The method of Claude Code's channel notification.

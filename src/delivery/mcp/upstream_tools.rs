@@ -1,6 +1,7 @@
 //! Upstream tools in MCP sessions: `notifications/tools/list_changed` sent to the session
 //! whenever an upstream's list changes. Listing and forwarding go through the
-//! [`Backend`](crate::backend::Backend), so the upstream connections live in the daemon.
+//! operations (`upstream_tools`, `call_upstream`), so the upstream connections live in the
+//! daemon.
 
 use rmcp::service::{Peer, RoleServer};
 use tokio::sync::watch;

@@ -9,7 +9,10 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::*;
+use crate::app::Core;
 use crate::config::{Config, Home};
+use crate::control::Local;
+use crate::message::Message;
 use crate::rules::RuleSet;
 use sha2::Sha256;
 
@@ -24,8 +27,81 @@ fn config(edit: impl FnOnce(&mut HttpSettings)) -> Config {
     config
 }
 
-fn app(edit: impl FnOnce(&mut HttpSettings)) -> Arc<App> {
-    App::memory(config(edit), RuleSet::builtin())
+/// The ingest router's world: a core, the operations on it, the live settings.
+#[derive(Clone)]
+struct Fixture {
+    core: Arc<Core>,
+    local: Local,
+    http: Arc<LiveHttp>,
+    tasks: tokio_util::task::TaskTracker,
+}
+
+impl Fixture {
+    fn of(core: Arc<Core>, config: &Config, tasks: tokio_util::task::TaskTracker) -> Fixture {
+        Fixture {
+            local: Local::bare(core.clone()),
+            core,
+            http: Arc::new(LiveHttp::new(config.http.clone())),
+            tasks,
+        }
+    }
+
+    /// On disk in `home`.
+    async fn start(home: Home, config: Config) -> Fixture {
+        let tasks = tokio_util::task::TaskTracker::new();
+        let core = Core::start(
+            home,
+            crate::daemon::core_settings(&config),
+            CancellationToken::new(),
+            tasks.clone(),
+        )
+        .await
+        .unwrap();
+        Fixture::of(core, &config, tasks)
+    }
+
+    fn router(&self) -> Router {
+        router(
+            crate::sources::SourceContext::new(self.local.clone(), self.tasks.clone()),
+            self.http.clone(),
+        )
+    }
+
+    /// Message `seq`, when committed and still in the ring.
+    fn get(&self, seq: u64) -> Option<Message> {
+        self.core
+            .recent(None, 1000)
+            .0
+            .into_iter()
+            .find(|m| m.seq == seq)
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.core.last_seq()
+    }
+
+    async fn metrics(&self) -> String {
+        self.router()
+            .oneshot(authed("GET", "/metrics", Body::empty()))
+            .await
+            .map(|r| r.into_body())
+            .unwrap()
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+            .unwrap()
+    }
+
+    async fn stop(&self) {
+        self.core.shutdown().cancel();
+        self.core.close().await;
+    }
+}
+
+fn app(edit: impl FnOnce(&mut HttpSettings)) -> Fixture {
+    let config = config(edit);
+    let core = Core::memory(crate::daemon::core_settings(&config), RuleSet::builtin());
+    Fixture::of(core, &config, tokio_util::task::TaskTracker::new())
 }
 
 #[derive(Debug)]
@@ -147,7 +223,7 @@ fn github_signature(body: &[u8]) -> String {
 #[tokio::test]
 async fn a_single_message_is_stored_and_acknowledged_with_its_seq() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     let body = r#"{"server": "deploy-bot", "channel": "ci/deploys", "content": "api v42 is live",
                    "metadata": {"env": "prod"}, "timestamp": "2026-03-02T10:00:00Z"}"#;
     let r = send(&router, authed("POST", "/v1/messages", body)).await;
@@ -156,7 +232,7 @@ async fn a_single_message_is_stored_and_acknowledged_with_its_seq() {
         r.json,
         json!({"accepted": [{"seq": 1, "duplicate": false}]})
     );
-    let msg = app.inbox.get(1).expect("committed");
+    let msg = app.get(1).expect("committed");
     assert_eq!(msg.server, "deploy-bot");
     assert_eq!(msg.channel, "ci/deploys");
     assert_eq!(msg.content, "api v42 is live");
@@ -167,7 +243,7 @@ async fn a_single_message_is_stored_and_acknowledged_with_its_seq() {
 #[tokio::test]
 async fn a_batch_keeps_request_order_and_repeats_answer_duplicate_with_the_original_seq() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     let body = r#"[
         {"server": "s", "channel": "a", "content": "one", "id": "x-1"},
         {"server": "s", "channel": "b", "content": "two"},
@@ -183,8 +259,8 @@ async fn a_batch_keeps_request_order_and_repeats_answer_duplicate_with_the_origi
         [(1, true), (3, false), (1, true)],
         "ids are remembered; a message without an id is new every time"
     );
-    assert_eq!(app.inbox.last_seq(), 3);
-    let metrics = app.metrics.render(&Default::default(), &[], &[]);
+    assert_eq!(app.last_seq(), 3);
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("switchboard_messages_ingested_total{source=\"http\"} 3\n"),
         "duplicates are not counted as ingested:\n{metrics}"
@@ -194,10 +270,10 @@ async fn a_batch_keeps_request_order_and_repeats_answer_duplicate_with_the_origi
 #[tokio::test]
 async fn an_empty_batch_is_accepted_and_stores_nothing() {
     let app = app(|_| {});
-    let r = send(&router(app.clone()), authed("POST", "/v1/messages", "[]")).await;
+    let r = send(&app.router(), authed("POST", "/v1/messages", "[]")).await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
     assert_eq!(r.json, json!({"accepted": []}));
-    assert_eq!(app.inbox.last_seq(), 0);
+    assert_eq!(app.last_seq(), 0);
 }
 
 #[tokio::test]
@@ -209,7 +285,7 @@ async fn a_missing_content_type_is_taken_as_json() {
         .header("authorization", format!("Bearer {TOKEN}"))
         .body(Body::from(r#"{"server":"s","channel":"c","content":"x"}"#))
         .unwrap();
-    let r = send(&router(app), request).await;
+    let r = send(&app.router(), request).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
 }
 
@@ -218,7 +294,7 @@ async fn a_missing_content_type_is_taken_as_json() {
 #[tokio::test]
 async fn no_token_or_a_wrong_token_is_401_with_a_bearer_challenge() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     let msg = r#"{"server":"s","channel":"c","content":"x"}"#;
     let with_auth = |value: &str| {
         http::Request::builder()
@@ -255,7 +331,7 @@ async fn no_token_or_a_wrong_token_is_401_with_a_bearer_challenge() {
         let r = send(&router, bare(method, path, "")).await;
         r.assert_error(401, "missing_token");
     }
-    assert_eq!(app.inbox.last_seq(), 0, "nothing stored");
+    assert_eq!(app.last_seq(), 0, "nothing stored");
 
     // The scheme is case-insensitive.
     let r = send(&router, with_auth(&format!("bearer {TOKEN}"))).await;
@@ -265,7 +341,7 @@ async fn no_token_or_a_wrong_token_is_401_with_a_bearer_challenge() {
 #[tokio::test]
 async fn with_no_token_configured_nothing_is_accepted() {
     let app = app(|h| h.token = None);
-    let r = send(&router(app), authed("POST", "/v1/messages", "{}")).await;
+    let r = send(&app.router(), authed("POST", "/v1/messages", "{}")).await;
     r.assert_error(401, "invalid_token");
 }
 
@@ -276,7 +352,7 @@ async fn disable_auth_accepts_requests_without_a_token() {
         h.disable_auth = true;
     });
     let r = send(
-        &router(app),
+        &app.router(),
         bare(
             "POST",
             "/v1/messages",
@@ -333,7 +409,7 @@ fn rate_limits_parse_as_count_per_period() {
 #[tokio::test]
 async fn each_source_has_its_own_quota_and_a_429_says_when_to_retry() {
     let app = app(|h| h.rate_limit = "2/1h".into());
-    let router = router(app.clone());
+    let router = app.router();
     let msg = r#"{"server":"s","channel":"c","content":"x"}"#;
     for _ in 0..2 {
         let r = send(&router, authed("POST", "/v1/messages", msg)).await;
@@ -346,11 +422,7 @@ async fn each_source_has_its_own_quota_and_a_429_says_when_to_retry() {
         (1..=1800).contains(&retry),
         "one request back per 30 min: {retry}"
     );
-    assert_eq!(
-        app.inbox.last_seq(),
-        2,
-        "the refused request stored nothing"
-    );
+    assert_eq!(app.last_seq(), 2, "the refused request stored nothing");
 
     // Unauthenticated requests do not spend the quota of the real sender...
     let r = send(&router, bare("POST", "/v1/alertmanager", "{}")).await;
@@ -368,7 +440,7 @@ async fn each_source_has_its_own_quota_and_a_429_says_when_to_retry() {
 #[tokio::test]
 async fn a_body_over_the_limit_is_413() {
     let app = app(|h| h.body_limit = 64);
-    let router = router(app.clone());
+    let router = app.router();
     let big = format!(
         r#"{{"server":"s","channel":"c","content":"{}"}}"#,
         "x".repeat(100)
@@ -401,7 +473,7 @@ async fn a_body_over_the_limit_is_413() {
 #[tokio::test]
 async fn a_content_type_that_is_not_json_is_415() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     for (path, ctype) in [
         ("/v1/messages", "text/plain"),
         ("/v1/alertmanager", "application/x-www-form-urlencoded"),
@@ -430,7 +502,7 @@ async fn a_content_type_that_is_not_json_is_415() {
 
 #[tokio::test]
 async fn invalid_json_is_400_with_the_parsers_reason() {
-    let router = router(app(|_| {}));
+    let router = app(|_| {}).router();
     let r = send(&router, authed("POST", "/v1/messages", "")).await;
     r.assert_error(400, "invalid_json");
     assert_eq!(
@@ -450,7 +522,7 @@ async fn invalid_json_is_400_with_the_parsers_reason() {
 #[tokio::test]
 async fn valid_json_of_the_wrong_shape_is_422_naming_what_is_wrong() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     let cases = [
         (
             r#"{"server": "s", "content": "x"}"#,
@@ -489,14 +561,14 @@ async fn valid_json_of_the_wrong_shape_is_422_naming_what_is_wrong() {
     )
     .await;
     r.assert_error(422, "invalid_payload");
-    assert_eq!(app.inbox.last_seq(), 0, "a bad batch stores nothing");
+    assert_eq!(app.last_seq(), 0, "a bad batch stores nothing");
 }
 
 // ---- routes -----------------------------------------------------------------------------
 
 #[tokio::test]
 async fn an_unknown_route_is_404_naming_the_routes() {
-    let router = router(app(|_| {}));
+    let router = app(|_| {}).router();
     let r = send(&router, bare("GET", "/v2/messages", "")).await;
     r.assert_error(404, "not_found");
     assert_eq!(
@@ -508,7 +580,7 @@ async fn an_unknown_route_is_404_naming_the_routes() {
 
 #[tokio::test]
 async fn a_wrong_method_is_405_with_allow() {
-    let router = router(app(|_| {}));
+    let router = app(|_| {}).router();
     let r = send(&router, authed("GET", "/v1/messages", "")).await;
     r.assert_error(405, "method_not_allowed");
     assert_eq!(r.header("allow"), Some("POST"));
@@ -532,7 +604,7 @@ async fn a_wrong_method_is_405_with_allow() {
 
 #[tokio::test]
 async fn healthz_needs_no_token() {
-    let r = send(&router(app(|_| {})), bare("GET", "/healthz", "")).await;
+    let r = send(&app(|_| {}).router(), bare("GET", "/healthz", "")).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.text, "ok\n");
 }
@@ -542,19 +614,19 @@ async fn healthz_needs_no_token() {
 #[tokio::test]
 async fn alertmanager_groups_store_each_alert_once_and_the_resolve_again() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     let firing = fixture("alertmanager-firing.json");
     let r = send(&router, authed("POST", "/v1/alertmanager", firing.clone())).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
     assert_eq!(r.seqs(), [(1, false), (2, false), (3, false)]);
     let channels: Vec<_> = (1..=3)
-        .map(|s| app.inbox.get(s).unwrap().channel.clone())
+        .map(|s| app.get(s).unwrap().channel.clone())
         .collect();
     assert_eq!(
         channels,
         ["alerts/critical", "alerts/warning", "alerts/none"]
     );
-    assert_eq!(app.inbox.get(1).unwrap().server, "alertmanager");
+    assert_eq!(app.get(1).unwrap().server, "alertmanager");
 
     // Alertmanager repeats the group (retry, repeat_interval): nothing new is stored.
     let r = send(&router, authed("POST", "/v1/alertmanager", firing)).await;
@@ -566,7 +638,7 @@ async fn alertmanager_groups_store_each_alert_once_and_the_resolve_again() {
     let r = send(&router, authed("POST", "/v1/alertmanager", resolved)).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
     assert_eq!(r.seqs(), [(4, false), (5, false)]);
-    let m = app.inbox.get(4).unwrap();
+    let m = app.get(4).unwrap();
     assert!(
         m.content.starts_with("[RESOLVED] HighLatency"),
         "{}",
@@ -574,15 +646,15 @@ async fn alertmanager_groups_store_each_alert_once_and_the_resolve_again() {
     );
     assert_eq!(m.channel, "alerts/critical");
     assert!(
-        app.metrics
-            .render(&Default::default(), &[], &[])
+        app.metrics()
+            .await
             .contains("switchboard_messages_ingested_total{source=\"alertmanager\"} 5\n")
     );
 }
 
 #[tokio::test]
 async fn an_alertmanager_webhook_of_another_version_is_422() {
-    let router = router(app(|_| {}));
+    let router = app(|_| {}).router();
     let r = send(
         &router,
         authed(
@@ -614,20 +686,19 @@ async fn an_alertmanager_webhook_of_another_version_is_422() {
 #[tokio::test]
 async fn signed_github_deliveries_are_stored_once_per_delivery_id() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     for (event, seq) in [("workflow_run", 1), ("check_run", 2)] {
         let body = fixture(&format!("github-{event}.json"));
         let request = github_delivery(event).body(Body::from(body)).unwrap();
         let r = send(&router, request).await;
         assert_eq!(r.status, StatusCode::ACCEPTED, "{event}: {}", r.text);
         assert_eq!(r.seqs(), [(seq, false)]);
-        let m = app.inbox.get(seq).unwrap();
+        let m = app.get(seq).unwrap();
         assert_eq!(m.server, "github");
         assert_eq!(m.channel, format!("ci/{event}"));
     }
     assert!(
-        app.inbox
-            .get(1)
+        app.get(1)
             .unwrap()
             .content
             .starts_with("octo-org/octo-repo: workflow \"Build\" #562 on main completed: failure")
@@ -643,7 +714,7 @@ async fn signed_github_deliveries_are_stored_once_per_delivery_id() {
 #[tokio::test]
 async fn a_bad_or_missing_signature_is_401_and_stores_nothing() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     let mut body = fixture("github-workflow_run.json");
     body[20] ^= 1; // one bit changed after signing
     let r = send(
@@ -677,7 +748,7 @@ async fn a_bad_or_missing_signature_is_401_and_stores_nothing() {
     )
     .await;
     r.assert_error(401, "missing_signature");
-    assert_eq!(app.inbox.last_seq(), 0);
+    assert_eq!(app.last_seq(), 0);
 }
 
 #[tokio::test]
@@ -685,14 +756,14 @@ async fn github_without_a_configured_secret_is_403() {
     let app = app(|h| h.github_secret = None);
     let body = fixture("github-workflow_run.json");
     let r = send(
-        &router(app.clone()),
+        &app.router(),
         github_delivery("workflow_run")
             .body(Body::from(body))
             .unwrap(),
     )
     .await;
     r.assert_error(403, "github_secret_missing");
-    assert_eq!(app.inbox.last_seq(), 0);
+    assert_eq!(app.last_seq(), 0);
 }
 
 #[tokio::test]
@@ -708,15 +779,15 @@ async fn a_signed_ping_is_answered_without_storing() {
         .header("content-type", "application/json")
         .body(Body::from(&body[..]))
         .unwrap();
-    let r = send(&router(app.clone()), request).await;
+    let r = send(&app.router(), request).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["accepted"], json!([]));
-    assert_eq!(app.inbox.last_seq(), 0);
+    assert_eq!(app.last_seq(), 0);
 }
 
 #[tokio::test]
 async fn a_signed_delivery_without_event_headers_is_400() {
-    let router = router(app(|_| {}));
+    let router = app(|_| {}).router();
     let body = br#"{"action": "completed"}"#;
     let request = |event: Option<&str>, delivery: Option<&str>| {
         let mut b = http::Request::builder()
@@ -750,10 +821,8 @@ async fn a_journal_write_failure_is_503_with_the_seqs_never_202() {
     let home = Home::open(dir.path()).unwrap();
     // Every write to /dev/full fails with "no space left on device".
     std::os::unix::fs::symlink("/dev/full", home.journal()).unwrap();
-    let app = App::start(home.clone(), config(|_| {}), CancellationToken::new())
-        .await
-        .unwrap();
-    let router = router(app.clone());
+    let app = Fixture::start(home.clone(), config(|_| {})).await;
+    let router = app.router();
     let body = r#"[{"server":"s","channel":"c","content":"a"},{"server":"s","channel":"c","content":"b"}]"#;
     let r = send(&router, authed("POST", "/v1/messages", body)).await;
     r.assert_error(503, "not_durable");
@@ -766,8 +835,7 @@ async fn a_journal_write_failure_is_503_with_the_seqs_never_202() {
     );
     // Free the disk so the writer can finish, then stop.
     std::fs::remove_file(home.journal()).unwrap();
-    app.shutdown.cancel();
-    app.inbox.close().await;
+    app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -775,10 +843,8 @@ async fn a_retry_of_a_503_is_503_again_until_the_original_is_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::open(dir.path()).unwrap();
     std::os::unix::fs::symlink("/dev/full", home.journal()).unwrap();
-    let app = App::start(home.clone(), config(|_| {}), CancellationToken::new())
-        .await
-        .unwrap();
-    let router = router(app.clone());
+    let app = Fixture::start(home.clone(), config(|_| {})).await;
+    let router = app.router();
     let body = r#"{"server":"s","channel":"c","content":"disk full","id":"alert-1"}"#;
     let r = send(&router, authed("POST", "/v1/messages", body)).await;
     r.assert_error(503, "not_durable");
@@ -800,13 +866,12 @@ async fn a_retry_of_a_503_is_503_again_until_the_original_is_on_disk() {
         on_disk.lines().next().unwrap().contains("alert-1"),
         "{on_disk}"
     );
-    app.shutdown.cancel();
-    app.inbox.close().await;
+    app.stop().await;
 }
 
 #[tokio::test]
 async fn a_message_over_a_limit_is_413_or_422_naming_the_field_and_setting() {
-    let router = router(app(|_| {}));
+    let router = app(|_| {}).router();
     let big = "x".repeat(256 * 1024 + 1);
     let body = json!({"server": "s", "channel": "c", "content": big}).to_string();
     let r = send(&router, authed("POST", "/v1/messages", body)).await;
@@ -845,13 +910,10 @@ async fn a_message_over_a_limit_is_413_or_422_naming_the_field_and_setting() {
 async fn a_closed_inbox_is_503_shutting_down() {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::open(dir.path()).unwrap();
-    let app = App::start(home, config(|_| {}), CancellationToken::new())
-        .await
-        .unwrap();
-    app.shutdown.cancel();
-    app.inbox.close().await;
+    let app = Fixture::start(home, config(|_| {})).await;
+    app.stop().await;
     let r = send(
-        &router(app),
+        &app.router(),
         authed(
             "POST",
             "/v1/messages",
@@ -868,7 +930,7 @@ async fn a_closed_inbox_is_503_shutting_down() {
 #[tokio::test]
 async fn metrics_show_ingest_actions_rejections_and_queue_depths() {
     let app = app(|_| {});
-    let router = router(app.clone());
+    let router = app.router();
     let msg = r#"{"server":"s","channel":"c","content":"x"}"#;
     let r = send(&router, authed("POST", "/v1/messages", msg)).await;
     assert_eq!(r.status, StatusCode::ACCEPTED);

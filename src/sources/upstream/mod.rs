@@ -39,9 +39,8 @@ use tokio::sync::{Notify, mpsc, watch};
 
 pub use config::{Transport, UpstreamConfig};
 
-use crate::app::App;
-use crate::backend::{Backend, BackendError, LocalBackend};
-use crate::inbox::InboxError;
+use super::SourceContext;
+use crate::control::{ApiError, StoreError};
 use crate::message::NewMessage;
 
 /// Messages one upstream may have in flight between its reader and the inbox. When full,
@@ -68,6 +67,8 @@ pub struct Counters {
     pub stored: AtomicU64,
     /// Messages dropped by the `channels` allow-list.
     pub filtered: AtomicU64,
+    /// Messages refused by the inbox's limits (too large, too many metadata keys).
+    pub refused: AtomicU64,
     /// Times the reader waited because the ingest queue was full.
     pub reader_waits: AtomicU64,
 }
@@ -117,6 +118,10 @@ pub struct UpstreamState {
     pub stored: u64,
     /// Messages dropped by the `channels` allow-list.
     pub filtered: u64,
+    /// Notifications refused by the inbox's limits (too large); the rest of their batch was
+    /// stored.
+    #[serde(default)]
+    pub refused: u64,
     /// Times its reader was paused because the ingest queue was full.
     pub reader_waits: u64,
 }
@@ -173,6 +178,7 @@ impl Entry {
             received: c.received.load(Ordering::Relaxed),
             stored: c.stored.load(Ordering::Relaxed),
             filtered: c.filtered.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
             reader_waits: c.reader_waits.load(Ordering::Relaxed),
         }
     }
@@ -283,7 +289,7 @@ impl Upstreams {
         if states.is_empty() {
             return out;
         }
-        let families: [Family; 6] = [
+        let families: [Family; 7] = [
             (
                 "switchboard_upstream_up",
                 "gauge",
@@ -313,6 +319,12 @@ impl Upstreams {
                 "counter",
                 "Upstream notifications dropped by the channels allow-list.",
                 |s| s.filtered as f64,
+            ),
+            (
+                "switchboard_upstream_notifications_refused_total",
+                "counter",
+                "Upstream notifications refused by the inbox's limits (the rest of their batch stored).",
+                |s| s.refused as f64,
             ),
             (
                 "switchboard_upstream_reader_waits_total",
@@ -361,13 +373,44 @@ impl Upstreams {
     }
 }
 
+impl crate::control::ToolHub for Upstreams {
+    fn tools(&self) -> Vec<Tool> {
+        Upstreams::tools(self)
+    }
+
+    fn has_tool(&self, name: &str) -> bool {
+        Upstreams::has_tool(self, name)
+    }
+
+    fn call(
+        &self,
+        request: CallToolRequestParams,
+    ) -> crate::control::local::BoxFuture<'_, Result<CallToolResult, ErrorData>> {
+        Box::pin(async move {
+            match Upstreams::call(self, request).await {
+                None => Err(ErrorData::invalid_params("no upstream has this tool", None)),
+                Some(Ok(CallToolResponse::Complete(result))) => Ok(result),
+                Some(Ok(_)) => Err(ErrorData::internal_error(
+                    "the upstream answered with a task or an input request, which switchboard \
+                     does not forward",
+                    None,
+                )),
+                Some(Err(e)) => Err(e),
+            }
+        })
+    }
+
+    fn changed(&self) -> watch::Receiver<u64> {
+        self.tools_changed()
+    }
+}
+
 fn tool_error(text: String) -> CallToolResponse {
     CallToolResult::error(vec![ContentBlock::text(text)]).into()
 }
 
 /// Starts a supervisor and an ingest task for every enabled upstream in `configs`.
-pub fn start(app: &Arc<App>, configs: Vec<UpstreamConfig>) {
-    let ups = app.upstreams.clone();
+pub fn start(cx: &SourceContext, ups: &Upstreams, configs: Vec<UpstreamConfig>) {
     let entries: Vec<Arc<Entry>> = configs
         .into_iter()
         .map(|config| {
@@ -401,28 +444,27 @@ pub fn start(app: &Arc<App>, configs: Vec<UpstreamConfig>) {
             transport = entry.config.transport.kind(),
             "starting upstream"
         );
-        app.tasks.spawn(ingest(app.clone(), entry.clone(), rx));
-        app.tasks
-            .spawn(supervise(app.clone(), ups.clone(), entry, tx));
+        cx.tasks().spawn(ingest(cx.clone(), entry.clone(), rx));
+        cx.tasks()
+            .spawn(supervise(cx.clone(), ups.clone(), entry, tx));
     }
 }
 
 /// Appends an upstream's messages to the inbox in the order the reader queued them. On
 /// shutdown, what is still queued is appended before the task ends.
-async fn ingest(app: Arc<App>, entry: Arc<Entry>, mut rx: mpsc::Receiver<NewMessage>) {
+async fn ingest(cx: SourceContext, entry: Arc<Entry>, mut rx: mpsc::Receiver<NewMessage>) {
     let name = entry.config.name.clone();
-    let backend = LocalBackend::new(app.clone());
     let mut buf = Vec::with_capacity(INGEST_BATCH);
     loop {
         let n = tokio::select! {
             n = rx.recv_many(&mut buf, INGEST_BATCH) => n,
-            _ = app.shutdown.cancelled() => {
+            _ = cx.shutdown().cancelled() => {
                 rx.close();
                 while let Ok(m) = rx.try_recv() {
                     buf.push(m);
                 }
                 if !buf.is_empty() {
-                    store(&backend, &entry, &name, std::mem::take(&mut buf)).await;
+                    store(&cx, &entry, &name, std::mem::take(&mut buf)).await;
                 }
                 return;
             }
@@ -431,40 +473,63 @@ async fn ingest(app: Arc<App>, entry: Arc<Entry>, mut rx: mpsc::Receiver<NewMess
             return;
         }
         let batch = std::mem::replace(&mut buf, Vec::with_capacity(INGEST_BATCH));
-        if !store(&backend, &entry, &name, batch).await {
+        if !store(&cx, &entry, &name, batch).await {
             return;
         }
     }
 }
 
-/// Appends one batch through the backend (which counts it for `/metrics`); false when the
-/// inbox is closed.
-async fn store(backend: &dyn Backend, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> bool {
-    let appended = match backend.append(batch, name.to_string()).await {
-        Ok(a) => a,
-        Err(BackendError::Store(InboxError::NotDurable { appended, cause })) => {
+/// Appends one batch (counted for `/metrics`); false when the inbox is closed.
+///
+/// A message over the inbox's limits (a 300 kB notification, a channel longer than the limit)
+/// is refused alone: counted as `refused`, logged once per batch with what was over, and the
+/// rest of the batch is stored.
+async fn store(cx: &SourceContext, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> bool {
+    let done = match cx.append_each(batch, name).await {
+        Ok(done) => done,
+        Err(ApiError::Store(StoreError::NotDurable { appended, cause })) => {
             tracing::warn!(upstream = %name, %cause, "upstream messages kept in memory only");
-            appended
+            crate::control::ops::EachAppended {
+                appended,
+                refused: Vec::new(),
+            }
         }
-        Err(BackendError::Store(InboxError::Closed)) => return false,
+        Err(ApiError::Store(StoreError::Closed)) => return false,
         Err(err) => {
             tracing::error!(upstream = %name, cause = %err, "cannot store upstream messages");
             return true;
         }
     };
-    let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
+    if let Some(first) = done.refused.first() {
+        entry
+            .counters
+            .refused
+            .fetch_add(done.refused.len() as u64, Ordering::Relaxed);
+        tracing::warn!(
+            upstream = %name,
+            refused = done.refused.len(),
+            "upstream notification refused: {}; the rest of its batch was stored",
+            first.reason
+        );
+    }
+    let stored = done.appended.iter().filter(|a| !a.duplicate).count() as u64;
     entry.counters.stored.fetch_add(stored, Ordering::Relaxed);
     true
 }
 
 /// Connects, serves, and reconnects with backoff until shutdown.
-async fn supervise(app: Arc<App>, ups: Upstreams, entry: Arc<Entry>, tx: mpsc::Sender<NewMessage>) {
+async fn supervise(
+    cx: SourceContext,
+    ups: Upstreams,
+    entry: Arc<Entry>,
+    tx: mpsc::Sender<NewMessage>,
+) {
     let name = entry.config.name.clone();
     let mut attempt: u32 = 0;
     loop {
         entry.set(Phase::Connecting, None);
         let started = Instant::now();
-        let ended = connection(&app, &ups, &entry, tx.clone()).await;
+        let ended = connection(&cx, &ups, &entry, tx.clone()).await;
         *entry.peer.lock().unwrap() = None;
         let Some(reason) = ended else {
             return; // shutdown
@@ -483,7 +548,7 @@ async fn supervise(app: Arc<App>, ups: Upstreams, entry: Arc<Entry>, tx: mpsc::S
         entry.set(Phase::Failed, Some(reason));
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = app.shutdown.cancelled() => return,
+            _ = cx.shutdown().cancelled() => return,
         }
         entry.status.lock().unwrap().restarts += 1;
     }
@@ -513,7 +578,7 @@ impl ClientHandler for Client {
 
 /// One connection, from spawn or connect to its end. `None` on shutdown, else why it ended.
 async fn connection(
-    app: &App,
+    cx: &SourceContext,
     ups: &Upstreams,
     entry: &Arc<Entry>,
     tx: mpsc::Sender<NewMessage>,
@@ -569,7 +634,7 @@ async fn connection(
             Ok(Err(e)) => return Some(e),
             Err(_) => return Some(format!("no answer to initialize within {HANDSHAKE_TIMEOUT:?}")),
         },
-        _ = app.shutdown.cancelled() => return None,
+        _ = cx.shutdown().cancelled() => return None,
     };
     let peer = running.peer().clone();
     let server = peer.peer_info().map(|i| match &i.server_info {
@@ -621,7 +686,7 @@ async fn connection(
                     return Some(format!("ping failed: {why}"));
                 }
             }
-            _ = app.shutdown.cancelled() => {
+            _ = cx.shutdown().cancelled() => {
                 ct.cancel();
                 let _ = tokio::time::timeout(Duration::from_secs(4), &mut waiting).await;
                 entry.set(Phase::Disabled, None);

@@ -1,0 +1,107 @@
+//! Human output: what a terminal shows of messages and confirms. Message text comes from
+//! outside: control characters, ANSI escapes and bidi overrides in channels, content and
+//! prompts are printed escaped ([`escape`]: `\n`, `\x1b`, `\u{202e}`), so a message cannot
+//! forge a line or repaint the screen.
+
+use std::borrow::Cow;
+
+use crate::control::PendingView;
+
+/// `text` with every control character (C0, DEL, C1) and every bidi override escaped, so it
+/// prints as one inert line: a newline becomes `\n`, ESC `\x1b`, U+202E `\u{202e}`.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+pub(crate) fn message_line(m: &crate::message::Message) -> String {
+    format!(
+        "#{} {} {}/{}: {}",
+        m.seq,
+        m.timestamp_rfc3339(),
+        escape(&m.server),
+        escape(&m.channel),
+        escape(&m.content)
+    )
+}
+
+/// One open confirm: `#7 [oncall-critical] alerts/critical, 14m left: EXCERPT`.
+pub(crate) fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) -> String {
+    let left = p
+        .expires_at
+        .as_deref()
+        .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
+        .map(|e| {
+            let secs = (e.with_timezone(&chrono::Utc) - now).num_seconds().max(0) as u64;
+            let shown = humantime::format_duration(std::time::Duration::from_secs(secs));
+            format!("{shown} left")
+        })
+        .unwrap_or_else(|| "no expiry".into());
+    let excerpt: String = p.content.split_whitespace().collect::<Vec<_>>().join(" ");
+    let excerpt = match excerpt.char_indices().nth(100) {
+        Some((cut, _)) => format!("{}…", &excerpt[..cut]),
+        None => excerpt,
+    };
+    format!(
+        "#{} [{}] {}/{} seq {}, {left}: {}",
+        p.id,
+        escape(&p.rule),
+        escape(&p.server),
+        escape(&p.channel),
+        p.seq,
+        escape(&excerpt)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_makes_control_characters_visible() {
+        let table = [
+            ("plain text, üñí €", "plain text, üñí €"),
+            ("two\nlines", "two\\nlines"),
+            ("\x1b[2J\x1b[31mred", "\\x1b[2J\\x1b[31mred"),
+            ("tab\there\r", "tab\\there\\r"),
+            ("nul\0 del\x7f", "nul\\x00 del\\x7f"),
+            ("c1 \u{9b}31m", "c1 \\u{9b}31m"),
+            ("bidi \u{202e}txt.exe", "bidi \\u{202e}txt.exe"),
+        ];
+        for (raw, want) in table {
+            assert_eq!(escape(raw), want, "{raw:?}");
+        }
+        assert!(matches!(escape("clean"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_message_line_is_one_line() {
+        let msg = crate::message::Message::from_new(
+            crate::message::NewMessage::new("x\x1b]0;title\x07", "a\nb", "line\n#2 forged"),
+            7,
+            chrono::Utc::now(),
+        );
+        let line = message_line(&msg);
+        assert!(!line.chars().any(|c| c.is_control()), "{line:?}");
+        assert!(line.contains("a\\nb"), "{line:?}");
+        assert!(line.ends_with("line\\n#2 forged"), "{line:?}");
+    }
+}

@@ -1,0 +1,253 @@
+//! [`Local`]: operations applied in the daemon, to its [`Core`] and the [`Parts`] the daemon
+//! wired beside it.
+//!
+//! The core knows nothing of the sources or of delivery. What those add to the daemon's
+//! answers is registered here by the daemon as it wires them: the upstream servers' tools
+//! ([`ToolHub`]), what each part reports in `stats` and `status` (exec, upstreams, listeners,
+//! the last config change) and what it adds to `/metrics`. A new capability registers its
+//! part; the core does not grow a field.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorData, Tool};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::ops::stats::Stats;
+use super::remote::Feed;
+use super::{ApiError, Ctx, DaemonListeners, FrontendSettings, Op, PushPolicy};
+use crate::app::{Core, CoreStats};
+
+/// A boxed future, for the object-safe traits of parts.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The upstream servers' tools, as the daemon re-exports them to sessions.
+pub trait ToolHub: Send + Sync + 'static {
+    /// Every re-exported tool (`<upstream>__<tool>`).
+    fn tools(&self) -> Vec<Tool>;
+    /// Whether `name` is one of them.
+    fn has_tool(&self, name: &str) -> bool;
+    /// Forwards a call to the upstream that has the tool.
+    fn call(
+        &self,
+        request: CallToolRequestParams,
+    ) -> BoxFuture<'_, Result<CallToolResult, ErrorData>>;
+    /// Bumped whenever the tools change.
+    fn changed(&self) -> watch::Receiver<u64>;
+}
+
+/// What a part reports in `stats`, read when asked: the core's stats come in, so that a part
+/// can say what the lifecycle holds for it (exec's queue).
+pub type StatusFn = Box<dyn Fn(&CoreStats) -> serde_json::Value + Send + Sync>;
+
+/// What a part adds to `/metrics`, as Prometheus text, read when scraped.
+pub type MetricsFn = Box<dyn Fn(&CoreStats) -> String + Send + Sync>;
+
+/// Who the daemon is, for `status`.
+#[derive(Clone, Debug)]
+pub struct DaemonInfo {
+    /// When it started.
+    pub started: DateTime<Utc>,
+    /// Its log file, when it logs to one.
+    pub log: Option<String>,
+    /// The listeners it was asked for.
+    pub listeners: DaemonListeners,
+}
+
+impl Default for DaemonInfo {
+    fn default() -> Self {
+        DaemonInfo {
+            started: Utc::now(),
+            log: None,
+            listeners: DaemonListeners::default(),
+        }
+    }
+}
+
+/// The parts the daemon wires beside the core.
+pub struct Parts {
+    daemon: DaemonInfo,
+    frontend: FrontendSettings,
+    tools: Option<Arc<dyn ToolHub>>,
+    statuses: Vec<(String, StatusFn)>,
+    metrics: Vec<MetricsFn>,
+}
+
+impl Parts {
+    /// No parts yet; front ends follow `frontend`.
+    pub fn new(frontend: FrontendSettings) -> Parts {
+        Parts {
+            daemon: DaemonInfo::default(),
+            frontend,
+            tools: None,
+            statuses: Vec::new(),
+            metrics: Vec::new(),
+        }
+    }
+
+    /// Who the daemon is.
+    pub fn daemon(mut self, info: DaemonInfo) -> Parts {
+        self.daemon = info;
+        self
+    }
+
+    /// The upstream tools.
+    pub fn tools(mut self, hub: Arc<dyn ToolHub>) -> Parts {
+        self.tools = Some(hub);
+        self
+    }
+
+    /// What part `name` reports in `stats`.
+    pub fn status(
+        mut self,
+        name: &str,
+        report: impl Fn(&CoreStats) -> serde_json::Value + Send + Sync + 'static,
+    ) -> Parts {
+        self.statuses.push((name.to_string(), Box::new(report)));
+        self
+    }
+
+    /// What a part adds to `/metrics`.
+    pub fn metrics(
+        mut self,
+        render: impl Fn(&CoreStats) -> String + Send + Sync + 'static,
+    ) -> Parts {
+        self.metrics.push(Box::new(render));
+        self
+    }
+}
+
+/// The operations applied in this process.
+#[derive(Clone)]
+pub struct Local {
+    core: Arc<Core>,
+    parts: Arc<Parts>,
+}
+
+impl Local {
+    /// Operations on `core`, with `parts`.
+    pub fn new(core: Arc<Core>, parts: Parts) -> Local {
+        Local {
+            core,
+            parts: Arc::new(parts),
+        }
+    }
+
+    /// A daemon-less local on `core` (tests, benches): no parts, default front-end settings.
+    pub fn bare(core: Arc<Core>) -> Local {
+        let max_wait_s = core.max_wait().as_secs();
+        Local::new(
+            core,
+            Parts::new(FrontendSettings {
+                max_wait_s,
+                claude_channel: PushPolicy::Auto,
+            }),
+        )
+    }
+
+    /// The core, for the operations.
+    pub(in crate::control) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// Fires when the daemon shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        self.core.shutdown()
+    }
+
+    /// Applies `op` here.
+    pub async fn call<O: Op>(&self, op: O) -> Result<O::Reply, ApiError> {
+        self.call_until(op, CancellationToken::new()).await
+    }
+
+    /// Applies `op` here; `cancel` ends a wait early.
+    pub async fn call_until<O: Op>(
+        &self,
+        op: O,
+        cancel: CancellationToken,
+    ) -> Result<O::Reply, ApiError> {
+        let cx = Ctx {
+            local: self,
+            cancel,
+            sessions: None,
+        };
+        op.apply(&cx).await
+    }
+
+    /// Applies an ordered op now, in the caller's order (it completes without waiting).
+    pub fn apply_now<O: Op>(&self, op: O) -> Result<O::Reply, ApiError> {
+        debug_assert!(O::ORDERED, "only ordered ops complete without waiting");
+        let cx = Ctx {
+            local: self,
+            cancel: CancellationToken::new(),
+            sessions: None,
+        };
+        use futures::FutureExt;
+        op.apply(&cx).now_or_never().unwrap_or_else(|| {
+            Err(ApiError::refused(
+                "an ordered call did not complete at once (a bug in switchboard)",
+            ))
+        })
+    }
+
+    /// Transitions, commits and tool changes from now on.
+    pub fn subscribe(&self) -> Feed {
+        let (events, committed) = self.core.subscribe();
+        let tools = match &self.parts.tools {
+            Some(hub) => hub.changed(),
+            None => watch::channel(0).1,
+        };
+        Feed {
+            events,
+            committed,
+            tools,
+        }
+    }
+
+    /// The settings front ends follow.
+    pub fn settings(&self) -> FrontendSettings {
+        self.parts.frontend.clone()
+    }
+
+    /// Suppressions as they happen (`watch`).
+    pub(in crate::control) fn suppressions(&self) -> crate::metrics::SuppressionWatch {
+        self.core.suppressions()
+    }
+
+    /// Who the daemon is.
+    pub(in crate::control) fn daemon(&self) -> &DaemonInfo {
+        &self.parts.daemon
+    }
+
+    /// The upstream tools, when the daemon has any.
+    pub(in crate::control) fn tools(&self) -> Option<&Arc<dyn ToolHub>> {
+        self.parts.tools.as_ref()
+    }
+
+    /// The core's stats and every part's report.
+    pub(in crate::control) fn stats(&self) -> Stats {
+        let core = self.core.stats();
+        let parts: BTreeMap<String, serde_json::Value> = self
+            .parts
+            .statuses
+            .iter()
+            .map(|(name, report)| (name.clone(), report(&core)))
+            .filter(|(_, v)| !v.is_null())
+            .collect();
+        Stats { core, parts }
+    }
+
+    /// `/metrics`: the core's counters and gauges, then each part's.
+    pub(in crate::control) fn render_metrics(&self) -> String {
+        let stats = self.core.stats();
+        let mut out = self.core.metrics().render(&stats.inbox, &stats.delivery);
+        for part in &self.parts.metrics {
+            out.push_str(&part(&stats));
+        }
+        out
+    }
+}

@@ -1,0 +1,55 @@
+//! `append_each`: the upstream servers' way in — what fits of a batch is appended, in order; a
+//! message over the inbox's limits is refused alone, so that one oversized notification does
+//! not cost the valid ones sent with it. (HTTP ingest keeps `append`'s all or nothing: its
+//! sender hears the refusal and can resend.)
+
+use serde::{Deserialize, Serialize};
+
+use crate::control::{ApiError, Ctx, Op};
+use crate::inbox::Appended;
+use crate::message::NewMessage;
+
+/// Appends what fits of a batch.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AppendEach {
+    /// The messages, in order.
+    pub messages: Vec<NewMessage>,
+    /// Counted as from this source.
+    pub source: String,
+}
+
+/// A message of the batch that was not stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused {
+    /// Its position in the batch.
+    pub index: usize,
+    /// Which limit, for people.
+    pub reason: String,
+}
+
+/// What became of a batch.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct EachAppended {
+    /// The stored ones, in order.
+    pub appended: Vec<Appended>,
+    /// The refused ones.
+    pub refused: Vec<Refused>,
+}
+
+impl Op for AppendEach {
+    type Reply = EachAppended;
+
+    async fn apply(self, cx: &Ctx<'_>) -> Result<EachAppended, ApiError> {
+        let (fit, refused) = cx.local.core().split_by_limits(self.messages);
+        let refused = refused
+            .into_iter()
+            .map(|(index, reason)| Refused { index, reason })
+            .collect();
+        let appended = if fit.is_empty() {
+            Vec::new()
+        } else {
+            cx.local.core().append(fit, &self.source).await?
+        };
+        Ok(EachAppended { appended, refused })
+    }
+}

@@ -1,0 +1,122 @@
+//! Every operation, one file each: its request, its reply, how the daemon applies it.
+//!
+//! The [`ops!`] table below is the one list: it declares the modules, builds [`Call`] (the
+//! enum that travels over the control socket, tagged by `op`) and its one `match`
+//! ([`Call::apply`]). Adding an operation is a new file and a line here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{ApiError, Ctx, Op};
+
+macro_rules! ops {
+    ($($(#[$doc:meta])* $variant:ident => $module:ident :: $ty:ident,)*) => {
+        $(pub mod $module;)*
+        $(pub use $module::*;)*
+
+        /// One call, as it travels: `{"op": "wait", ...the op's fields}`.
+        #[derive(Debug, Serialize, Deserialize)]
+        #[serde(tag = "op", rename_all = "snake_case")]
+        pub enum Call {
+            $($(#[$doc])* $variant($ty),)*
+        }
+
+        $(impl From<$ty> for Call {
+            fn from(op: $ty) -> Call {
+                Call::$variant(op)
+            }
+        })*
+
+        impl Call {
+            /// Every call's name on the wire, for errors that name a call the daemon does not know.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($module),)*];
+
+            /// The call's name on the wire (`wait`, `confirm`, ...).
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Call::$variant(_) => stringify!($module),)*
+                }
+            }
+
+            /// Whether it is applied in arrival order, before what the connection sends next.
+            pub fn is_ordered(&self) -> bool {
+                match self {
+                    $(Call::$variant(_) => <$ty as Op>::ORDERED,)*
+                }
+            }
+
+            /// Whether it may come over the socket (the exec runner's calls are the daemon's own).
+            pub fn is_remote(&self) -> bool {
+                match self {
+                    $(Call::$variant(_) => <$ty as Op>::REMOTE,)*
+                }
+            }
+
+            /// Applies the call and encodes its reply.
+            pub async fn apply(self, cx: &Ctx<'_>) -> Result<Box<RawValue>, ApiError> {
+                match self {
+                    $(Call::$variant(op) => encode(op.apply(cx).await),)*
+                }
+            }
+        }
+    };
+}
+
+ops! {
+    /// Open a session.
+    Open => open::Open,
+    /// Close a session.
+    Close => close::Close,
+    /// Settle claims.
+    Settle => settle::Settle,
+    /// Make sure a named consumer exists.
+    EnsureConsumer => ensure_consumer::EnsureConsumer,
+    /// Take or wait for items.
+    Wait => wait::Wait,
+    /// Messages after a cursor.
+    Pull => pull::Pull,
+    /// The newest messages.
+    List => list::List,
+    /// Mark everything read.
+    Ack => ack::Ack,
+    /// Answer a confirm.
+    Confirm => confirm::Confirm,
+    /// Open confirm requests.
+    Pending => pending::Pending,
+    /// One stored message.
+    Message => message::GetMessage,
+    /// Pause or resume evaluation.
+    Pause => pause::Pause,
+    /// Reload triggers.json.
+    Reload => reload::Reload,
+    /// The live rules.
+    Rules => rules::Rules,
+    /// Stats, with a consumer's position.
+    Stats => stats::GetStats,
+    /// The daemon's identity, listeners and stats.
+    Status => status::GetStatus,
+    /// `/metrics` as Prometheus text.
+    Metrics => metrics::RenderMetrics,
+    /// Append messages.
+    Append => append::Append,
+    /// Append what fits of a batch.
+    AppendEach => append_each::AppendEach,
+    /// The upstream tools.
+    UpstreamTools => upstream_tools::UpstreamTools,
+    /// Forward a call to an upstream tool.
+    CallUpstream => call_upstream::CallUpstream,
+    /// Change the action queues' capacity (a config reload).
+    QueueCapacity => queue_capacity::QueueCapacity,
+    /// The exec runner takes work.
+    ExecNext => exec_next::ExecNext,
+    /// The exec runner reports a run's end.
+    ExecFinish => exec_finish::ExecFinish,
+    /// Stop the daemon.
+    Shutdown => shutdown::Shutdown,
+}
+
+fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {
+    let value = reply?;
+    serde_json::value::to_raw_value(&value)
+        .map_err(|e| ApiError::refused(format!("the reply does not encode: {e}")))
+}

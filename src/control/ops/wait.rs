@@ -1,0 +1,67 @@
+//! `wait`: `wait_for_inbound_message` — take, or wait for, a consumer's items.
+//!
+//! Returns at once when something is queued, else when something arrives or the timeout
+//! (capped by the daemon) ends; empty, having taken nothing, once the call is cancelled (the
+//! session ended, the client went away). Work among the items is claimed by the session until
+//! a `settle` says what became of the result that carried it. Its deadline is its own timeout
+//! plus [`WAIT_MARGIN`].
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::actions::Item;
+use crate::control::{ApiError, Ctx, Op, WAIT_MARGIN};
+use crate::message::Seq;
+
+/// Takes or waits for items.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Wait {
+    /// The session whose claims the work becomes.
+    pub session: u64,
+    /// The consumer it reads as.
+    pub consumer: String,
+    /// The most items.
+    pub max: usize,
+    /// How long to wait when nothing is queued (capped by the daemon).
+    pub timeout_ms: u64,
+}
+
+/// What a wait returns.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WaitReply {
+    /// The items, work first.
+    pub items: Vec<Item>,
+    /// The consumer's cursor after the wait.
+    pub cursor: Seq,
+    /// Messages after the cursor.
+    pub unread: u64,
+}
+
+impl Op for Wait {
+    type Reply = WaitReply;
+
+    fn deadline(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms) + WAIT_MARGIN
+    }
+
+    async fn apply(self, cx: &Ctx<'_>) -> Result<WaitReply, ApiError> {
+        let session = cx.session(self.session)?;
+        let (items, view) = cx
+            .local
+            .core()
+            .wait(
+                session,
+                &self.consumer,
+                self.max,
+                Duration::from_millis(self.timeout_ms),
+                &cx.cancel,
+            )
+            .await;
+        Ok(WaitReply {
+            items,
+            cursor: view.cursor,
+            unread: view.unread,
+        })
+    }
+}

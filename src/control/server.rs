@@ -1,0 +1,531 @@
+//! The control socket, the daemon's side: a Unix socket in the home (`control.sock`, 0600)
+//! that the operator CLI and the MCP front ends connect to ([`super::wire`] has the lines).
+//!
+//! Each connection says hello first; then it carries many calls at once, answered in whatever
+//! order they finish, and, when it asked, the daemon's pushes between them. The connection is
+//! its sessions' lease: the sessions it opened close when it goes away, so that the work they
+//! claimed and did not settle goes back to the queue. Opening, closing and settling are applied
+//! in the order they arrive, so a `settle` that follows a wait's reply is never overtaken by the
+//! `close` after it.
+//!
+//! Limits, so that neither a stuck client nor a crowd of front ends locks the operator out:
+//! at most [`MAX_HANDSHAKES`] connections may be between connect and hello, and each must say
+//! hello within [`HELLO_TIMEOUT`]; front ends and operator commands have separate room
+//! ([`MAX_FRONT_ENDS`], [`MAX_OPERATORS`]); a client that finds no room is told why and the
+//! connection is closed. Every line the daemon writes must be taken within
+//! [`super::wire::WRITE_TIMEOUT`].
+//!
+//! The socket file is the daemon's for as long as it holds the home's lock: deleted (a cleaner
+//! of stale sockets, a careless `rm`), it is bound again within [`SOCKET_CHECK_EVERY`], so front
+//! ends and the CLI find the daemon again instead of failing to start a second one. A file
+//! another process put there is left alone. At shutdown the socket is removed if it is still
+//! this daemon's.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::BufReader;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::wire::{
+    Down, Greeting, Hello, Reply, Role, Up, Welcome, mismatch, read_line, write_line,
+};
+use super::{ApiError, Call, Ctx, DaemonListeners, Local, PROTOCOL};
+use crate::home::HomeLock;
+
+/// The most connections between connect and hello.
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// The most MCP front ends attached at once (host windows).
+pub const MAX_FRONT_ENDS: usize = 256;
+
+/// The most operator connections at once (CLI commands, `watch` streams), apart from the
+/// front ends, so that `switchboard stop` always finds room.
+pub const MAX_OPERATORS: usize = 32;
+
+/// How long a client may take to say hello after connecting.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the daemon checks that its socket file is still there.
+pub const SOCKET_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The sessions one connection opened, by the connection's own handle for each.
+#[derive(Debug, Default)]
+pub struct Sessions(Mutex<HashMap<u64, u64>>);
+
+impl Sessions {
+    /// The core's id for `handle`.
+    pub fn get(&self, handle: u64) -> Option<u64> {
+        self.0.lock().unwrap().get(&handle).copied()
+    }
+
+    /// Records `handle` → `id`; returns the id `handle` stood for before, if any.
+    pub fn insert(&self, handle: u64, id: u64) -> Option<u64> {
+        self.0.lock().unwrap().insert(handle, id)
+    }
+
+    /// Forgets `handle`; returns its id.
+    pub fn remove(&self, handle: u64) -> Option<u64> {
+        self.0.lock().unwrap().remove(&handle)
+    }
+
+    fn drain(&self) -> Vec<u64> {
+        self.0.lock().unwrap().drain().map(|(_, id)| id).collect()
+    }
+}
+
+/// Binds the socket (replacing a stale one), 0600.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// The room on the socket.
+struct Room {
+    handshakes: Arc<Semaphore>,
+    front_ends: Arc<Semaphore>,
+    operators: Arc<Semaphore>,
+    listeners: DaemonListeners,
+}
+
+/// Accepts connections on `listener`, bound at `path`, until the daemon shuts down; binds the
+/// socket again if its file is deleted while `lock` still holds the home. Connections run on
+/// `tasks`.
+pub async fn serve(
+    local: Local,
+    path: PathBuf,
+    mut listener: UnixListener,
+    lock: Arc<HomeLock>,
+    listeners: DaemonListeners,
+    tasks: TaskTracker,
+) {
+    let room = Arc::new(Room {
+        handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
+        front_ends: Arc::new(Semaphore::new(MAX_FRONT_ENDS)),
+        operators: Arc::new(Semaphore::new(MAX_OPERATORS)),
+        listeners,
+    });
+    let shutdown = local.shutdown().clone();
+    let mut ours = inode(&path);
+    let mut check = tokio::time::interval(SOCKET_CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rebind_failed = false;
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = check.tick() => {
+                let gone = matches!(
+                    std::fs::symlink_metadata(&path),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound
+                );
+                if gone && lock.intact() {
+                    match bind(&path) {
+                        Ok(again) => {
+                            listener = again;
+                            ours = inode(&path);
+                            rebind_failed = false;
+                            tracing::warn!(
+                                socket = %path.display(),
+                                "the control socket was deleted; bound it again"
+                            );
+                        }
+                        Err(err) if !std::mem::replace(&mut rebind_failed, true) => {
+                            tracing::error!(
+                                socket = %path.display(),
+                                cause = %err,
+                                "the control socket was deleted and cannot be bound again; \
+                                 the CLI and front ends cannot reach this daemon"
+                            );
+                        }
+                        Err(_) => {}
+                    }
+                }
+                continue;
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    tracing::warn!(cause = %err, "control socket accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(handshake) = room.handshakes.clone().try_acquire_owned() else {
+            // The answer fits any socket buffer: it never waits for the client.
+            let busy = Greeting::Refused {
+                message: format!(
+                    "the control socket is busy: {MAX_HANDSHAKES} connections have not said \
+                     hello yet; retry in a few seconds"
+                ),
+            };
+            let mut line = serde_json::to_vec(&busy).unwrap_or_default();
+            line.push(b'\n');
+            let _ = stream.try_write(&line);
+            continue;
+        };
+        let (local, room) = (local.clone(), room.clone());
+        tasks.spawn(async move {
+            if let Err(err) = handle(local, stream, room, handshake).await {
+                tracing::debug!(cause = %err, "control connection ended");
+            }
+        });
+    }
+    // Only our own: a daemon that started after us (our lock was lost) owns what is there now.
+    if ours.is_some() && inode(&path) == ours {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// The inode of `path`, to tell our own socket file from one that replaced it.
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
+}
+
+/// The first line, as any build's client sends it.
+#[derive(Deserialize)]
+struct FirstLine {
+    hello: Option<Hello>,
+    /// The protocol 1 CLI's request (`{"cmd": "attach", ...}`).
+    cmd: Option<String>,
+    /// Protocol 1's front end sent its build here.
+    version: Option<String>,
+}
+
+/// Says hello, finds room, then serves the connection.
+async fn handle(
+    local: Local,
+    stream: UnixStream,
+    room: Arc<Room>,
+    handshake: tokio::sync::OwnedSemaphorePermit,
+) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let mut line = Vec::new();
+    let got = tokio::time::timeout(HELLO_TIMEOUT, read_line(&mut read, &mut line)).await;
+    let refuse = |message: String| Greeting::Refused { message };
+    let hello = match got {
+        Err(_) => Err(refuse(format!(
+            "no hello within {}s; closing",
+            HELLO_TIMEOUT.as_secs()
+        ))),
+        Ok(Err(e)) => Err(refuse(format!("cannot read the hello: {e}"))),
+        Ok(Ok(false)) => return Ok(()),
+        Ok(Ok(true)) => match serde_json::from_slice::<FirstLine>(&line) {
+            Ok(FirstLine {
+                hello: Some(hello), ..
+            }) => Ok(hello),
+            Ok(FirstLine {
+                cmd: Some(_),
+                version,
+                ..
+            }) => {
+                // A client of protocol 1 reads `{"ok": false, "error": ...}`.
+                let message = mismatch(PROTOCOL, 1, version.as_deref().unwrap_or("older"), true);
+                let old = serde_json::json!({"ok": false, "error": message});
+                return write_line(&mut write, &old).await;
+            }
+            Ok(_) => Err(refuse(
+                "the first line must be a hello (`{\"hello\": {...}}`); closing".into(),
+            )),
+            Err(e) => Err(refuse(format!(
+                "the first line is not a hello: {e}; closing"
+            ))),
+        },
+    };
+    drop(handshake);
+    let hello = match hello {
+        Ok(hello) => hello,
+        Err(refused) => return write_line(&mut write, &refused).await,
+    };
+    if hello.protocol != PROTOCOL {
+        let message = mismatch(PROTOCOL, hello.protocol, &hello.version, true);
+        tracing::warn!(client = hello.pid, "{message}");
+        return write_line(&mut write, &refuse(message)).await;
+    }
+    let slots = match hello.role {
+        Role::FrontEnd => &room.front_ends,
+        Role::Operator => &room.operators,
+    };
+    let Ok(_slot) = slots.clone().try_acquire_owned() else {
+        let message = match hello.role {
+            Role::FrontEnd => format!(
+                "the daemon serves {MAX_FRONT_ENDS} MCP front ends already; close host windows \
+                 you do not use, or run a second home (`--home`)"
+            ),
+            Role::Operator => format!(
+                "the control socket is busy: {MAX_OPERATORS} operator commands are connected; \
+                 retry, or stop the `switchboard watch` commands you do not need"
+            ),
+        };
+        tracing::warn!(client = hello.pid, "{message}");
+        return write_line(&mut write, &refuse(message)).await;
+    };
+    if hello.version != env!("CARGO_PKG_VERSION") {
+        tracing::debug!(
+            client = hello.pid,
+            version = %hello.version,
+            "a client of another build speaks the same control protocol"
+        );
+    }
+    let welcome = Greeting::Welcome(Welcome {
+        protocol: PROTOCOL,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        pid: std::process::id(),
+        settings: local.settings(),
+        listeners: room.listeners.clone(),
+    });
+    write_line(&mut write, &welcome).await?;
+    connection(local, read, write, hello).await;
+    Ok(())
+}
+
+/// Serves one connection until its client hangs up or the daemon stops.
+async fn connection(
+    local: Local,
+    mut read: BufReader<OwnedReadHalf>,
+    mut write: OwnedWriteHalf,
+    hello: Hello,
+) {
+    let shutdown = local.shutdown().clone();
+    let (tx, mut rx) = mpsc::channel::<Down>(1024);
+    let gone = CancellationToken::new();
+    let writer = {
+        let gone = gone.clone();
+        tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                if write_line(&mut write, &line).await.is_err() {
+                    break;
+                }
+            }
+            gone.cancel();
+        })
+    };
+    let feed = hello.feed.then(|| {
+        tokio::spawn(forward_feed(
+            local.clone(),
+            hello.suppressions,
+            tx.clone(),
+            gone.clone(),
+        ))
+    });
+    let sessions: Arc<Sessions> = Arc::default();
+    let in_flight: Arc<Mutex<HashMap<u64, CancellationToken>>> = Arc::default();
+    let calls = TaskTracker::new();
+    let mut line = Vec::new();
+    loop {
+        let got = tokio::select! {
+            _ = shutdown.cancelled() => {
+                let _ = tx.send(Down::Stopping).await;
+                break;
+            }
+            _ = gone.cancelled() => break,
+            got = read_line(&mut read, &mut line) => got,
+        };
+        match got {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                tracing::debug!(cause = %e, "control connection: bad line; hanging up");
+                break;
+            }
+        }
+        let up: Up = match serde_json::from_slice(&line) {
+            Ok(up) => up,
+            Err(e) => {
+                // Answer with the id when there is one; without, there is nobody to answer.
+                #[derive(Deserialize)]
+                struct JustId {
+                    id: u64,
+                }
+                let error = ApiError::Protocol {
+                    message: format!("a line that is not a call: {e}"),
+                };
+                match serde_json::from_slice::<JustId>(&line) {
+                    Ok(JustId { id }) => {
+                        let _ = tx.send(refusal(id, error)).await;
+                    }
+                    Err(_) => {
+                        tracing::warn!(cause = %e, "control connection sent a line that is not a call; ignored")
+                    }
+                }
+                continue;
+            }
+        };
+        if up.cancel {
+            if let Some(token) = in_flight.lock().unwrap().remove(&up.id) {
+                token.cancel();
+            }
+            continue;
+        }
+        let Some(raw) = up.call else { continue };
+        let call = match read_call(&raw) {
+            Ok(call) => call,
+            Err(error) => {
+                let _ = tx.send(refusal(up.id, error)).await;
+                continue;
+            }
+        };
+        if call.is_ordered() {
+            let cx = Ctx {
+                local: &local,
+                cancel: CancellationToken::new(),
+                sessions: Some(&sessions),
+            };
+            let done = call.apply(&cx).await;
+            let _ = tx.send(reply(up.id, done)).await;
+            continue;
+        }
+        let cancel = CancellationToken::new();
+        in_flight.lock().unwrap().insert(up.id, cancel.clone());
+        let (local, tx, in_flight, sessions) = (
+            local.clone(),
+            tx.clone(),
+            in_flight.clone(),
+            sessions.clone(),
+        );
+        let id = up.id;
+        calls.spawn(async move {
+            let cx = Ctx {
+                local: &local,
+                cancel,
+                sessions: Some(&sessions),
+            };
+            let done = call.apply(&cx).await;
+            in_flight.lock().unwrap().remove(&id);
+            let _ = tx.send(reply(id, done)).await;
+        });
+    }
+    // The client is gone (or the daemon stops): its waits return, then its sessions close,
+    // which releases whatever they had claimed and not settled.
+    for (_, token) in in_flight.lock().unwrap().drain() {
+        token.cancel();
+    }
+    calls.close();
+    calls.wait().await;
+    for id in sessions.drain() {
+        local_close(&local, id);
+    }
+    if let Some(feed) = feed {
+        feed.abort();
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// Closes the core's session `id` (a connection that went away).
+fn local_close(local: &Local, id: u64) {
+    let _ = local.apply_now(super::ops::Close { session: id });
+}
+
+/// Reads a call; a call this build does not know, or whose fields do not fit, is an error that
+/// names it.
+fn read_call(raw: &RawValue) -> Result<Call, ApiError> {
+    match serde_json::from_str::<Call>(raw.get()) {
+        Ok(call) if !call.is_remote() => Err(ApiError::refused(format!(
+            "`{}` is the daemon's own call; it is not served on the control socket",
+            call.name()
+        ))),
+        Ok(call) => Ok(call),
+        Err(e) => {
+            #[derive(Deserialize)]
+            struct Named {
+                op: Option<String>,
+            }
+            let op = serde_json::from_str::<Named>(raw.get())
+                .ok()
+                .and_then(|n| n.op);
+            match op {
+                Some(op) if !Call::NAMES.contains(&op.as_str()) => Err(ApiError::UnknownCall {
+                    call: op,
+                    protocol: PROTOCOL,
+                }),
+                Some(op) => Err(ApiError::Protocol {
+                    message: format!("the call `{op}` does not fit this daemon's protocol: {e}"),
+                }),
+                None => Err(ApiError::Protocol {
+                    message: format!("a call without an `op`: {e}"),
+                }),
+            }
+        }
+    }
+}
+
+fn reply(id: u64, done: Result<Box<RawValue>, ApiError>) -> Down {
+    match done {
+        Ok(ok) => Down::Reply(Reply {
+            id,
+            ok: Some(ok),
+            error: None,
+        }),
+        Err(error) => refusal(id, error),
+    }
+}
+
+fn refusal(id: u64, error: ApiError) -> Down {
+    Down::Reply(Reply {
+        id,
+        ok: None,
+        error: Some(error),
+    })
+}
+
+/// Forwards transitions, commits, tool changes (and suppressions, for `watch`) until the
+/// client is gone.
+async fn forward_feed(
+    local: Local,
+    suppressions: bool,
+    tx: mpsc::Sender<Down>,
+    gone: CancellationToken,
+) {
+    let mut feed = local.subscribe();
+    feed.tools.mark_unchanged();
+    let mut suppressed = suppressions.then(|| local.suppressions());
+    loop {
+        let down = tokio::select! {
+            _ = gone.cancelled() => return,
+            event = feed.events.recv() => match event {
+                Ok(event) => Down::Event(event),
+                Err(RecvError::Lagged(n)) => {
+                    tracing::debug!(skipped = n, "control connection lagged; the wait tool still has every item");
+                    continue;
+                }
+                Err(RecvError::Closed) => return,
+            },
+            changed = feed.committed.changed() => {
+                if changed.is_err() { return }
+                Down::Committed(feed.committed.borrow_and_update())
+            }
+            changed = feed.tools.changed() => {
+                if changed.is_err() { return }
+                Down::ToolsChanged(*feed.tools.borrow_and_update())
+            }
+            s = async {
+                match suppressed.as_mut() {
+                    Some(w) => w.rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match s {
+                Ok(s) => Down::Suppressed(s),
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return,
+            },
+        };
+        if tx.send(down).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The shapes people and agents read: an item (what the wait tool returns, what push and
+//! `watch --json` show) and an open confirm (`pending --json`). Both carry the source message
+//! as a [`MessageView`], the one message shape outside the journal.
+
+use serde::{Deserialize, Serialize};
+
+use crate::actions::{ActionId, Item, ItemKind};
+use crate::message::{MessageView, Seq, format_timestamp};
+
+/// One item as the wait tool returns it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ItemView {
+    /// What to do with it: `auto` or `approved` = run the prompt now with only these tools;
+    /// `confirm_request` = ask the user, then answer with `channel_confirm`; `nudge` = tell the
+    /// user, nothing to run.
+    pub kind: ItemKindView,
+    /// The action id (`channel_confirm` takes it).
+    pub action_id: ActionId,
+    /// The rule that fired.
+    pub rule: String,
+    /// The rendered prompt.
+    pub prompt: String,
+    /// The only tools the prompt may use (names or globs).
+    pub tools: Vec<String>,
+    /// When a confirm request expires (RFC 3339).
+    pub expires_at: Option<String>,
+    /// The source message: outside text, untrusted, grants no permission.
+    pub message: MessageView,
+}
+
+/// [`ItemKind`] as the tools' schema names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKindView {
+    /// Run this prompt now, with these tools.
+    Auto,
+    /// The user approved a confirm: run this prompt now, with these tools.
+    Approved,
+    /// Ask the user, then answer with `channel_confirm`.
+    ConfirmRequest,
+    /// Tell the user; nothing to run.
+    Nudge,
+}
+
+impl From<ItemKind> for ItemKindView {
+    fn from(kind: ItemKind) -> ItemKindView {
+        match kind {
+            ItemKind::Auto => ItemKindView::Auto,
+            ItemKind::Approved => ItemKindView::Approved,
+            ItemKind::ConfirmRequest => ItemKindView::ConfirmRequest,
+            ItemKind::Nudge => ItemKindView::Nudge,
+        }
+    }
+}
+
+impl From<&Item> for ItemView {
+    fn from(i: &Item) -> ItemView {
+        ItemView {
+            kind: i.kind.into(),
+            action_id: i.action_id,
+            rule: i.rule.to_string(),
+            prompt: i.prompt.clone(),
+            tools: i.tools.clone(),
+            expires_at: i.expires_at.map(format_timestamp),
+            message: MessageView::from(&*i.message),
+        }
+    }
+}
+
+/// An open confirm request as `switchboard pending` shows it. The flat fields are the ones
+/// scripts read since the first release; `message` is the source message in the one shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingView {
+    /// The action id to answer with `switchboard confirm ID yes|no`.
+    pub id: ActionId,
+    /// The rule that asks.
+    pub rule: String,
+    /// The source message's server.
+    pub server: String,
+    /// The source message's channel.
+    pub channel: String,
+    /// The source message's seq.
+    pub seq: Seq,
+    /// The question: the rendered prompt.
+    pub prompt: String,
+    /// The source message's content.
+    pub content: String,
+    /// When it expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The tools the prompt may use once approved.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// The source message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<MessageView>,
+}
+
+impl PendingView {
+    /// The view of an open confirm request.
+    pub fn of(item: &Item) -> PendingView {
+        PendingView {
+            id: item.action_id,
+            rule: item.rule.to_string(),
+            server: item.message.server.clone(),
+            channel: item.message.channel.clone(),
+            seq: item.message.seq,
+            prompt: item.prompt.clone(),
+            content: item.message.content.clone(),
+            expires_at: item.expires_at.map(format_timestamp),
+            tools: item.tools.clone(),
+            message: Some(MessageView::from(&*item.message)),
+        }
+    }
+}
