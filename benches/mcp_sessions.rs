@@ -57,6 +57,7 @@ fn sessions(c: &mut Criterion) {
             bearer: config.http.bearer(),
             origins: Vec::new(),
             loopback: true,
+            body_limit: config.http.body_limit,
         };
         let router = switchboard::sources::http::router(
             sources,

@@ -204,6 +204,7 @@ pub async fn run(
         bearer: config.http.bearer(),
         origins: config.mcp.allowed_origins.clone(),
         loopback,
+        body_limit: config.http.body_limit,
     };
     let mut endpoint = serde_json::json!({ "pid": std::process::id() });
     let shared = ingest.is_some() && ingest_addr.is_some() && ingest_addr == opts.mcp_http;

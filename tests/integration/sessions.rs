@@ -387,6 +387,19 @@ fn malformed_json_rpc_on_stdio_gets_the_errors_the_spec_names() {
             .unwrap()
             .contains("over the limit")
     );
+    // Before `initialize`, a request is told what to do (issue 27, defect 10).
+    let a = answer(r#"{"jsonrpc":"2.0","id":11,"method":"tools/list"}"#);
+    assert_eq!(
+        (a["id"].clone(), a["error"]["code"].clone()),
+        (json!(11), json!(-32600))
+    );
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not initialized; send `initialize` first"),
+        "{a}"
+    );
     let init = answer(
         &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -413,6 +426,72 @@ fn malformed_json_rpc_on_stdio_gets_the_errors_the_spec_names() {
     assert_eq!(a["error"]["code"], -32600);
     drop(stdin);
     assert!(wait_exit(&mut child, Duration::from_secs(10)).success());
+}
+
+#[test]
+fn malformed_json_rpc_over_http_gets_400_and_the_errors_the_spec_names() {
+    let mut sb = Switchboard::new();
+    sb.write("switchboard.json", r#"{"http": {"bodyLimit": 2048}}"#);
+    sb.spawn();
+    let url = sb.mcp_url.clone().unwrap();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let token = format!("Bearer {}", sb.token());
+    let post = |body: &[u8]| {
+        http_request(
+            &addr,
+            "POST",
+            "/mcp",
+            &[
+                ("Authorization", &token),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+            ],
+            body,
+        )
+    };
+    let r = post(b"{this is not json");
+    assert_eq!(r.status, 400, "{}", r.body);
+    let v = r.json();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (Value::Null, json!(-32700))
+    );
+    assert_eq!(v["jsonrpc"], "2.0");
+
+    let r = post(br#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32600, "a batch: {}", r.body);
+
+    let r = post(br#"{"id":5,"hello":"there"}"#);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(
+        (r.json()["id"].clone(), r.json()["error"]["code"].clone()),
+        (json!(5), json!(-32600))
+    );
+
+    let r = post(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not initialized; send `initialize` first"),
+        "{}",
+        r.body
+    );
+
+    // `http.bodyLimit` is `/mcp`'s limit too.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"ping","params":{{"x":"{}"}}}}"#,
+        "y".repeat(4096)
+    );
+    let r = post(big.as_bytes());
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(r.body.contains("`http.bodyLimit`"), "{}", r.body);
+    sb.terminate();
 }
 
 #[test]

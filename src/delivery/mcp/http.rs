@@ -30,7 +30,7 @@ use futures::Stream;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{McpServer, SessionLink, refusal_json};
+use super::{McpServer, SessionLink, not_initialized, refusal_json};
 use crate::actions::ActionId;
 use crate::auth::{Bearer, origin_allowed};
 use crate::control::ops::Settle;
@@ -38,9 +38,6 @@ use crate::control::{Api, Local};
 
 /// The session header of streamable HTTP.
 const SESSION_HEADER: &str = "mcp-session-id";
-
-/// The largest request body read (rmcp applies the same limit).
-const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 /// One HTTP session as the guard knows it.
 pub struct HttpSession {
@@ -261,6 +258,7 @@ fn carries_response(frame: &[u8]) -> bool {
 /// What the guard checks and remembers.
 struct Guard {
     api: Api,
+    body_limit: usize,
     bearer: Bearer,
     origins: Vec<String>,
     sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
@@ -275,6 +273,8 @@ pub struct Access {
     pub origins: Vec<String>,
     /// The listener is on a loopback address (else the `Host` check is left to the token).
     pub loopback: bool,
+    /// The largest request body (`http.bodyLimit`, as for ingest).
+    pub body_limit: usize,
 }
 
 /// The `/mcp` router: one session (and consumer) per client, behind the guard; sessions run
@@ -286,7 +286,9 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
+    let body_limit = access.body_limit;
     let mut config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(body_limit)
         .with_sse_retry(None)
         .with_cancellation_token(shutdown.child_token());
     if !loopback {
@@ -297,6 +299,7 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
     sessions.session_config.sse_retry = None;
     let guard = Arc::new(Guard {
         api: Api::Local(local.clone()),
+        body_limit,
         bearer: access.bearer,
         origins: access.origins,
         sessions: Mutex::default(),
@@ -309,6 +312,17 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(guard, guard_mcp))
+}
+
+/// 400 with a JSON-RPC error body.
+fn jsonrpc_error(id: Value, code: i64, message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
+        ),
+    )
+        .into_response()
 }
 
 fn refuse(status: StatusCode, code: &str, message: String) -> Response {
@@ -391,7 +405,7 @@ async fn post(
     known: Option<Arc<HttpSession>>,
 ) -> Response {
     let (mut parts, body) = request.into_parts();
-    let bytes: Bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
+    let bytes: Bytes = match axum::body::to_bytes(body, g.body_limit).await {
         Ok(b) => b,
         Err(e) if crate::listener::BodyDeadline::is_cause_of(&e) => {
             return refuse(
@@ -408,7 +422,10 @@ async fn post(
             return refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
-                format!("request body is larger than the limit of {BODY_LIMIT} bytes"),
+                format!(
+                    "request body is larger than the limit of {} bytes (`http.bodyLimit`)",
+                    g.body_limit
+                ),
             );
         }
         Err(e) => {
@@ -419,17 +436,34 @@ async fn post(
             );
         }
     };
-    let message: Option<Value> = serde_json::from_slice(&bytes).ok();
-    let method = message
-        .as_ref()
-        .and_then(|m| m.get("method"))
-        .and_then(Value::as_str);
+    // Malformed JSON-RPC gets the error the spec names, as on stdio: -32700 for a body that is
+    // not JSON, -32600 for JSON that is not one request (a batch, which 2025-11-25 dropped, or
+    // an object that is not a JSON-RPC message).
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return jsonrpc_error(Value::Null, -32700, format!("Parse error: {e}")),
+    };
+    if message.is_array() {
+        return jsonrpc_error(
+            Value::Null,
+            -32600,
+            "Invalid Request: JSON-RPC batches are not supported (protocol 2025-11-25); send one \
+             message per request"
+                .into(),
+        );
+    }
+    let Ok(parsed) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(message.clone())
+    else {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        return jsonrpc_error(
+            id,
+            -32600,
+            "Invalid Request: not a JSON-RPC 2.0 request, notification or response".into(),
+        );
+    };
+    let method = message.get("method").and_then(Value::as_str);
     if method == Some("server/discover") {
-        let id = message
-            .as_ref()
-            .and_then(|m| m.get("id"))
-            .cloned()
-            .unwrap_or(Value::Null);
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
         return (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -437,10 +471,22 @@ async fn post(
         )
             .into_response();
     }
-    if let Some(raw) = &message
-        && let Ok(parsed) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(raw.clone())
-        && let Some(answer) = super::invalid_params(&parsed, raw)
+    // A request before `initialize` (no session yet) is told to initialize first.
+    if session_id.is_none()
+        && let rmcp::model::JsonRpcMessage::Request(req) = &parsed
+        && !matches!(
+            req.request,
+            rmcp::model::ClientRequest::InitializeRequest(_)
+                | rmcp::model::ClientRequest::PingRequest(_)
+        )
     {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(not_initialized(json!(req.id))),
+        )
+            .into_response();
+    }
+    if let Some(answer) = super::invalid_params(&parsed, &message) {
         return (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -460,10 +506,7 @@ async fn post(
         }
         _ => {}
     }
-    let is_request = method.is_some()
-        && message
-            .as_ref()
-            .is_some_and(|m| m.get("id").is_some_and(|id| !id.is_null()));
+    let is_request = method.is_some() && message.get("id").is_some_and(|id| !id.is_null());
     let guard = is_request.then(|| RequestGuard::new(g.api.clone()));
     if let Some(guard) = &guard {
         parts.extensions.insert(guard.clone());

@@ -549,6 +549,16 @@ fn refusal_json(id: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": DISCOVER_REFUSED}})
 }
 
+/// The -32600 answer to a request (other than `initialize` and `ping`) before `initialize`:
+/// what to do, rather than rmcp's complaint about the newer lifecycle's `_meta`.
+fn not_initialized(id: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {
+        "code": -32600,
+        "message": "Invalid Request: the session is not initialized; send `initialize` first \
+                    (MCP 2025-11-25 lifecycle)",
+    }})
+}
+
 /// The request methods of MCP that switchboard's rmcp knows: a request for one of them that
 /// rmcp could only take as a custom request had params that do not fit the method.
 const KNOWN_METHODS: &[&str] = &[

@@ -11,13 +11,13 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::service::RoleServer;
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
-use super::{SessionLink, invalid_params, is_discover, refusal_json};
+use super::{SessionLink, invalid_params, is_discover, not_initialized, refusal_json};
 
 /// The longest request line accepted (bytes, without the newline).
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
@@ -27,6 +27,8 @@ pub struct LineTransport<R, W> {
     reader: BufReader<R>,
     writer: Arc<tokio::sync::Mutex<W>>,
     link: Arc<SessionLink>,
+    /// `initialize` was received: before it, other requests are told to send it first.
+    initialized: bool,
 }
 
 impl<R, W> LineTransport<R, W>
@@ -41,6 +43,7 @@ where
             reader: BufReader::new(reader),
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
             link,
+            initialized: false,
         }
     }
 
@@ -237,13 +240,31 @@ where
                         return None;
                     }
                 }
+                Ok(JsonRpcMessage::Request(req))
+                    if !self.initialized
+                        && !matches!(
+                            req.request,
+                            ClientRequest::InitializeRequest(_) | ClientRequest::PingRequest(_)
+                        ) =>
+                {
+                    if !self.answer(not_initialized(json!(req.id))).await {
+                        return None;
+                    }
+                }
                 Ok(msg) => match invalid_params(&msg, &value) {
                     Some(answer) => {
                         if !self.answer(answer).await {
                             return None;
                         }
                     }
-                    None => return Some(msg),
+                    None => {
+                        if let JsonRpcMessage::Request(req) = &msg
+                            && matches!(req.request, ClientRequest::InitializeRequest(_))
+                        {
+                            self.initialized = true;
+                        }
+                        return Some(msg);
+                    }
                 },
                 Err(e) => {
                     if value.get("method").and_then(Value::as_str) == Some("server/discover") {
