@@ -58,6 +58,8 @@ fn sessions(c: &mut Criterion) {
             origins: Vec::new(),
             loopback: true,
             body_limit: config.http.body_limit,
+            session_idle: config.mcp.session_idle_timeout,
+            max_sessions: 1024,
         };
         let router = switchboard::sources::http::router(
             sources,

@@ -205,6 +205,8 @@ pub async fn run(
         origins: config.mcp.allowed_origins.clone(),
         loopback,
         body_limit: config.http.body_limit,
+        session_idle: config.mcp.session_idle_timeout,
+        max_sessions: config.mcp.max_sessions,
     };
     let mut endpoint = serde_json::json!({ "pid": std::process::id() });
     let shared = ingest.is_some() && ingest_addr.is_some() && ingest_addr == opts.mcp_http;

@@ -648,3 +648,70 @@ async fn a_named_consumer_resumes_its_cursor_across_restarts() {
         "a session's own consumer starts at its start"
     );
 }
+
+fn sessions_open(sb: &Switchboard) -> u64 {
+    control(sb.home.path(), json!({"op": "stats"}))["result"]["delivery"]["sessions"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Issue 26, item 4: HTTP sessions abandoned without a DELETE expire once idle, a wait in
+/// flight is not idle, and the number of sessions is bounded.
+#[tokio::test(flavor = "multi_thread")]
+async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", AUTO);
+    sb.write(
+        "switchboard.json",
+        r#"{"mcp": {"sessionIdleTimeout": "1s", "maxSessions": 2}}"#,
+    );
+    sb.spawn();
+
+    // A wait three times the idle timeout is not cut: the session is busy.
+    let waiting = RawSession::open(&sb, "waiting").await;
+    let started = Instant::now();
+    let r = waiting
+        .call(1, "wait_for_inbound_message", json!({"timeout_s": 3}))
+        .await
+        .expect("the wait answers");
+    assert!(started.elapsed() >= Duration::from_secs(3), "{r}");
+    assert_eq!(r["result"]["structuredContent"]["items"], json!([]), "{r}");
+
+    // A second session, then both are abandoned (no DELETE).
+    let abandoned = RawSession::open(&sb, "abandoned").await;
+    assert_eq!(sessions_open(&sb), 2);
+    // A third initialize is refused while two are open.
+    let third = reqwest::Client::new()
+        .post(sb.mcp_url.clone().unwrap())
+        .bearer_auth(sb.token())
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "third", "version": "1"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(third.status(), 503);
+    let body: Value = third.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many MCP sessions: 2 are open (`mcp.maxSessions`)"),
+        "{body}"
+    );
+
+    // Left alone, both expire within about a second; their consumers are gone.
+    until(Duration::from_secs(5), "idle sessions expired", || {
+        sessions_open(&sb) == 0
+    })
+    .await;
+    assert_eq!(abandoned.delete().await, 404, "it ended");
+    // Room again.
+    let again = RawSession::open(&sb, "again").await;
+    assert_eq!(sessions_open(&sb), 1);
+    drop(again);
+    sb.terminate();
+}

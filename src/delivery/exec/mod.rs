@@ -106,7 +106,7 @@ impl Default for ExecSettings {
 
 /// A duration written as text (`"10m"`, `"90s"`), with the rules' duration syntax; zero is
 /// refused.
-mod duration_text {
+pub(crate) mod duration_text {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};

@@ -6,6 +6,9 @@
 //! - **`server/discover`**, refused with -32601 before rmcp answers it;
 //! - **session ends**: `DELETE` of a known session ends it (its waits return empty at once, its
 //!   claims go back to the queue) and answers 200; an unknown session answers 404;
+//! - **abandoned sessions**: a session with no request in progress and no open stream for
+//!   `mcp.sessionIdleTimeout` ends as if deleted (a wait in flight is not idle), and at most
+//!   `mcp.maxSessions` are open at once (one more `initialize` is 503, saying so);
 //! - **dropped connections**: the response body of each request is watched; when the client
 //!   goes away before the response was sent, the request's wait is cancelled and any work it
 //!   had claimed is released; once the response was sent (the body ended, or hyper took the
@@ -17,9 +20,10 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -41,15 +45,25 @@ const SESSION_HEADER: &str = "mcp-session-id";
 
 /// One HTTP session as the guard knows it.
 pub struct HttpSession {
+    /// Cancelled to end the session (DELETE, idle).
     ended: CancellationToken,
+    /// Cancelled once the MCP session itself is over (its server dropped or ended).
+    closed: CancellationToken,
     attached: AtomicBool,
+    /// Responses in progress (a request's body, an open stream).
+    busy: AtomicUsize,
+    /// When it was last busy.
+    last: Mutex<Instant>,
 }
 
 impl HttpSession {
     fn new() -> Arc<HttpSession> {
         Arc::new(HttpSession {
             ended: CancellationToken::new(),
+            closed: CancellationToken::new(),
             attached: AtomicBool::new(false),
+            busy: AtomicUsize::new(0),
+            last: Mutex::new(Instant::now()),
         })
     }
 
@@ -59,14 +73,65 @@ impl HttpSession {
             return;
         }
         let ended = self.ended.clone();
+        let closed = self.closed.clone();
         let link = link.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = ended.cancelled() => link.end(),
                 _ = link.ended().cancelled() => {}
             }
+            closed.cancel();
         });
     }
+
+    /// Counts a response in progress until the returned guard is dropped.
+    fn busy(self: &Arc<HttpSession>) -> Busy {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    /// Whether nothing is in progress and nothing was for `idle`.
+    fn is_idle(&self, idle: Duration) -> bool {
+        self.busy.load(Ordering::Acquire) == 0 && self.last.lock().unwrap().elapsed() >= idle
+    }
+}
+
+/// A response of a session in progress.
+struct Busy(Arc<HttpSession>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.last.lock().unwrap() = Instant::now();
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its session busy until it ends or is dropped.
+struct Counted {
+    inner: axum::body::BodyDataStream,
+    _busy: Busy,
+}
+
+impl Stream for Counted {
+    type Item = Result<Bytes, axum::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.inner).poll_next(cx)
+    }
+}
+
+/// `response`, its body keeping `session` busy.
+fn counted(response: Response, session: Option<&Arc<HttpSession>>) -> Response {
+    let Some(session) = session else {
+        return response;
+    };
+    let busy = session.busy();
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(Counted {
+        inner: body.into_data_stream(),
+        _busy: busy,
+    });
+    Response::from_parts(parts, body)
 }
 
 enum Phase {
@@ -261,7 +326,28 @@ struct Guard {
     body_limit: usize,
     bearer: Bearer,
     origins: Vec<String>,
+    max_sessions: usize,
     sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+}
+
+impl Guard {
+    /// Forgets the sessions that are over, and ends (and forgets) those idle for `idle`;
+    /// returns the ids it ended, for rmcp's session manager.
+    fn sweep(&self, idle: Duration) -> Vec<String> {
+        let mut ended = Vec::new();
+        self.sessions.lock().unwrap().retain(|id, s| {
+            if s.closed.is_cancelled() {
+                return false;
+            }
+            if s.is_idle(idle) {
+                s.ended.cancel();
+                ended.push(id.clone());
+                return false;
+            }
+            true
+        });
+        ended
+    }
 }
 
 /// Who may use `/mcp`.
@@ -275,6 +361,10 @@ pub struct Access {
     pub loopback: bool,
     /// The largest request body (`http.bodyLimit`, as for ingest).
     pub body_limit: usize,
+    /// A session with nothing in progress for this long ends (`mcp.sessionIdleTimeout`).
+    pub session_idle: Duration,
+    /// The most sessions open at once (`mcp.maxSessions`).
+    pub max_sessions: usize,
 }
 
 /// The `/mcp` router: one session (and consumer) per client, behind the guard; sessions run
@@ -297,16 +387,39 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
     }
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
+    // Idle sessions are ended by the guard, which knows a wait in flight is not idle.
+    sessions.session_config.keep_alive = None;
+    let sessions = Arc::new(sessions);
     let guard = Arc::new(Guard {
         api: Api::Local(local.clone()),
         body_limit,
         bearer: access.bearer,
         origins: access.origins,
+        max_sessions: access.max_sessions.max(1),
         sessions: Mutex::default(),
     });
+    {
+        let (guard, sessions) = (guard.clone(), sessions.clone());
+        let idle = access.session_idle;
+        let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        tasks.spawn(async move {
+            use rmcp::transport::streamable_http_server::session::SessionManager;
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                for id in guard.sweep(idle) {
+                    tracing::info!(session = %id, idle = ?idle, "MCP session idle; ended it");
+                    let _ = sessions.close_session(&id.into()).await;
+                }
+            }
+        });
+    }
+    let service_tasks = tasks.clone();
     let service = StreamableHttpService::new(
-        move || Ok(McpServer::local(local.clone(), tasks.clone(), None)),
-        Arc::new(sessions),
+        move || Ok(McpServer::local(local.clone(), service_tasks.clone(), None)),
+        sessions,
         config,
     );
     axum::Router::new()
@@ -389,10 +502,11 @@ async fn guard_mcp(State(g): State<Arc<Guard>>, request: Request<Body>, next: Ne
         Method::POST => post(&g, request, next, session_id, known).await,
         _ => {
             let mut request = request;
-            if let Some(session) = known {
-                request.extensions_mut().insert(session);
+            if let Some(session) = &known {
+                request.extensions_mut().insert(session.clone());
             }
-            next.run(request).await
+            // An open stream (GET) keeps its session from being idle.
+            counted(next.run(request).await, known.as_ref())
         }
     }
 }
@@ -495,11 +609,36 @@ async fn post(
             .into_response();
     }
     let mut created = None;
-    match (&session_id, known) {
+    match (&session_id, known.clone()) {
         (_, Some(session)) => {
             parts.extensions.insert(session);
         }
         (None, None) if method == Some("initialize") => {
+            let open = {
+                let mut all = g.sessions.lock().unwrap();
+                all.retain(|_, s| !s.closed.is_cancelled());
+                all.len()
+            };
+            if open >= g.max_sessions {
+                tracing::warn!(
+                    open,
+                    "MCP over HTTP refused an initialize: too many sessions"
+                );
+                let id = message.get("id").cloned().unwrap_or(Value::Null);
+                let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32000,
+                    "message": format!(
+                        "too many MCP sessions: {open} are open (`mcp.maxSessions`); end \
+                         sessions you do not use (HTTP DELETE), or wait for idle ones to expire"
+                    ),
+                }});
+                let mut response =
+                    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                return response;
+            }
             let session = HttpSession::new();
             parts.extensions.insert(session.clone());
             created = Some(session);
@@ -514,14 +653,18 @@ async fn post(
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
-    if let Some(session) = created
+    if let Some(session) = &created
         && let Some(id) = response
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
     {
-        g.sessions.lock().unwrap().insert(id.to_string(), session);
+        g.sessions
+            .lock()
+            .unwrap()
+            .insert(id.to_string(), session.clone());
     }
+    let response = counted(response, known.as_ref().or(created.as_ref()));
     if response.status() == StatusCode::NOT_FOUND
         && let Some(id) = &session_id
         && let Some(gone) = g.sessions.lock().unwrap().remove(id)

@@ -64,6 +64,12 @@ pub struct McpSettings {
     pub claude_channel: crate::control::PushPolicy,
     /// Browser origins allowed on `/mcp` besides loopback ones (exact `scheme://host[:port]`).
     pub allowed_origins: Vec<String>,
+    /// An HTTP session with nothing in progress for this long ends (`sessionIdleTimeout`,
+    /// default `"3m"`); a wait in flight is not idle.
+    #[serde(with = "crate::delivery::exec::duration_text")]
+    pub session_idle_timeout: std::time::Duration,
+    /// The most HTTP sessions open at once (`maxSessions`, default 256).
+    pub max_sessions: usize,
 }
 
 impl Default for McpSettings {
@@ -72,6 +78,8 @@ impl Default for McpSettings {
             max_wait_s: 55,
             claude_channel: crate::control::PushPolicy::Auto,
             allowed_origins: Vec::new(),
+            session_idle_timeout: std::time::Duration::from_secs(180),
+            max_sessions: 256,
         }
     }
 }
