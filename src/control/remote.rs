@@ -300,6 +300,10 @@ impl Remote {
             };
             match self.call_until(op, Some(cancel)).await {
                 Err(ApiError::Unavailable { message }) => {
+                    if let Some(gone) = self.inner.home_gone() {
+                        // Not "nothing new": the agent must hear that nothing will come.
+                        return Err(gone);
+                    }
                     if cancel.is_cancelled() || remaining.is_zero() {
                         return Ok(WaitReply::default());
                     }
@@ -309,8 +313,11 @@ impl Remote {
                         _ = tokio::time::sleep_until(deadline) => return Ok(WaitReply::default()),
                         live = self.inner.live() => live,
                     };
-                    if back.is_err() {
-                        return Ok(WaitReply::default());
+                    if let Err(e) = back {
+                        return match self.inner.home_gone() {
+                            Some(_) => Err(e),
+                            None => Ok(WaitReply::default()),
+                        };
                     }
                 }
                 other => return other,
@@ -340,8 +347,28 @@ impl Remote {
 }
 
 impl Inner {
+    /// Why no daemon can come back: the home was deleted.
+    fn home_gone(&self) -> Option<ApiError> {
+        (!self.home.is_dir()).then(|| {
+            ApiError::unavailable(format!(
+                "the switchboard home {} was deleted, and the daemon stopped with it; nothing \
+                 can be delivered until the MCP server is restarted (restart the host, or its \
+                 switchboard server) on an existing home",
+                self.home.display()
+            ))
+        })
+    }
+
     /// The live connection, waiting up to [`REATTACH_WAIT`] for one.
     async fn live(&self) -> Result<Arc<Conn>, ApiError> {
+        if let Some(current) = self.conn.borrow().clone()
+            && !current.closed.is_cancelled()
+        {
+            return Ok(current);
+        }
+        if let Some(gone) = self.home_gone() {
+            return Err(gone);
+        }
         let mut rx = self.conn.subscribe();
         if rx.borrow().is_none() {
             self.demand.notify_one();
@@ -361,14 +388,12 @@ impl Inner {
         .await;
         match waited {
             Ok(Some(conn)) => Ok(conn),
-            _ if !self.home.is_dir() => Err(ApiError::unavailable(format!(
-                "the home {} was deleted; restart the MCP server (the host) to start afresh",
-                self.home.display()
-            ))),
-            _ => Err(ApiError::unavailable(format!(
-                "no daemon answers on {}",
-                self.home.join("control.sock").display()
-            ))),
+            _ => Err(self.home_gone().unwrap_or_else(|| {
+                ApiError::unavailable(format!(
+                    "no daemon answers on {}",
+                    self.home.join("control.sock").display()
+                ))
+            })),
         }
     }
 
@@ -380,7 +405,14 @@ impl Inner {
         deadline: Duration,
         cancel: Option<&CancellationToken>,
     ) -> Answer {
-        let conn = self.live().await?;
+        let never = CancellationToken::new();
+        let cancel = cancel.unwrap_or(&never);
+        let conn = tokio::select! {
+            conn = self.live() => conn?,
+            _ = cancel.cancelled() => {
+                return Err(ApiError::unavailable("the call was cancelled before it was sent"));
+            }
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         conn.pending.lock().unwrap().insert(id, tx);
@@ -397,8 +429,6 @@ impl Inner {
             conn.pending.lock().unwrap().remove(&id);
             return Err(gone());
         }
-        let never = CancellationToken::new();
-        let cancel = cancel.unwrap_or(&never);
         let timed_out = || {
             conn.pending.lock().unwrap().remove(&id);
             let _ = conn.out.send(Up {

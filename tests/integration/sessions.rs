@@ -715,3 +715,93 @@ async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
     drop(again);
     sb.terminate();
 }
+
+/// Issue 26, item 8: when the home is deleted under a front end, the agent is told so in the
+/// tool result (at once, not after a 10 s wait, and not as "nothing new"), and stdin EOF with
+/// a wait in flight still exits within a second.
+#[test]
+fn a_deleted_home_is_told_to_the_agent_and_eof_still_exits_at_once() {
+    let parent = tempfile::tempdir().unwrap();
+    let home = parent.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let mut child = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--no-listen"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+    let mut read = move || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    read();
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = |id: u64, name: &str, args: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": name, "arguments": args}})
+    };
+    send(call(2, "inbox_stats", json!({})));
+    let r = read();
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    let daemon = daemons_of(&home);
+
+    std::fs::remove_dir_all(&home).unwrap();
+    for pid in daemon {
+        eventually(Duration::from_secs(5), "the daemon stops", || {
+            (!alive(pid)).then_some(())
+        });
+    }
+    for (id, tool, args) in [
+        (3, "channel_list", json!({})),
+        (4, "wait_for_inbound_message", json!({"timeout_s": 20})),
+    ] {
+        let asked = Instant::now();
+        send(call(id, tool, args));
+        let r = loop {
+            let v = read();
+            if v["id"] == id {
+                break v;
+            }
+        };
+        assert!(
+            asked.elapsed() < Duration::from_secs(3),
+            "{tool}: {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(r["result"]["isError"], true, "{tool}: {r}");
+        let text = r["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("was deleted") && text.contains("restart"),
+            "{tool}: {text}"
+        );
+    }
+
+    // A wait in flight, then EOF: out within a second.
+    send(call(
+        5,
+        "wait_for_inbound_message",
+        json!({"timeout_s": 20}),
+    ));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(stdin);
+    let closed = Instant::now();
+    let status = wait_exit(&mut child, Duration::from_secs(10));
+    assert!(
+        closed.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        closed.elapsed()
+    );
+    assert!(status.success(), "{status:?}");
+}
