@@ -121,6 +121,14 @@ pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> 
             "switchboard daemon already running (pid {}) on {}",
             status.pid, status.home
         );
+        let differs = args.frontend(None).differences(&status.asked);
+        if !differs.is_empty() {
+            println!(
+                "  it keeps the settings it was started with ({}); to change them, run \
+                 `switchboard stop`, then `switchboard start` with the new flags",
+                differs.join("; ")
+            );
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let launch = Launch::current(home.clone(), args.frontend(None).daemon_args())?;

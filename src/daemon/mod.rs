@@ -10,6 +10,7 @@
 //!
 //! - [`launch`]: starting the daemon in the background (what `serve` and `start` do).
 //! - [`log`]: its log file in the home, rotated by size.
+//! - [`start`]: its start settings, kept in the home so that any restart keeps them.
 //!
 //! The home's lock means one writer: the daemon checks twice a second that its lock file is
 //! still the one it locked, and stops with a clear log line when the file (or the whole home)
@@ -18,6 +19,7 @@
 
 pub mod launch;
 pub mod log;
+pub mod start;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -92,6 +94,15 @@ pub async fn run(
         Home::open(home_dir)?
     };
     let lock = Arc::new(home.lock()?);
+    // What this start leaves out comes from the last one; what it gives is kept for the next.
+    let saved = start::StartSettings::load(&home);
+    let opts = saved.merge(opts);
+    let now = start::StartSettings::of(&opts);
+    if now != saved
+        && let Err(e) = now.save(&home)
+    {
+        tracing::warn!(cause = %e, "cannot save the start settings; a restart may not keep them");
+    }
     let mut config = home.load_config()?;
     resolve_token(&home, &mut config.http, opts.token.clone())?;
     if let Some(secret) = opts

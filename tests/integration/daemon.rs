@@ -421,3 +421,59 @@ async fn a_front_end_with_other_flags_says_so_once_and_works() {
     first.cancel().await.unwrap();
     second.cancel().await.unwrap();
 }
+
+/// Issue 26, item 12: a daemon an operator started with `--listen` and `SWITCHBOARD_TOKEN`
+/// keeps both when a front end (without that variable) restarts it after a crash; and
+/// `start` with other flags says the running daemon keeps its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_by_a_front_end_keeps_the_daemons_start_settings() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let started = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(home)
+        .args(["start", "--listen", &addr])
+        .env("SWITCHBOARD_TOKEN", "from-the-operator")
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", stderr(&started));
+    let body = r#"{"server":"s","channel":"news/a","content":"one"}"#;
+    assert_eq!(try_post(&addr, "from-the-operator", body), Some(202));
+
+    // The daemon dies; a front end without the variable brings it back.
+    let first = daemon_pid(home).expect("a daemon");
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    eventually(Duration::from_secs(5), "the daemon is gone", || {
+        (!alive(first)).then_some(())
+    });
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.arg("--home")
+        .arg(home)
+        .arg("serve")
+        .env_remove("SWITCHBOARD_TOKEN");
+    let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let second = daemon_pid(home).expect("restarted");
+    assert_ne!(first, second);
+    assert_eq!(
+        try_post(&addr, "from-the-operator", body),
+        Some(202),
+        "same address, same token"
+    );
+
+    let out = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(home)
+        .args(["start", "--no-listen"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text.contains("it keeps the settings it was started with")
+            && text.contains(&format!("ingest: asked off, the daemon listens on {addr}")),
+        "{text}"
+    );
+    client.cancel().await.unwrap();
+}
