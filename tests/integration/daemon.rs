@@ -339,8 +339,12 @@ fn a_deleted_control_socket_is_bound_again_and_the_cli_reaches_the_daemon() {
     assert_eq!(send_one(sb.home.path(), "x/y", "before"), 1);
     let socket = sb.home.path().join("control.sock");
     std::fs::remove_file(&socket).unwrap();
+    // The file appears at bind(), before listen(): wait for a connection, not the file
+    // (issue 27, defect 7).
     eventually(Duration::from_secs(5), "the socket bound again", || {
-        socket.exists().then_some(())
+        std::os::unix::net::UnixStream::connect(&socket)
+            .ok()
+            .map(drop)
     });
     // The same daemon answers: no second one was started, nothing was lost.
     assert_eq!(send_one(sb.home.path(), "x/y", "after"), 2);
