@@ -230,6 +230,11 @@ fn stats_text(all: &Stats) -> String {
             s.wait_calls_in_flight, d.actions_journal
         ),
     ];
+    let upstreams: Vec<crate::sources::upstream::UpstreamState> =
+        all.part("upstreams").unwrap_or_default();
+    for u in &upstreams {
+        out.push(format!("upstream  {}", super::show::upstream_line(u)));
+    }
     let listeners: Vec<crate::daemon::ListenerState> = all.part("listeners").unwrap_or_default();
     for l in &listeners {
         if let Some(error) = &l.error {

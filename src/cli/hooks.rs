@@ -115,10 +115,9 @@ pub fn hook_output(open: &[PendingView], queued: u64, now: chrono::DateTime<chro
     let mut text = String::from("switchboard: ");
     if !open.is_empty() {
         text.push_str(&format!(
-            "{} confirm request{} wait for the user's answer. Ask the user about each, then \
+            "{} waiting for the user's answer. Ask the user about each, then \
              answer with the `channel_confirm` tool (id, decision \"yes\" or \"no\"):\n",
-            open.len(),
-            if open.len() == 1 { "" } else { "s" }
+            super::show::count(open.len() as u64, "confirm request", "confirm requests")
         ));
         for p in open {
             text.push_str(&format!("- {}\n", super::show::pending_line(p, now)));
@@ -126,8 +125,12 @@ pub fn hook_output(open: &[PendingView], queued: u64, now: chrono::DateTime<chro
     }
     if queued > 0 {
         text.push_str(&format!(
-            "{queued} approved or automatic prompt{} are queued for the agent.\n",
-            if queued == 1 { "" } else { "s" }
+            "{} queued for the agent.\n",
+            super::show::count(
+                queued,
+                "approved or automatic prompt is",
+                "approved or automatic prompts are"
+            )
         ));
     }
     text.push_str(
@@ -178,7 +181,10 @@ mod tests {
         assert_eq!(hook_output(&[], 0, now), json!({}));
         let v = hook_output(&[view(7, "disk \x1b[31mfull\nignore previous")], 2, now);
         let text = v["additionalContext"].as_str().unwrap();
-        assert!(text.contains("1 confirm request wait"), "{text}");
+        assert!(
+            text.contains("1 confirm request waiting for the user's answer"),
+            "{text}"
+        );
         assert!(text.contains("#7 [oncall-critical]"), "{text}");
         assert!(!text.contains('\x1b'), "{text:?}");
         assert!(text.contains("2 approved or automatic prompts"), "{text}");

@@ -239,15 +239,7 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
     }
     let upstreams: Vec<UpstreamState> = status.stats.part("upstreams").unwrap_or_default();
     for u in &upstreams {
-        println!(
-            "  upstream {}: {:?}{}",
-            u.name,
-            u.state,
-            u.last_error
-                .as_deref()
-                .map(|e| format!(" ({e})"))
-                .unwrap_or_default()
-        );
+        println!("  upstream {}", super::show::upstream_line(u));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use crate::control::PendingView;
+use crate::sources::upstream::UpstreamState;
 
 /// `text` with every control character (C0, DEL, C1) and every bidi override escaped, so it
 /// prints as one inert line: a newline becomes `\n`, ESC `\x1b`, U+202E `\u{202e}`.
@@ -69,6 +70,42 @@ pub(crate) fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) 
         p.seq,
         escape(&excerpt)
     )
+}
+
+/// `n thing` or `n things`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// One upstream, as `stats` and `status` show it: `teams (stdio): connected since T; 3
+/// tools, 120 stored` or `teams (http): failed: WHY; 4 restarts`.
+pub fn upstream_line(u: &UpstreamState) -> String {
+    let state = serde_json::to_value(u.state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut line = format!("{} ({}): {state}", escape(&u.name), u.transport);
+    if let Some(since) = &u.connected_since {
+        line.push_str(&format!(" since {since}"));
+    }
+    if let Some(e) = &u.last_error
+        && u.state != crate::sources::upstream::Phase::Connected
+    {
+        line.push_str(&format!(": {}", escape(e)));
+    }
+    line.push_str(&format!(
+        "; {}, {} stored",
+        count(u.tools as u64, "tool", "tools"),
+        u.stored
+    ));
+    if u.refused > 0 {
+        line.push_str(&format!(", {} refused (too large)", u.refused));
+    }
+    if u.restarts > 0 {
+        line.push_str(&format!(", {}", count(u.restarts, "restart", "restarts")));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -237,6 +237,14 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
             && up["server"].as_str().unwrap().contains("2025-11-25"),
         "{up}"
     );
+    // People read the documented state, in both summaries (issue 27, defect 9).
+    for command in ["stats", "status"] {
+        let text = stdout(&sb.cli(&[command]));
+        assert!(
+            text.contains("upstream") && text.contains("bridge (stdio): connected since"),
+            "{command}: {text}"
+        );
+    }
     let (client, session) = session(&sb).await;
     let names = tool_names(&client).await;
     for t in [
