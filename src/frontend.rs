@@ -29,6 +29,9 @@ pub struct FrontendOptions {
     pub no_listen: bool,
     /// `--consumer`.
     pub consumer: Option<String>,
+    /// Start the daemon so that a taken ingest port is a warning, not a failed start (a
+    /// host's window must come up).
+    pub listen_optional: bool,
 }
 
 impl FrontendOptions {
@@ -43,6 +46,9 @@ impl FrontendOptions {
         }
         if let Some(addr) = &self.mcp_http {
             args.extend(["--http".into(), addr.into()]);
+        }
+        if self.listen_optional {
+            args.push("--listen-optional".into());
         }
         args
     }

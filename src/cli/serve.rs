@@ -52,6 +52,10 @@ pub struct DaemonArgs {
     /// daemon was being started stays deleted).
     #[arg(long, hide = true)]
     pub existing_home: bool,
+    /// Run without ingest when its port is taken, warning in `status` (what `serve` passes: a
+    /// host's window must come up); otherwise a taken port stops the start.
+    #[arg(long, hide = true)]
+    pub listen_optional: bool,
 }
 
 impl DaemonArgs {
@@ -61,6 +65,7 @@ impl DaemonArgs {
             listen: self.listen.clone(),
             no_listen: self.no_listen,
             existing_home: self.existing_home,
+            listen_optional: self.listen_optional,
             token: std::env::var(crate::config::TOKEN_ENV).ok(),
             github_secret: std::env::var(crate::config::GITHUB_SECRET_ENV).ok(),
         }
@@ -72,6 +77,7 @@ impl DaemonArgs {
             listen: self.listen.clone(),
             no_listen: self.no_listen,
             consumer,
+            listen_optional: false,
         }
     }
 }
@@ -99,12 +105,11 @@ pub async fn execute(home: PathBuf, args: ServeArgs) -> anyhow::Result<ExitCode>
              in the foreground), and `switchboard watch` to see what arrives"
         );
     }
-    crate::frontend::run(
-        home,
-        args.daemon.frontend(args.consumer),
-        crate::daemon::shutdown_signal(),
-    )
-    .await?;
+    let frontend = FrontendOptions {
+        listen_optional: true,
+        ..args.daemon.frontend(args.consumer)
+    };
+    crate::frontend::run(home, frontend, crate::daemon::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -130,6 +135,21 @@ pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> 
             );
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    // A taken ingest port fails the start with one line, before anything is launched.
+    if let Ok(h) = crate::home::Home::open(&home) {
+        let asked = crate::daemon::start::StartSettings::load(&h).merge(args.options());
+        if !asked.no_listen {
+            let addr = match asked.listen {
+                Some(addr) => addr,
+                None => h.load_config().map(|c| c.http.listen).unwrap_or_default(),
+            };
+            if !addr.is_empty()
+                && let Err(e) = std::net::TcpListener::bind(&addr)
+            {
+                anyhow::bail!("{}", crate::daemon::port_taken(&addr, &e));
+            }
+        }
     }
     let launch = Launch::current(home.clone(), args.frontend(None).daemon_args())?;
     connect_or_start(&home, Some(&launch)).await?;

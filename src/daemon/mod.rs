@@ -73,6 +73,8 @@ pub struct DaemonOptions {
     pub no_listen: bool,
     /// Refuse to create a missing home (a daemon started in the background).
     pub existing_home: bool,
+    /// A taken ingest port is a warning (a daemon a front end starts), not a failed start.
+    pub listen_optional: bool,
     /// The ingest bearer token from `SWITCHBOARD_TOKEN`; wins over `http.token` and the
     /// `token` file.
     pub token: Option<String>,
@@ -128,6 +130,14 @@ pub async fn run(
                 crate::sources::http::check(&config.http, listener.local_addr()?)
                     .map_err(anyhow::Error::msg)?;
                 Some(listener)
+            }
+            Err(err) if !opts.listen_optional => {
+                let cause = err
+                    .chain()
+                    .find_map(|c| c.downcast_ref::<std::io::Error>())
+                    .map(|e| port_taken(addr, e))
+                    .unwrap_or_else(|| format!("{err:#}"));
+                anyhow::bail!("{cause}");
             }
             Err(err) => {
                 tracing::warn!("{err:#}; HTTP ingest is off until the daemon restarts");
@@ -303,6 +313,20 @@ pub async fn run(
     stop(&core, &token, &tasks, &home).await;
     drop(lock);
     Ok(())
+}
+
+/// The one line for an ingest address that cannot be listened on: which, why, and how to pick
+/// another.
+pub fn port_taken(addr: &str, e: &std::io::Error) -> String {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        "another program (or another switchboard home) listens there; pick another port with \
+         `--listen 127.0.0.1:PORT` or `http.listen` in switchboard.json, or start without ingest \
+         with `--no-listen`"
+    } else {
+        "pick another address with `--listen` or `http.listen` in switchboard.json, or start \
+         without ingest with `--no-listen`"
+    };
+    format!("cannot listen on {addr} for ingest: {e}; {hint}")
 }
 
 /// The core's settings, as `switchboard.json` gives them.

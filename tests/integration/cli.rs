@@ -293,3 +293,39 @@ fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
     let sb = Switchboard::start();
     assert!(!sb.log().contains("speaks MCP"));
 }
+
+/// Issue 27: a second home's `start` on a port that is taken fails with one line that names
+/// the port and how to pick another, instead of exiting 0 with a daemon that does not listen;
+/// `--no-listen` starts without ingest.
+#[test]
+fn start_on_a_taken_port_fails_with_one_line_unless_no_listen() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let home = tempfile::tempdir().unwrap();
+    let _guard = DaemonGuard(home.path().to_path_buf());
+    let out = cli_in(home.path(), &["start", "--listen", &addr]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("cannot listen on {addr} for ingest"))
+            && err.contains("pick another port with `--listen 127.0.0.1:PORT`")
+            && err.contains("`--no-listen`"),
+        "{err}"
+    );
+    assert!(daemon_pid(home.path()).is_none(), "nothing started");
+
+    // In switchboard.json too.
+    std::fs::write(
+        home.path().join("switchboard.json"),
+        format!(r#"{{"http": {{"listen": "{addr}"}}}}"#),
+    )
+    .unwrap();
+    let out = cli_in(home.path(), &["start"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains(&format!("cannot listen on {addr}")));
+
+    let out = cli_in(home.path(), &["start", "--no-listen"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("ingest: off"), "{}", stdout(&out));
+}
