@@ -715,7 +715,10 @@ fn json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
         Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            format!("content type \"{text}\" is not JSON; send `Content-Type: application/json`"),
+            format!(
+                "content type \"{text}\" is not JSON; send `Content-Type: application/json` \
+                 (with curl: -H 'Content-Type: application/json'; `curl -d` alone sends a form)"
+            ),
         ))
     }
 }

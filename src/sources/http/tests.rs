@@ -487,6 +487,15 @@ async fn a_content_type_that_is_not_json_is_415() {
             .unwrap();
         let r = send(&router, request).await;
         r.assert_error(415, "unsupported_media_type");
+        // `curl -d` sends a form: the message names the header to add.
+        assert!(
+            r.json["message"]
+                .as_str()
+                .unwrap()
+                .contains("with curl: -H 'Content-Type: application/json'"),
+            "{}",
+            r.text
+        );
     }
     let request = http::Request::builder()
         .method("POST")
