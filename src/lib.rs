@@ -53,8 +53,10 @@ pub mod watch;
 /// Logs to stderr (stdout is the MCP channel in stdio mode), or to `log_file` (rotated by
 /// size) for a daemon started in the background. `RUST_LOG` sets the level.
 pub fn init_tracing(log_file: Option<&std::path::Path>) {
+    // rmcp logs every request it handles at INFO (the whole `initialize` params among them):
+    // into a host's MCP log that is noise, so it speaks at WARN unless RUST_LOG says more.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false);

@@ -43,6 +43,9 @@ pub struct ConfirmArgs {
     /// confirm is never approved by default.
     #[arg(value_enum)]
     pub decision: Option<Decision>,
+    /// Print the approved item as JSON (the shape the wait tool returns) instead of a line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `pending`.
@@ -152,13 +155,26 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
         .await?;
     let mut out = std::io::stdout().lock();
     match approved {
-        Some(item) => {
-            writeln!(out, "approved {}; queued for the agent:", args.id)?;
-            print_json(&serde_json::to_value(crate::control::ItemView::from(
-                &item,
-            ))?)?;
+        Some(item) if args.json => {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&crate::control::ItemView::from(&item))?
+            )?;
         }
-        None => writeln!(out, "denied {}", args.id)?,
+        Some(item) => {
+            let first = item.prompt.lines().next().unwrap_or_default();
+            let first: String = first.chars().take(100).collect();
+            writeln!(
+                out,
+                "approved #{} [{}]: queued for the next agent wait: {}",
+                args.id,
+                super::show::escape(&item.rule),
+                super::show::escape(&first)
+            )?;
+        }
+        None if args.json => writeln!(out, "null")?,
+        None => writeln!(out, "denied #{}: nothing will run", args.id)?,
     }
     Ok(ExitCode::SUCCESS)
 }

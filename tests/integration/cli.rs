@@ -227,7 +227,7 @@ fn pending_lists_open_confirms_and_confirm_needs_an_explicit_answer() {
 
     let out = sb.cli(&["confirm", "1", "no"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out).trim(), "denied 1");
+    assert_eq!(stdout(&out).trim(), "denied #1: nothing will run");
     assert_eq!(stdout(&sb.cli(&["pending"])).trim(), "no pending confirms");
     let out = sb.cli(&["confirm", "1", "yes"]);
     assert_eq!(out.status.code(), Some(2));
@@ -236,6 +236,25 @@ fn pending_lists_open_confirms_and_confirm_needs_an_explicit_answer() {
         "{}",
         stderr(&out)
     );
+
+    // Yes: one line for people (issue 27: it printed ~50 lines of JSON), JSON with --json.
+    send_messages(
+        sb.home.path(),
+        &[("alerts/a", "[FIRING] A"), ("alerts/b", "[FIRING] B")],
+    );
+    eventually(std::time::Duration::from_secs(5), "two pending", || {
+        stdout(&sb.cli(&["pending"])).contains("#3 ").then_some(())
+    });
+    let out = sb.cli(&["confirm", "2", "yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "approved #2 [ask]: queued for the next agent wait: Investigate [FIRING] A\n"
+    );
+    let out = sb.cli(&["confirm", "3", "yes", "--json"]);
+    let item: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(item["kind"], "approved");
+    assert_eq!(item["message"]["server"], "test");
 }
 
 #[test]
