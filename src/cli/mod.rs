@@ -69,6 +69,14 @@ pub enum Command {
     },
     /// Add switchboard to an MCP host's configuration.
     Install(control_cmds::InstallArgs),
+    /// Print shell completions: `switchboard completions bash > /etc/bash_completion.d/switchboard`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `switchboard man | man -l -`.
+    Man,
 }
 
 impl Cli {
@@ -105,5 +113,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Rules { command } => rules::execute(home, command).await,
         Command::Config { command } => config::execute(home, command),
         Command::Install(args) => control_cmds::install(home, explicit_home, args).await,
+        Command::Completions { shell } => {
+            // Into a buffer first: the generator panics on a closed pipe, a write returns it.
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "switchboard", &mut text);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &text)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let mut text = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut text)?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &text)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
     }
 }

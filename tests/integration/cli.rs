@@ -348,3 +348,33 @@ fn start_on_a_taken_port_fails_with_one_line_unless_no_listen() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("ingest: off"), "{}", stdout(&out));
 }
+
+/// Issue 27: shell completions and a man page, from the same command line definition.
+#[test]
+fn completions_and_the_man_page_cover_every_command() {
+    let home = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = cli_in(home.path(), &["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let text = stdout(&out);
+        for command in ["serve", "confirm", "pending", "watch", "install", "rules"] {
+            assert!(text.contains(command), "{shell} lacks {command}");
+        }
+    }
+    let out = cli_in(home.path(), &["man"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(".TH switchboard 1"),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    assert!(
+        text.contains("completions"),
+        "the man page lists the commands"
+    );
+    let out = cli_in(home.path(), &["completions", "powershell"]);
+    assert!(out.status.success(), "clap_complete's shells");
+    let out = cli_in(home.path(), &["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
+}
