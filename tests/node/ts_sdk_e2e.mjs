@@ -81,15 +81,55 @@ async function collect(client, n, a = { timeout_s: 5 }) {
   return items;
 }
 
-// 1. Tools, with output schemas the SDK validates.
+// 1. Tools, with input and output schemas: every schema compiles in Ajv (the validator the SDK
+// uses, strict mode), every tool is called with arguments its input schema accepts, and every
+// result (a refusal too) validates against its output schema, here and in the SDK.
 {
   const { client } = await connect("ts-probe");
   const { tools } = await client.listTools();
   check(tools.length === 11, `11 tools, got ${tools.length}`);
   check(tools.every((t) => t.outputSchema?.type === "object"), "every tool declares an output schema");
   check(!JSON.stringify(tools).includes('"format"'), "no non-standard format in the schemas");
+  const { default: Ajv } = await import(pathToFileURL(join(args.sdk, "ajv/dist/ajv.js")).href);
+  const ajv = new Ajv({ strict: true, allErrors: true });
+  const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+  const compiled = {};
+  for (const t of tools) {
+    try {
+      compiled[t.name] = { input: ajv.compile(t.inputSchema), output: ajv.compile(t.outputSchema) };
+    } catch (e) {
+      fail(`${t.name}: a schema does not compile in strict Ajv: ${e}`);
+    }
+  }
+  await send("alerts/schema", "a message to run");
+  const samples = [
+    ["wait_for_inbound_message", { timeout_s: 0.2, max_items: 5 }],
+    ["inbox_pull", { limit: 5, mark_read: false }],
+    ["channel_list", { channel: "alerts/*", limit: 5 }],
+    ["channel_ack", {}],
+    ["channel_confirm", { id: 999999, decision: "no" }],
+    ["channel_run", { seq: 1 }],
+    ["channel_pause", {}],
+    ["channel_resume", {}],
+    ["rules_list", {}],
+    ["rules_reload", {}],
+    ["inbox_stats", {}],
+  ];
+  check(samples.length === tools.length && samples.every(([n]) => byName[n]), "a sample for every tool");
+  for (const [name, a] of samples) {
+    const { input, output } = compiled[name];
+    check(input(a), `${name}: its input schema accepts ${JSON.stringify(a)}: ${ajv.errorsText(input.errors)}`);
+    const r = await client.callTool({ name, arguments: a }, undefined, { timeout: 60_000 });
+    check(r.structuredContent && typeof r.structuredContent === "object", `${name}: structured content`);
+    check(output(r.structuredContent), `${name}: its output schema accepts the result: ${ajv.errorsText(output.errors)}`);
+    check(JSON.stringify(JSON.parse(r.content[0].text)) === JSON.stringify(r.structuredContent), `${name}: the text repeats it`);
+  }
+  // What the schemas refuse.
+  check(!compiled.channel_confirm.input({ id: 1 }), "channel_confirm's schema requires `decision`");
+  check(!compiled.channel_confirm.input({ id: 1, decision: "maybe" }), "decision is yes or no");
+  check(!compiled.wait_for_inbound_message.input({ timeout_s: "soon" }), "timeout_s is a number");
   await client.close();
-  ok("tools listed with output schemas; calls validated by the SDK");
+  ok("every tool's input and output schema compiles in strict Ajv and holds for a real call");
 }
 
 // 2. Two windows of the same host each get every nudge once.

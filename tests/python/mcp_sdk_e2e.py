@@ -360,6 +360,48 @@ async def wait_in_flight(client: Client) -> None:
         await asyncio.sleep(0.02)
 
 
+# Arguments each tool's input schema must accept; calling them changes nothing that the checks
+# after them depend on (the confirm id does not exist, pause is undone at once).
+SCHEMA_SAMPLES = [
+    ("wait_for_inbound_message", {"timeout_s": 0.2, "max_items": 5}),
+    ("inbox_pull", {"limit": 5, "mark_read": False}),
+    ("channel_list", {"limit": 5}),
+    ("channel_ack", {}),
+    ("channel_confirm", {"id": 999999, "decision": "no"}),
+    ("channel_run", {"seq": 999999}),
+    ("channel_pause", {}),
+    ("channel_resume", {}),
+    ("rules_list", {}),
+    ("rules_reload", {}),
+    ("inbox_stats", {}),
+]
+
+
+async def check_every_schema(client: Client, tools: dict[str, Any]) -> None:
+    """Every tool's input and output schema is a valid JSON Schema (2020-12, which MCP
+    names), accepts a real call's arguments and result (a refusal's too), and refuses what it
+    should."""
+    import jsonschema
+
+    check({n for n, _ in SCHEMA_SAMPLES} == set(tools), "a sample for every tool")
+    validator = jsonschema.Draft202012Validator
+    for name, arguments in SCHEMA_SAMPLES:
+        tool = tools[name]
+        validator.check_schema(tool.input_schema)
+        check(tool.output_schema is not None, f"{name}: no output schema")
+        validator.check_schema(tool.output_schema)
+        errors = list(validator(tool.input_schema).iter_errors(arguments))
+        check(not errors, f"{name}: its input schema refuses {arguments}: {errors}")
+        result = await client.call_tool(name, arguments)
+        check(result.structured_content is not None, f"{name}: no structuredContent")
+        errors = list(validator(tool.output_schema).iter_errors(result.structured_content))
+        check(not errors, f"{name}: its output schema refuses the result: {errors}")
+    confirm = validator(tools["channel_confirm"].input_schema)
+    check(not confirm.is_valid({"id": 1}), "channel_confirm's schema requires `decision`")
+    check(not confirm.is_valid({"id": 1, "decision": "maybe"}), "decision is yes or no")
+    passed(f"every tool's input and output schema is valid 2020-12 and holds for a real call ({len(tools)})")
+
+
 # --- the checks --------------------------------------------------------------------------------
 
 
@@ -398,6 +440,7 @@ async def run(bin_path: Path, transport: str, tmp: Path) -> None:
         wait_props = tools["wait_for_inbound_message"].input_schema.get("properties", {})
         check({"timeout_s", "max_items"} <= set(wait_props), f"wait_for_inbound_message properties: {wait_props}")
         passed(f"tools/list: {len(tools)} tools, all {len(TOOLS)} of the design's, object schemas")
+        await check_every_schema(claude, tools)
 
         start = time.monotonic()
         empty = await wait_tool(claude, 1)
