@@ -1,0 +1,271 @@
+//! Ingest → wait return with many sessions on one daemon, over stdio and over HTTP.
+//!
+//! ```sh
+//! cargo build --release --bin switchboard && cargo bench --bench wake_sessions
+//! ```
+//!
+//! Environment: `BIN` (default `target/release/switchboard`), `SESSIONS` (20), `SAMPLES`
+//! (200), `GAP_MS` (40).
+//!
+//! One daemon (`switchboard daemon`, fsync=always, `{"http": {"rateLimit": "0"}}`) on a
+//! temporary home, one notify rule on `wake/probe`: every session gets every message. Over
+//! HTTP, `SESSIONS` rmcp clients each open a session on the daemon's `/mcp`. Over stdio,
+//! `SESSIONS` front ends (`switchboard serve`, as hosts start them) attach to the same daemon
+//! through the control socket, each with an rmcp client on its stdin and stdout. Each sample:
+//! every session calls `wait_for_inbound_message`, `GAP_MS` passes so that all are pending,
+//! one ~120-byte message is POSTed, and each session's time from the POST being sent to its
+//! result being in hand is one figure. `POST → 202` (its 202 means the message is fsynced) is
+//! the same-run baseline. Prints a Markdown table (p50, p90, p99, max over every session of
+//! every sample).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+
+type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The daemon; killed and reaped when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_daemon(bin: &Path, home: &Path) -> (Daemon, String, String, String) {
+    std::fs::write(
+        home.join("switchboard.json"),
+        r#"{"http": {"rateLimit": "0"}, "mcp": {"maxSessions": 1024}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        home.join("triggers.json"),
+        r#"{"rules": [{"name": "wake-probe", "channel": "wake/probe"}]}"#,
+    )
+    .unwrap();
+    let log = std::fs::File::create(home.with_extension("log")).unwrap();
+    let child = Command::new(bin)
+        .arg("--home")
+        .arg(home)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e} (build it: cargo build --release)", bin.display()));
+    let daemon = Daemon(child);
+    let endpoint = home.join("endpoint.json");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let endpoint: serde_json::Value = loop {
+        if let Ok(text) = std::fs::read_to_string(&endpoint)
+            && let Ok(v) = serde_json::from_str(&text)
+        {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "switchboard did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let token = std::fs::read_to_string(home.join("token")).unwrap();
+    let field = |k: &str| endpoint[k].as_str().unwrap().to_string();
+    (
+        daemon,
+        field("ingest"),
+        field("mcp"),
+        token.trim().to_string(),
+    )
+}
+
+async fn wait_call(client: &Client) -> Vec<serde_json::Value> {
+    let mut args = serde_json::Map::new();
+    args.insert("timeout_s".into(), 20.0.into());
+    args.insert("max_items".into(), 50.into());
+    let result = client
+        .call_tool(CallToolRequestParams::new("wait_for_inbound_message").with_arguments(args))
+        .await
+        .expect("wait call");
+    result
+        .structured_content
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// `samples` wake-ups of every client: (POST → each result, POST → 202).
+async fn phase(
+    clients: &[Arc<Client>],
+    http: &reqwest::Client,
+    ingest: &str,
+    token: &str,
+    samples: usize,
+    gap: Duration,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut wakes, mut posts) = (Vec::new(), Vec::new());
+    for n in 0..samples {
+        let marker = format!("wake-{n}-{}", nanos());
+        let waiters: Vec<_> = clients
+            .iter()
+            .map(|client| {
+                let (client, marker) = (client.clone(), marker.clone());
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    while Instant::now() < deadline {
+                        let items = wait_call(&client).await;
+                        let at = Instant::now();
+                        if items.iter().any(|i| i.to_string().contains(&marker)) {
+                            return Some(at);
+                        }
+                    }
+                    None
+                })
+            })
+            .collect();
+        tokio::time::sleep(gap).await;
+        let body = serde_json::json!({"server": "probe", "channel": "wake/probe",
+            "content": format!("probe {marker}: {}", "z".repeat(80))});
+        let sent = Instant::now();
+        let status = http
+            .post(format!("http://{ingest}/v1/messages"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        let acked = Instant::now();
+        if status == 202 {
+            posts.push(acked - sent);
+        }
+        for waiter in waiters {
+            match waiter.await.unwrap() {
+                Some(at) => wakes.push(at - sent),
+                None => eprintln!("sample {n}: a session missed the message"),
+            }
+        }
+        tokio::time::sleep(gap).await;
+    }
+    (wakes, posts)
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+}
+
+fn row(transport: &str, measure: &str, mut v: Vec<Duration>) -> String {
+    v.sort();
+    let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1000.0);
+    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "| {transport} | {measure} | {} | {} | {} | {} | {} |",
+        ms(at(0.5)),
+        ms(at(0.9)),
+        ms(at(0.99)),
+        ms(v[v.len() - 1]),
+        v.len()
+    )
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing to run quickly.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let bin: PathBuf = std::env::var_os("BIN").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/switchboard"),
+        PathBuf::from,
+    );
+    let sessions: usize = env_or("SESSIONS", 20);
+    let samples: usize = env_or("SAMPLES", 200);
+    let gap = Duration::from_millis(env_or("GAP_MS", 40));
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let start_load = loadavg();
+    let (daemon, ingest, mcp, token) = start_daemon(&bin, &home);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+
+        let mut over_http = Vec::new();
+        for _ in 0..sessions {
+            let config = StreamableHttpClientTransportConfig::with_uri(mcp.clone())
+                .auth_header(token.clone());
+            let client = ().serve(StreamableHttpClientTransport::from_config(config)).await;
+            over_http.push(Arc::new(client.expect("an HTTP session starts")));
+        }
+        let (wakes, posts) = phase(&over_http, &http, &ingest, &token, samples, gap).await;
+        let name = format!("HTTP, {sessions} sessions");
+        rows.push(row(&name, "POST → each wait returns", wakes));
+        rows.push(row(&name, "POST → 202 (baseline)", posts));
+        for c in over_http {
+            if let Ok(c) = Arc::try_unwrap(c) {
+                let _ = c.cancel().await;
+            }
+        }
+
+        let mut over_stdio = Vec::new();
+        for _ in 0..sessions {
+            let mut cmd = tokio::process::Command::new(&bin);
+            cmd.arg("--home")
+                .arg(&home)
+                .args(["serve", "--no-listen"])
+                .env("RUST_LOG", "warn");
+            let transport = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn a front end")
+                .0;
+            let client = ().serve(transport).await;
+            over_stdio.push(Arc::new(client.expect("a stdio front end starts")));
+        }
+        let (wakes, posts) = phase(&over_stdio, &http, &ingest, &token, samples, gap).await;
+        let name = format!("stdio front ends, {sessions} sessions");
+        rows.push(row(&name, "POST → each wait returns", wakes));
+        rows.push(row(&name, "POST → 202 (baseline)", posts));
+        for c in over_stdio {
+            if let Ok(c) = Arc::try_unwrap(c) {
+                let _ = c.cancel().await;
+            }
+        }
+    });
+    drop(daemon);
+    println!(
+        "fsync=always, one daemon, every session gets every message; Rust clients; ms; load \
+         average {start_load} at the start, {} at the end\n",
+        loadavg()
+    );
+    println!("| transport | measure | p50 | p90 | p99 | max | samples |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in rows {
+        println!("{r}");
+    }
+}
