@@ -5,7 +5,9 @@
 //! with `stop` ends the message's evaluation (fired or suppressed alike); per rule the order is
 //! match → dedup → rateLimit, and state changes only when a rule fires. State (dedup windows,
 //! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
-//! unchanged. While paused nothing fires and nothing changes.
+//! unchanged, and a restart through [`Engine::limits_snapshot`] and [`Engine::restore_limits`]
+//! (the caller keeps the snapshot in `state.json`). While paused nothing fires and nothing
+//! changes.
 //!
 //! [`Engine::evaluate`] finds candidates through the [`Index`]; [`Engine::evaluate_naive`] tries
 //! every rule in file order. Both decide through the same code, and the property test in
@@ -25,7 +27,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 pub use index::{Index, Scratch};
-pub use limits::{DEDUP_KEY_BYTES, RuleState, default_dedup_key};
+pub use limits::{DEDUP_KEY_BYTES, LimitsSnapshot, RuleMemory, RuleState, default_dedup_key};
 
 use crate::actions::{Action, ActionId, Mode};
 use crate::message::Message;
@@ -128,6 +130,8 @@ pub struct Engine {
     paused: bool,
     scratch: Scratch,
     hits: Vec<u32>,
+    /// Bumped whenever `state` changes, so a saver knows when a snapshot is due.
+    limits_version: u64,
 }
 
 impl Engine {
@@ -151,6 +155,7 @@ impl Engine {
             paused: false,
             scratch: Scratch::default(),
             hits: Vec::new(),
+            limits_version: 0,
         }
     }
 
@@ -179,6 +184,59 @@ impl Engine {
         self.state = state;
         self.live = prepared;
         self.scratch = Scratch::default();
+        self.limits_version += 1;
+    }
+
+    /// The rate-limit and dedup memory of the live rules that is still in force at `now`,
+    /// by rule name (rules with nothing in force are left out).
+    pub fn limits_snapshot(&self, now: DateTime<Utc>) -> LimitsSnapshot {
+        let rules = self.live.rules.rules();
+        LimitsSnapshot(
+            rules
+                .iter()
+                .zip(&self.state)
+                .map(|(r, s)| (r, s.memory(r.rate_limit, r.dedup_window, now)))
+                .filter(|(_, m)| !m.is_empty())
+                .map(|(r, m)| (r.name.to_string(), m))
+                .collect(),
+        )
+    }
+
+    /// Puts back a [`Engine::limits_snapshot`] taken before a restart: each live rule of the
+    /// same name gets its memory, without what has expired at `now` under its current windows.
+    /// Names that are no longer live are dropped, as a reload drops them. Returns how many
+    /// rules got memory back.
+    pub fn restore_limits(&mut self, snapshot: LimitsSnapshot, now: DateTime<Utc>) -> usize {
+        let mut by_name = snapshot.0;
+        let mut restored = 0;
+        for (rule, state) in self.live.rules.rules().iter().zip(&mut self.state) {
+            if let Some(memory) = by_name.remove(&*rule.name) {
+                *state = RuleState::from_memory(memory, rule.rate_limit, rule.dedup_window, now);
+                restored += 1;
+            }
+        }
+        self.limits_version += 1;
+        restored
+    }
+
+    /// [`Engine::limits_snapshot`] when [`Engine::limits_version`] is no longer `seen`, which
+    /// then becomes the current version; `None` when nothing changed since.
+    pub fn limits_snapshot_since(
+        &self,
+        seen: &mut u64,
+        now: DateTime<Utc>,
+    ) -> Option<LimitsSnapshot> {
+        if *seen == self.limits_version {
+            return None;
+        }
+        *seen = self.limits_version;
+        Some(self.limits_snapshot(now))
+    }
+
+    /// Changes whenever the rate-limit and dedup memory may have changed (a fire, a swap, a
+    /// restore): a saver takes a new snapshot only when it differs from the one it saved.
+    pub fn limits_version(&self) -> u64 {
+        self.limits_version
     }
 
     /// [`Engine::swap`] for rules not yet indexed.
@@ -317,6 +375,7 @@ impl Engine {
             dedup.map(|(key, window)| (key.into_owned(), window)),
             now,
         );
+        self.limits_version += 1;
         let id = self.next_id;
         self.next_id += 1;
         eval.actions.push(Action {

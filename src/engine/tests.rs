@@ -280,6 +280,70 @@ fn state_survives_a_swap_for_unchanged_names() {
     assert_eq!(e.next_action_id(), 5, "ids continue across swaps");
 }
 
+/// What a restart keeps: a snapshot taken before and restored after holds the cooldown, the
+/// quota and the dedup windows; what has expired by the restore is dropped.
+#[test]
+fn limits_survive_a_snapshot_and_restore() {
+    let json = r#"{"rules": [
+        {"name": "cool", "channel": "c", "rateLimit": "1h"},
+        {"name": "quota", "channel": "c", "rateLimit": "2/10m"},
+        {"name": "dd", "channel": "c", "dedupWindow": "30m"},
+        {"name": "plain", "channel": "c"}
+    ]}"#;
+    let mut before = Engine::new(rules(json));
+    let (a, b) = (msg(1, "s", "c", "alpha"), msg(2, "s", "c", "beta"));
+    assert_eq!(
+        fired(&mut before, &a, t(0)),
+        ["cool", "quota", "dd", "plain"]
+    );
+    assert_eq!(fired(&mut before, &b, t(60)), ["quota", "dd", "plain"]);
+    let version = before.limits_version();
+    let snap = before.limits_snapshot(t(61));
+    assert_eq!(
+        before.limits_version(),
+        version,
+        "a snapshot changes nothing"
+    );
+    assert!(!snap.0.contains_key("plain"), "nothing in force: {snap:?}");
+    // Through JSON, as state.json keeps it.
+    let text = serde_json::to_string(&snap).unwrap();
+    let snap: LimitsSnapshot = serde_json::from_str(&text).unwrap();
+
+    let mut after = Engine::new(rules(json));
+    assert_eq!(after.restore_limits(snap.clone(), t(120)), 3);
+    assert_ne!(after.limits_version(), 0);
+    assert_eq!(
+        fired(&mut after, &a, t(120)),
+        ["plain"],
+        "cooling down, quota spent, alpha deduplicated"
+    );
+    assert_eq!(
+        fired(&mut after, &msg(3, "s", "c", "gamma"), t(601)),
+        ["quota", "dd", "plain"]
+    );
+
+    // Restored later: what expired in between is gone (quota's fires, dd's keys), the hour's
+    // cooldown is not.
+    let mut late = Engine::new(rules(json));
+    late.restore_limits(snap.clone(), t(1900));
+    assert_eq!(fired(&mut late, &a, t(1900)), ["quota", "dd", "plain"]);
+    let mut later = Engine::new(rules(json));
+    later.restore_limits(snap.clone(), t(1900));
+    assert_eq!(
+        later.limits_snapshot(t(1900)).0.keys().collect::<Vec<_>>(),
+        ["cool"],
+        "pruned at restore"
+    );
+
+    // Windows judged by the rules as they are now; unknown names are dropped.
+    let mut changed = Engine::new(rules(
+        r#"{"rules": [{"name": "cool", "channel": "c", "rateLimit": "1m"},
+                      {"name": "dd", "channel": "c"}, {"name": "new", "channel": "c", "rateLimit": "1h"}]}"#,
+    ));
+    assert_eq!(changed.restore_limits(snap, t(120)), 2);
+    assert_eq!(fired(&mut changed, &a, t(120)), ["cool", "dd", "new"]);
+}
+
 #[test]
 fn explain_reasons() {
     let set = rules(
