@@ -3,7 +3,9 @@
 //! Pure: no I/O and no clock of its own; the caller passes `now`, so `rules test` and the tests
 //! replay time exactly. Every matching enabled rule fires, in file order, until a matching rule
 //! with `stop` ends the message's evaluation (fired or suppressed alike); per rule the order is
-//! match → dedup → rateLimit, and state changes only when a rule fires. State (dedup windows,
+//! match (server, channel, matchers, content) → time intervals (`muteTimeIntervals`, then
+//! `activeTimeIntervals`, read at `now`) → dedup → rateLimit, and state changes only when a
+//! rule fires. State (dedup windows,
 //! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
 //! unchanged, and a restart through [`Engine::limits_snapshot`] and [`Engine::restore_limits`]
 //! (the caller keeps the snapshot in `state.json`). While paused nothing fires and nothing
@@ -41,6 +43,10 @@ pub enum SuppressReason {
     Dedup,
     /// Cooldown or quota exhausted.
     RateLimited,
+    /// Outside every one of its `activeTimeIntervals`.
+    Inactive,
+    /// Inside one of its `muteTimeIntervals`.
+    Muted,
 }
 
 impl SuppressReason {
@@ -49,6 +55,8 @@ impl SuppressReason {
         match self {
             SuppressReason::Dedup => "dedup",
             SuppressReason::RateLimited => "rate_limited",
+            SuppressReason::Inactive => "inactive",
+            SuppressReason::Muted => "muted",
         }
     }
 }
@@ -68,7 +76,7 @@ pub struct Suppressed {
 pub enum Decision {
     /// It fired this action.
     Fired(ActionId),
-    /// Server, channel or content did not match.
+    /// Server, channel, matchers or content did not match.
     NoMatch,
     /// The rule is disabled.
     Disabled,
@@ -76,6 +84,10 @@ pub enum Decision {
     Dedup,
     /// Matched, but over its rate limit.
     RateLimited,
+    /// Matched, but outside every one of its `activeTimeIntervals`.
+    Inactive,
+    /// Matched, but inside one of its `muteTimeIntervals`.
+    Muted,
     /// Evaluation is paused.
     Paused,
     /// An earlier matching rule with `stop` ended evaluation for this message.
@@ -91,6 +103,8 @@ impl Decision {
             Decision::Disabled => Some("disabled"),
             Decision::Dedup => Some("dedup"),
             Decision::RateLimited => Some("rate_limited"),
+            Decision::Inactive => Some("inactive"),
+            Decision::Muted => Some("muted"),
             Decision::Paused => Some("paused"),
             Decision::Stopped => Some("stopped"),
         }
@@ -351,7 +365,13 @@ impl Engine {
             };
             (key, window)
         });
-        let reason = if let Some((key, window)) = &dedup
+        // Time intervals first: a rule held back by the clock neither spends its rate limit
+        // nor opens a dedup window (Alertmanager checks mute, then active intervals).
+        let reason = if !rule.mute_intervals.is_empty() && rule.muted_by(now).is_some() {
+            Some(SuppressReason::Muted)
+        } else if !rule.is_active(now) {
+            Some(SuppressReason::Inactive)
+        } else if let Some((key, window)) = &dedup
             && state.is_duplicate(key, *window, now)
         {
             Some(SuppressReason::Dedup)
@@ -368,6 +388,8 @@ impl Engine {
             return match reason {
                 SuppressReason::Dedup => Decision::Dedup,
                 SuppressReason::RateLimited => Decision::RateLimited,
+                SuppressReason::Inactive => Decision::Inactive,
+                SuppressReason::Muted => Decision::Muted,
             };
         }
         state.record(
