@@ -20,7 +20,11 @@ pub struct RawFile {
     pub schema: Option<String>,
     /// Named lists of time intervals, as Alertmanager's `time_intervals`, for the rules'
     /// `activeTimeIntervals` and `muteTimeIntervals`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "timeIntervals",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub time_intervals: Option<std::collections::BTreeMap<String, Vec<RawTimeInterval>>>,
     /// The rules, in the order they are evaluated. Every matching rule fires.
     #[serde(default)]
