@@ -127,8 +127,8 @@ fn test_replays_messages_and_explains() {
     std::fs::write(
         &messages,
         [
-            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 95% full", "metadata": {"alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:00:00Z"}"#,
-            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 96% full", "metadata": {"alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:05:00Z"}"#,
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 95% full", "metadata": {"status": "firing", "labels.severity": "critical", "alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:00:00Z"}"#,
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 96% full", "metadata": {"status": "firing", "labels.severity": "critical", "alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:05:00Z"}"#,
             r#"{"server": "teams", "channel": "teams/dm", "content": "can you look at the release?", "metadata": {"sender": "Ana"}, "timestamp": "2026-11-22T10:06:00Z"}"#,
             r#"{"server": "github", "channel": "ci/workflow_run", "content": "acme/api: CI on main: failure", "timestamp": "2026-11-22T10:07:00Z"}"#,
             r#"{"server": "cli", "channel": "misc", "content": "hello", "timestamp": "2026-11-22T10:08:00Z"}"#,
@@ -408,6 +408,29 @@ fn rules_test_reports_every_bad_line() {
     assert!(stdout(&out).is_empty());
 }
 
+/// The README's worked on-call example: Alertmanager alerts routed by their labels, a
+/// maintenance window and Berlin business hours, checked by its `rules test` file.
+#[test]
+fn the_oncall_team_example_passes_its_rules_test() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(
+        home.path(),
+        &[
+            "rules",
+            "test",
+            repo("examples/oncall-team.test.json").to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("passed: ")).count(),
+        3,
+        "{text}"
+    );
+    assert!(text.ends_with("3 tests: 3 passed, 0 failed\n"), "{text}");
+}
+
 /// A failed expectation says what was expected and what happened, down to the matcher or
 /// the interval that held the rule back; any failure exits 1. Rule files are found relative
 /// to the test file, and several are read as one.
@@ -571,4 +594,39 @@ fn check_locates_bad_matchers_and_intervals() {
         ],
         "{errors:#}"
     );
+}
+
+/// `rules list`: one line per rule for people (name, mode, what it matches, its limits),
+/// `--json` for scripts.
+#[test]
+fn rules_list_for_people_and_for_scripts() {
+    use super::util::Switchboard;
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        &std::fs::read_to_string(repo("rules/oncall-team.json")).unwrap(),
+    );
+    sb.spawn();
+    let out = sb.cli(&["rules", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"db-critical              confirm  server alertmanager, status="firing", labels.team="db", labels.severity=~"critical|page", muted in db-maintenance; dedup 30m by {{meta.fingerprint}}, confirm within 15m, stop"#,
+            r#"db-warning-office-hours  confirm  server alertmanager, status="firing", labels.team="db", labels.severity="warning", active in business-hours; dedup 4h by {{meta.fingerprint}}, confirm within 1h, stop"#,
+            r#"team-other               notify   server alertmanager, status="firing", labels.team!="", labels.env!~"test|staging"; rateLimit 10m"#,
+        ],
+        "{text}"
+    );
+    let out = sb.cli(&["rules", "list", "--json"]);
+    let rules: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(rules[0]["name"], "db-critical");
+    assert_eq!(
+        rules[0]["muteTimeIntervals"],
+        serde_json::json!(["db-maintenance"])
+    );
+    assert_eq!(rules[2]["matchers"][1], "labels.team!=\"\"");
+    assert!(sb.terminate().success());
 }
