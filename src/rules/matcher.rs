@@ -58,6 +58,9 @@ pub struct Matcher {
     value: String,
     /// For `=~` and `!~`: the value anchored at both ends.
     regex: Option<ContentRegex>,
+    /// For `=~` and `!~` whose regex matches a few strings only (`critical|page`): those
+    /// strings, compared instead of running the regex.
+    exact: Option<Box<[String]>>,
 }
 
 /// Why a matcher does not parse: the reason, and the character (0-based) where it shows.
@@ -218,11 +221,18 @@ impl Matcher {
             }
             _ => None,
         };
+        let exact = regex.as_ref().and_then(|_| {
+            let hir = regex_syntax::parse(&value).ok()?;
+            let mut strings = Vec::new();
+            exact_strings(&hir, &mut strings)?;
+            Some(strings.into_boxed_slice())
+        });
         Ok(Matcher {
             key,
             op,
             value,
             regex,
+            exact,
         })
     }
 
@@ -243,6 +253,9 @@ impl Matcher {
 
     /// Whether it holds for `value` (the empty string for a missing key).
     pub fn holds(&self, value: &str) -> bool {
+        if let Some(set) = &self.exact {
+            return set.iter().any(|s| s == value) == (self.op == MatchOp::Regex);
+        }
         match (self.op, &self.regex) {
             (MatchOp::Equal, _) => value == self.value,
             (MatchOp::NotEqual, _) => value != self.value,
@@ -264,10 +277,8 @@ impl Matcher {
         match self.op {
             MatchOp::Equal if !self.value.is_empty() => Some(vec![self.value.clone()]),
             MatchOp::Regex => {
-                let hir = regex_syntax::parse(&self.value).ok()?;
-                let mut out = Vec::new();
-                exact_strings(&hir, &mut out)?;
-                (out.len() <= MAX_VALUES && out.iter().all(|v| !v.is_empty())).then_some(out)
+                let set = self.exact.as_ref()?;
+                set.iter().all(|v| !v.is_empty()).then(|| set.to_vec())
             }
             _ => None,
         }
@@ -496,12 +507,31 @@ mod tests {
             let want = want.map(|w| w.iter().map(|s| s.to_string()).collect::<Vec<_>>());
             assert_eq!(got, want, "{text}");
         }
-        // Sound: each listed value matches, and the matcher holds for nothing else tried.
-        for text in [r#"t=~"db|web""#, r#"t=~"[12]""#, r#"t=~"(a)|b""#] {
-            let m = Matcher::parse(text).unwrap();
-            let values = m.values().unwrap();
-            for v in ["", "db", "web", "1", "2", "a", "b", "dbweb", "12", "x"] {
-                assert_eq!(m.holds(v), values.iter().any(|x| x == v), "{text} on {v:?}");
+        // Exact: the values, and the comparison that replaces the regex for such matchers,
+        // say what the anchored regex says.
+        for (pattern, listed) in [
+            ("db|web", true),
+            ("[12]", true),
+            ("(a)|b", true),
+            ("é|ß", true),
+            ("db|", false),
+            ("", false),
+            ("(?i)db", false),
+            ("db.*", false),
+        ] {
+            let re = regex::Regex::new(&format!("^(?:{pattern})$")).unwrap();
+            for op in ["=~", "!~"] {
+                let m = Matcher::parse(&format!("t{op}\"{pattern}\"")).unwrap();
+                assert_eq!(m.values().is_some(), listed && op == "=~", "{op}{pattern}");
+                for v in [
+                    "", "db", "web", "DB", "1", "2", "a", "b", "dbweb", "12", "é", "ß", "x",
+                ] {
+                    let want = re.is_match(v) == (op == "=~");
+                    assert_eq!(m.holds(v), want, "{op}{pattern:?} on {v:?}");
+                    if let Some(values) = m.values() {
+                        assert_eq!(values.iter().any(|x| x == v), want, "{pattern} on {v:?}");
+                    }
+                }
             }
         }
     }

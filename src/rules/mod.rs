@@ -2,8 +2,8 @@
 //!
 //! Text goes through [`file`] (serde shape and positions), [`compile`] (every key and every
 //! rule checked, every error collected and located) and comes out as a [`RuleSet`] of compiled
-//! [`Rule`]s: globs, regexes, templates and durations ready to use. Nothing matches on raw
-//! rules. A file is all-or-nothing: one bad rule rejects it, and the caller keeps what it had.
+//! [`Rule`]s: globs, regexes, metadata [`matcher`]s, time [`interval`]s, templates and durations
+//! ready to use. Nothing matches on raw rules. A file is all-or-nothing: one bad rule rejects it, and the caller keeps what it had.
 //!
 //! A missing file means [`RuleSet::builtin`]: one catch-all notify rule.
 
