@@ -19,6 +19,14 @@
 //! channel, each with a content regex (even rules `(?i)error code E{i}\b`, odd rules
 //! `sev[12].*host{i}\b`), the same limits and the same message mix.
 //!
+//! `matchers_N` (100, 1000, 10000; issue 29) is the mix with Alertmanager-style matchers on
+//! every even rule: literal rules `labels.service="svc{i}"`, subtree rules
+//! `labels.team=~"team{i}|team{i}-oncall"`, content rules `sender!="renovate[bot]"` (a
+//! matcher the index cannot use), alert rules `labels.severity=~"critical|warning"` and
+//! `labels.instance="host{i}"`. The messages are the same, carrying the metadata a source
+//! would give them (`labels.service`, `labels.team` and `sender`, five alert keys), so its
+//! figures compare with the plain mix's.
+//!
 //! `indexed` is `Engine::evaluate`; `naive`, the same-run baseline, is
 //! `Engine::evaluate_naive`: every rule tried in file order (server, channel, regex), with
 //! the same dedup, rate limits and rendered prompts. Setup prints, for each rule set, how long
@@ -109,6 +117,28 @@ fn mix(n: usize) -> (String, Pools) {
     (serde_json::json!({ "rules": rules }).to_string(), pools)
 }
 
+/// [`mix`] with matchers on every even rule.
+fn with_matchers(n: usize) -> (String, Pools) {
+    let (text, pools) = mix(n);
+    let mut file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (i, rule) in file["rules"].as_array_mut().unwrap().iter_mut().enumerate() {
+        if i % 2 == 1 {
+            continue;
+        }
+        let matchers = match i * 10 / n {
+            0..=3 => serde_json::json!([format!("labels.service=\"svc{i}\"")]),
+            4..=6 => serde_json::json!([format!("labels.team=~\"team{i}|team{i}-oncall\"")]),
+            7..=8 => serde_json::json!(["sender!=\"renovate[bot]\""]),
+            _ => serde_json::json!([
+                "labels.severity=~\"critical|warning\"",
+                format!("labels.instance=\"host{i}\"")
+            ]),
+        };
+        rule["matchers"] = matchers;
+    }
+    (file.to_string(), pools)
+}
+
 /// 10,000 content regexes on any server and channel.
 fn catchall(n: usize) -> (String, Pools) {
     let mut pools = Pools {
@@ -132,29 +162,45 @@ fn catchall(n: usize) -> (String, Pools) {
     (serde_json::json!({ "rules": rules }).to_string(), pools)
 }
 
-/// The 4,096-message cycle.
-fn messages(pools: &Pools) -> Vec<Message> {
+/// The 4,096-message cycle; with `meta`, each message carries its source's metadata.
+fn messages(pools: &Pools, meta: bool) -> Vec<Message> {
     let mut rng = Lcg(42);
     let now = Utc::now();
     (0..CYCLE)
         .map(|seq| {
             let r = rng.next(100_000);
-            let (server, channel, content) = match seq % 4 {
+            let (server, channel, content, metadata) = match seq % 4 {
                 0 => {
                     let k = rng.pick(&pools.literal);
-                    ("http", format!("svc{k}/events"), format!("deploy of svc{k} finished: 3 pods restarted, readiness ok after 42s, canary error rate 0.2% (run {r})"))
+                    ("http", format!("svc{k}/events"), format!("deploy of svc{k} finished: 3 pods restarted, readiness ok after 42s, canary error rate 0.2% (run {r})"),
+                     vec![("labels.service", format!("svc{k}"))])
                 }
                 1 => {
                     let (k, e) = (rng.pick(&pools.team), rng.pick(&pools.code));
-                    ("http", format!("team{k}/ci/deploys"), format!("pipeline {r} for team{k} failed at stage deploy: error code E{e} from the registry, retrying in 30s"))
+                    ("http", format!("team{k}/ci/deploys"), format!("pipeline {r} for team{k} failed at stage deploy: error code E{e} from the registry, retrying in 30s"),
+                     vec![("labels.team", format!("team{k}")), ("sender", "ci".to_string())])
                 }
                 2 => {
                     let (s, h) = (1 + rng.next(4), rng.pick(&pools.host));
-                    ("prom", "alerts/disk".to_string(), format!("[FIRING] sev{s} disk usage 93% on host{h} volume /var/lib/postgres, growing 2.1 GB/h (alert {r})"))
+                    ("prom", "alerts/disk".to_string(), format!("[FIRING] sev{s} disk usage 93% on host{h} volume /var/lib/postgres, growing 2.1 GB/h (alert {r})"),
+                     vec![
+                         ("status", "firing".to_string()),
+                         ("alertname", "DiskFilling".to_string()),
+                         ("fingerprint", format!("{r:x}")),
+                         ("labels.severity", ["critical", "warning", "info", "warning"][s - 1].to_string()),
+                         ("labels.instance", format!("host{h}")),
+                     ])
                 }
-                _ => ("http", format!("misc{}/noise", r % 50), format!("nightly backup {r} completed in 14m with 0 errors; 1.2 TiB written to the cold storage bucket acme-archive-7")),
+                _ => ("http", format!("misc{}/noise", r % 50), format!("nightly backup {r} completed in 14m with 0 errors; 1.2 TiB written to the cold storage bucket acme-archive-7"),
+                      vec![("sender", "cron".to_string())]),
             };
-            Message::from_new(NewMessage::new(server, channel, content), seq as u64 + 1, now)
+            let mut new = NewMessage::new(server, channel, content);
+            if meta {
+                for (k, v) in metadata {
+                    new = new.with_meta(k, v);
+                }
+            }
+            Message::from_new(new, seq as u64 + 1, now)
         })
         .collect()
 }
@@ -192,13 +238,29 @@ fn prepare(label: &str, text: &str) -> Prepared {
 fn dispatch(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine_dispatch");
     group.throughput(Throughput::Elements(1));
-    let sets: Vec<(String, (String, Pools))> = [10usize, 100, 1000, 10000]
+    let sets: Vec<(String, (String, Pools), bool)> = [10usize, 100, 1000, 10000]
         .into_iter()
-        .map(|n| (n.to_string(), mix(n)))
-        .chain([("catchall_10000".to_string(), catchall(10000))])
+        .map(|n| (n.to_string(), mix(n), false))
+        .chain([("catchall_10000".to_string(), catchall(10000), false)])
+        .chain(
+            [100usize, 1000, 10000]
+                .into_iter()
+                .map(|n| (format!("matchers_{n}"), with_matchers(n), true)),
+        )
         .collect();
-    for (label, (text, pools)) in &sets {
-        let msgs = messages(pools);
+    for (label, (text, pools), meta) in &sets {
+        let msgs = messages(pools, *meta);
+        // What the workload does: matches per cycle, on a fresh engine (limits aside).
+        let mut probe = Engine::from_prepared(prepare(label, text));
+        let matched: usize = msgs
+            .iter()
+            .map(|m| {
+                let eval = probe.evaluate(m, Utc::now());
+                eval.actions.len() + eval.suppressed.len()
+            })
+            .sum();
+        eprintln!("{label}: {matched} rule matches in a cycle of {CYCLE} messages");
+        drop(probe);
         let mut indexed = Engine::from_prepared(prepare(label, text));
         let mut naive = Engine::from_prepared(prepare(label, text));
         let mut i = 0;

@@ -215,6 +215,8 @@ impl Core {
         // Compiling and indexing a large rule file takes a while: not on an async worker.
         let booting = core.clone();
         tokio::task::spawn_blocking(move || booting.load_rules_at_boot()).await?;
+        core.restore_limits();
+        core.spawn_limits_saver();
         core.spawn_dispatcher(mark);
         core.spawn_resolver(mark);
         core.spawn_expiry();
@@ -815,6 +817,58 @@ impl Core {
                 tokio::select! {
                     _ = core.shutdown.cancelled() => break,
                     changed = committed.changed() => if changed.is_err() { break },
+                }
+            }
+            // After the last evaluation, for the stop's final save of `state.json`.
+            core.save_limits(&mut 0);
+        });
+    }
+
+    /// Puts back the rate-limit and dedup memory saved in `state.json`; after the boot load,
+    /// so that it goes to the rules of the same name.
+    fn restore_limits(&self) {
+        let saved = self.state.snapshot().limits;
+        if saved.is_null() {
+            return;
+        }
+        match serde_json::from_value(saved) {
+            Ok(snapshot) => {
+                let rules = self
+                    .engine
+                    .lock()
+                    .unwrap()
+                    .restore_limits(snapshot, Utc::now());
+                tracing::info!(rules, "rate limits and dedup windows restored");
+            }
+            Err(e) => {
+                tracing::warn!(cause = %e, "state.json: `limits` unreadable; rate limits and dedup windows start empty")
+            }
+        }
+    }
+
+    /// Hands the engine's memory to `state.json` when it changed since version `saved`.
+    fn save_limits(&self, saved: &mut u64) {
+        let changed = self
+            .engine
+            .lock()
+            .unwrap()
+            .limits_snapshot_since(saved, Utc::now());
+        if let Some(snapshot) = changed {
+            self.state
+                .set_limits(serde_json::to_value(snapshot).unwrap_or_default());
+        }
+    }
+
+    /// Once a second, the engine's memory to `state.json` (whose flusher writes it).
+    fn spawn_limits_saver(self: &Arc<Core>) {
+        let core = self.clone();
+        self.tasks.spawn(async move {
+            let (mut saved, mut tick) =
+                (0, tokio::time::interval(std::time::Duration::from_secs(1)));
+            loop {
+                tokio::select! {
+                    _ = core.shutdown.cancelled() => break,
+                    _ = tick.tick() => core.save_limits(&mut saved),
                 }
             }
         });

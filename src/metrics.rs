@@ -1,7 +1,8 @@
 //! Process counters, rendered as Prometheus text for `GET /metrics`.
 //!
 //! The core counts through the methods here (ingest by source, actions by rule and mode,
-//! suppressions by reason, rules reloads by result); the lifecycle's counters and the gauges
+//! suppressions by reason: `dedup`, `rate_limited`, and `inactive` / `muted` for a rule its
+//! time intervals held back; rules reloads by result); the lifecycle's counters and the gauges
 //! (queue depths, ring depth) are read at render time. The daemon's other parts (HTTP ingest,
 //! upstreams, exec) render their own families beside these.
 
@@ -31,7 +32,7 @@ pub struct Metrics {
 pub struct Suppression {
     /// The rule that matched but did not fire.
     pub rule: String,
-    /// `dedup` or `rate_limited`.
+    /// `dedup`, `rate_limited`, `inactive` or `muted`.
     pub reason: String,
 }
 
@@ -403,6 +404,9 @@ mod tests {
         m.ingested("alertmanager", 3);
         m.action("crit \"alerts\"", Mode::Confirm);
         m.suppressed("ci", SuppressReason::Dedup);
+        m.suppressed("office", SuppressReason::Inactive);
+        m.suppressed("office", SuppressReason::Muted);
+        m.suppressed("office", SuppressReason::Muted);
         m.rule_reload(ReloadResult::Ok);
         m.rule_reload(ReloadResult::Invalid);
         m.rule_reload(ReloadResult::Invalid);
@@ -425,6 +429,12 @@ mod tests {
             "switchboard_actions_total{rule=\"crit \\\"alerts\\\"\",mode=\"confirm\"} 1\n"
         ));
         assert!(text.contains("switchboard_suppressed_total{rule=\"ci\",reason=\"dedup\"} 1\n"));
+        assert!(
+            text.contains("switchboard_suppressed_total{rule=\"office\",reason=\"inactive\"} 1\n")
+        );
+        assert!(
+            text.contains("switchboard_suppressed_total{rule=\"office\",reason=\"muted\"} 2\n")
+        );
         assert!(text.contains("switchboard_actions_dropped_total{mode=\"auto\"} 1\n"));
         assert!(text.contains("switchboard_ring_depth 7\n"));
         assert!(text.contains(

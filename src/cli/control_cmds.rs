@@ -326,9 +326,13 @@ pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `switchboard rules list`.
-pub async fn rules_list(home: PathBuf) -> anyhow::Result<ExitCode> {
+/// `switchboard rules list`: one line per rule, or JSON.
+pub async fn rules_list(home: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
     let rules = Client::connect(&home).await?.call(Rules {}).await?;
+    if !json {
+        super::rules::print_list(&rules)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     print_json(&serde_json::Value::Array(rules))?;
     Ok(ExitCode::SUCCESS)
 }

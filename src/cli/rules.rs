@@ -2,6 +2,13 @@
 //!
 //! `check`, `test` and `schema` work on files alone, with no server; `reload` and `list` ask
 //! the running server over the control socket.
+//!
+//! `rules test` replays messages two ways: `--rules FILE --messages FILE.jsonl` prints what
+//! fires (and with `--explain` why the rest did not), and `rules test FILE.json` checks
+//! expectations, like `promtool test rules`: each test's messages run through the rule
+//! files on a fresh engine, each expectation (`{"msg", "rule", "mode"}` or `{"msg", "rule",
+//! "reason"}`) must hold, rules not named are not checked, and a failed expectation says what
+//! happened instead and what held the rule back (which matcher, which time interval).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -25,12 +32,13 @@ use crate::rules::{LoadError, RuleSet};
 pub enum RulesCommand {
     /// Validate a rules file (default: the home's triggers.json); exit 1 when invalid.
     Check(CheckArgs),
-    /// Replay messages through rules and print the actions they produce.
+    /// Check expectations from a test file, or replay messages through rules and print the
+    /// actions they produce.
     Test(TestArgs),
     /// Ask the running server to reload triggers.json.
     Reload,
-    /// Show the running server's rules.
-    List,
+    /// Show the running server's rules: one line per rule, or JSON with `--json`.
+    List(ListArgs),
     /// Print the JSON Schema of triggers.json.
     Schema,
 }
@@ -58,29 +66,44 @@ pub struct CheckArgs {
 /// Options of `rules test`.
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// The rules file.
-    #[arg(long)]
-    pub rules: PathBuf,
-    /// Messages, one JSON object a line.
-    #[arg(long)]
-    pub messages: PathBuf,
-    /// Also print why each rule did not fire for each message.
+    /// A test file: `{"ruleFiles": [...], "tests": [{"name", "messages", "expect"}]}`; exit 1
+    /// when an expectation fails.
+    #[arg(conflicts_with_all = ["rules", "messages", "explain"], required_unless_present = "rules")]
+    pub file: Option<PathBuf>,
+    /// The rules file (replay mode).
+    #[arg(long, requires = "messages")]
+    pub rules: Option<PathBuf>,
+    /// Messages, one JSON object a line (replay mode).
+    #[arg(long, requires = "rules")]
+    pub messages: Option<PathBuf>,
+    /// Also print why each rule did not fire for each message (replay mode).
     #[arg(long)]
     pub explain: bool,
+}
+
+/// Options of `rules list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// The rules as JSON (the rule as written, defaults filled in), for scripts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs a rules subcommand.
 pub async fn execute(home: PathBuf, command: RulesCommand) -> anyhow::Result<ExitCode> {
     match command {
         RulesCommand::Check(args) => check(&home, args),
-        RulesCommand::Test(args) => test(args),
+        RulesCommand::Test(args) => match args.file {
+            Some(file) => test_file(&file),
+            None => test(args),
+        },
         RulesCommand::Schema => {
             let schema = serde_json::to_string_pretty(&crate::rules::schema())?;
             writeln!(std::io::stdout().lock(), "{schema}")?;
             Ok(ExitCode::SUCCESS)
         }
         RulesCommand::Reload => super::control_cmds::reload(home).await,
-        RulesCommand::List => super::control_cmds::rules_list(home).await,
+        RulesCommand::List(args) => super::control_cmds::rules_list(home, args.json).await,
     }
 }
 
@@ -165,6 +188,14 @@ struct TestMessage {
 
 /// `rules test`: replays messages with the clock at each arrival; one JSON line per action.
 fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let (Some(rules_path), Some(messages_path)) = (args.rules, args.messages) else {
+        anyhow::bail!("`rules test` needs a test file, or `--rules FILE --messages FILE.jsonl`");
+    };
+    let args = ReplayArgs {
+        rules: rules_path,
+        messages: messages_path,
+        explain: args.explain,
+    };
     let shown = args.rules.display().to_string();
     let rules = match RuleSet::load(&args.rules) {
         Ok(Some(set)) => set,
@@ -209,11 +240,23 @@ fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The replay mode's files.
+struct ReplayArgs {
+    rules: PathBuf,
+    messages: PathBuf,
+    explain: bool,
+}
+
 /// One message line, checked: the message and its arrival, or `LINE: reason`.
 fn parse_line(n: usize, line: &str, index: usize) -> Result<(Message, DateTime<Utc>), String> {
     let t: TestMessage = serde_json::from_str(line).map_err(|e| format!("{}: {e}", n + 1))?;
+    to_message(t, index).map_err(|e| format!("{}: {e}", n + 1))
+}
+
+/// A test message as the engine sees it, with its arrival time (`at`, else `timestamp`).
+fn to_message(t: TestMessage, index: usize) -> Result<(Message, DateTime<Utc>), String> {
     let Some(arrival) = t.at.or(t.timestamp) else {
-        return Err(format!("{}: a message needs `timestamp` or `at`", n + 1));
+        return Err("a message needs `timestamp` or `at`".into());
     };
     let mut new = NewMessage::new(t.server, t.channel, t.content)
         .with_timestamp(t.timestamp.unwrap_or(arrival));
@@ -263,11 +306,14 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
                         }
                         out.push(line);
                     }
-                    other => out.push(json!({
-                        "msg": index,
-                        "rule": rule,
-                        "reason": other.reason(),
-                    })),
+                    other => {
+                        let mut line =
+                            json!({"msg": index, "rule": rule, "reason": other.reason()});
+                        if let Some(detail) = held_back(compiled, other, arrival) {
+                            line["detail"] = detail.into();
+                        }
+                        out.push(line);
+                    }
                 }
             }
         } else {
@@ -279,8 +325,30 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
     Ok(out)
 }
 
+/// For a rule the clock held back, which time interval did, in a sentence.
+fn held_back(rule: &crate::rules::Rule, decision: Decision, at: DateTime<Utc>) -> Option<String> {
+    let when = at.format("%Y-%m-%dT%H:%M:%SZ, a %A");
+    match decision {
+        Decision::Muted => rule
+            .muted_by(at)
+            .map(|n| format!("{when}, is inside `muteTimeIntervals` \"{}\"", n.name)),
+        Decision::Inactive => {
+            let names: Vec<_> = rule
+                .active_intervals
+                .iter()
+                .map(|n| format!("\"{}\"", n.name))
+                .collect();
+            Some(format!(
+                "{when}, is outside `activeTimeIntervals` {}",
+                names.join(", ")
+            ))
+        }
+        _ => None,
+    }
+}
+
 /// Which matcher of `rule` turned `msg` away, in the order they are tried (`server`,
-/// `channel`, `contentRegex`), with a sentence naming the value and the pattern.
+/// `channel`, `matchers`, `contentRegex`), with a sentence naming the value and the pattern.
 fn mismatch(
     rule: &crate::rules::Rule,
     msg: &crate::message::Message,
@@ -298,6 +366,16 @@ fn mismatch(
             ));
         }
     }
+    if let Some(m) = rule.matchers.iter().find(|m| !m.is_match(&msg.metadata)) {
+        let value = match msg.metadata.get(m.key()) {
+            Some(v) => format!("is \"{}\"", v.escape_debug()),
+            None => "is missing (the empty string)".into(),
+        };
+        return Some((
+            "matchers",
+            format!("matcher `{m}` does not hold: `{}` {value}", m.key()),
+        ));
+    }
     if let Some(re) = &rule.content_regex
         && !re.is_match(&msg.content)
     {
@@ -307,6 +385,386 @@ fn mismatch(
         ));
     }
     None
+}
+
+/// A `rules test` file, like `promtool test rules`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TestFile {
+    /// Rule files, relative to the test file; their rules in this order, as one file.
+    rule_files: Vec<PathBuf>,
+    tests: Vec<TestCase>,
+}
+
+/// One test: messages replayed on a fresh engine, and what must have happened.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestCase {
+    name: String,
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    expect: Vec<Expectation>,
+}
+
+/// `{"msg", "rule", "mode"}`: the rule fired for that message in that mode; `{"msg", "rule",
+/// "reason"}`: it did not, for that reason; `{"msg", "rule"}`: it fired.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expectation {
+    msg: usize,
+    rule: String,
+    #[serde(default)]
+    mode: Option<Mode>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Every reason `rules test` can give a rule that did not fire.
+const REASONS: &[&str] = &[
+    "no_match",
+    "disabled",
+    "inactive",
+    "muted",
+    "dedup",
+    "rate_limited",
+    "stopped",
+];
+
+/// What one rule did with one message.
+struct Outcome {
+    decision: Decision,
+    mode: Option<Mode>,
+    detail: Option<String>,
+}
+
+impl Outcome {
+    fn describe(&self) -> String {
+        let mut out = match (self.decision.reason(), self.mode) {
+            (None, Some(mode)) => format!("fired ({mode})"),
+            (Some(reason), _) => reason.to_string(),
+            (None, None) => "fired".to_string(),
+        };
+        if let Some(detail) = &self.detail {
+            out.push_str(": ");
+            out.push_str(detail);
+        }
+        out
+    }
+}
+
+/// `rules test FILE.json`: every test, passed or failed; exit 1 on any failure.
+fn test_file(path: &Path) -> anyhow::Result<ExitCode> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {shown}"))?;
+    let file: TestFile = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{shown}:{}:{}: not a rules test file: {e}",
+            e.line(),
+            e.column()
+        )
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let rules = match load_rule_files(base, &file.rule_files) {
+        Ok(rules) => Arc::new(rules),
+        Err(lines) => {
+            for line in &lines {
+                eprintln!("{line}");
+            }
+            eprintln!("{shown}: the rule files are invalid; no test ran");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    // Every test's messages are checked before any runs.
+    let mut cases = Vec::new();
+    let mut bad = Vec::new();
+    for case in file.tests {
+        let mut messages = Vec::new();
+        for (i, value) in case.messages.iter().enumerate() {
+            match serde_json::from_value::<TestMessage>(value.clone())
+                .map_err(|e| e.to_string())
+                .and_then(|t| to_message(t, i))
+            {
+                Ok(m) => messages.push(m),
+                Err(e) => bad.push(format!("{shown}: test \"{}\": message {i}: {e}", case.name)),
+            }
+        }
+        for e in &case.expect {
+            if let Some(reason) = &e.reason
+                && !REASONS.contains(&reason.as_str())
+            {
+                bad.push(format!(
+                    "{shown}: test \"{}\": unknown reason \"{reason}\"; expected one of {}",
+                    case.name,
+                    REASONS.join(", ")
+                ));
+            }
+            if e.reason.is_some() && e.mode.is_some() {
+                bad.push(format!(
+                    "{shown}: test \"{}\": msg {}, rule `{}`: give `mode` (it fired) or `reason` (it did not), not both",
+                    case.name, e.msg, e.rule
+                ));
+            }
+        }
+        cases.push((case.name, messages, case.expect));
+    }
+    if !bad.is_empty() {
+        for line in &bad {
+            eprintln!("{line}");
+        }
+        eprintln!(
+            "{shown}: {} problem{}; no test ran",
+            bad.len(),
+            if bad.len() == 1 { "" } else { "s" }
+        );
+        return Ok(ExitCode::from(1));
+    }
+
+    let mut out = std::io::stdout().lock();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, messages, expect) in cases {
+        let outcomes = run_case(&rules, messages);
+        let failures: Vec<String> = expect
+            .iter()
+            .filter_map(|e| check_expectation(&rules, &outcomes, e))
+            .collect();
+        if failures.is_empty() {
+            passed += 1;
+            writeln!(out, "passed: {name}")?;
+        } else {
+            failed += 1;
+            writeln!(out, "failed: {name}")?;
+            for f in failures {
+                writeln!(out, "  {f}")?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "{} test{}: {passed} passed, {failed} failed",
+        passed + failed,
+        if passed + failed == 1 { "" } else { "s" }
+    )?;
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The rule files as one rule set (their `timeIntervals` together, their rules in order);
+/// on failure, the lines to print.
+fn load_rule_files(base: &Path, files: &[PathBuf]) -> Result<RuleSet, Vec<String>> {
+    if files.is_empty() {
+        return Err(vec![
+            "`ruleFiles` is empty: name at least one rules file".into(),
+        ]);
+    }
+    let mut intervals = serde_json::Map::new();
+    let mut rules = Vec::new();
+    let mut errors = Vec::new();
+    let mut texts = Vec::new();
+    for file in files {
+        let path = base.join(file);
+        let shown = path.display().to_string();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let value: Value = serde_json::from_str(&text).unwrap_or_default();
+                for (name, list) in value["timeIntervals"].as_object().into_iter().flatten() {
+                    if intervals.insert(name.clone(), list.clone()).is_some() {
+                        errors.push(format!(
+                            "{shown}: time interval `{name}` is also defined in an earlier rule file"
+                        ));
+                    }
+                }
+                rules.extend(value["rules"].as_array().into_iter().flatten().cloned());
+                texts.push((shown, text));
+            }
+            Err(e) => errors.push(format!("cannot read {shown}: {e}")),
+        }
+    }
+    // Each file is checked on its own, for positions in it; a rule may name an interval
+    // that another of the files defines.
+    for (shown, text) in &texts {
+        if let Err(errs) = RuleSet::parse(text) {
+            errors.extend(
+                errs.iter()
+                    .filter(|e| {
+                        e.code != crate::rules::ErrorCode::UnknownTimeInterval
+                            || !intervals
+                                .keys()
+                                .any(|n| e.message.contains(&format!("names \"{n}\",")))
+                    })
+                    .map(|e| e.render(shown)),
+            );
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let merged = json!({"timeIntervals": intervals, "rules": rules}).to_string();
+    RuleSet::parse(&merged).map_err(|errs| {
+        errs.iter()
+            .map(|e| format!("ruleFiles together: {e}"))
+            .collect()
+    })
+}
+
+/// Replays one test's messages on a fresh engine: per message, what each rule did.
+fn run_case(
+    rules: &Arc<RuleSet>,
+    messages: Vec<(Message, DateTime<Utc>)>,
+) -> Vec<std::collections::HashMap<String, Outcome>> {
+    let mut engine = Engine::new(rules.clone());
+    let mut all = Vec::new();
+    for (msg, at) in messages {
+        let (eval, decisions) = engine.evaluate_explained(&msg, at);
+        let mut actions = eval.actions.into_iter();
+        let mut by_rule = std::collections::HashMap::new();
+        for ((name, decision), rule) in decisions.into_iter().zip(rules.rules()) {
+            let (mode, detail) = match decision {
+                Decision::Fired(_) => (actions.next().map(|a| a.mode), None),
+                Decision::NoMatch => (None, mismatch(rule, &msg).map(|(_, d)| d)),
+                other => (None, held_back(rule, other, at)),
+            };
+            by_rule.insert(
+                name,
+                Outcome {
+                    decision,
+                    mode,
+                    detail,
+                },
+            );
+        }
+        all.push(by_rule);
+    }
+    all
+}
+
+/// `None` when the expectation holds, else a line saying what was expected and what happened.
+fn check_expectation(
+    rules: &RuleSet,
+    outcomes: &[std::collections::HashMap<String, Outcome>],
+    e: &Expectation,
+) -> Option<String> {
+    let head = format!("msg {}, rule `{}`", e.msg, e.rule);
+    let Some(by_rule) = outcomes.get(e.msg) else {
+        return Some(format!("{head}: the test has {} messages", outcomes.len()));
+    };
+    let Some(got) = by_rule.get(&e.rule) else {
+        let names: Vec<_> = rules.rules().iter().map(|r| &*r.name).collect();
+        return Some(format!(
+            "{head}: no such rule in the rule files ({})",
+            names.join(", ")
+        ));
+    };
+    let (holds, wanted) = match (&e.mode, &e.reason) {
+        (Some(mode), _) => (got.mode == Some(*mode), format!("to fire ({mode})")),
+        (None, Some(reason)) => (
+            got.decision.reason() == Some(reason.as_str()),
+            format!("reason {reason}"),
+        ),
+        (None, None) => (got.mode.is_some(), "to fire".to_string()),
+    };
+    (!holds).then(|| format!("{head}: expected {wanted}, got {}", got.describe()))
+}
+
+/// `rules list` for people: one line per rule with its name, mode, what it matches and its
+/// limits, from the daemon's summaries ([`crate::rules::summaries`]).
+pub fn print_list(rules: &[Value]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if rules.is_empty() {
+        return writeln!(out, "no rules: nothing fires");
+    }
+    let name_width = rules
+        .iter()
+        .map(|r| r["name"].as_str().unwrap_or("").chars().count())
+        .max()
+        .unwrap_or(0);
+    for rule in rules {
+        writeln!(out, "{}", list_line(rule, name_width))?;
+    }
+    Ok(())
+}
+
+/// One rule of `rules list`: `NAME  MODE  matches …  limits …`.
+fn list_line(rule: &Value, name_width: usize) -> String {
+    let text = |key: &str| rule[key].as_str().filter(|s| !s.is_empty() && *s != "*");
+    let list = |key: &str| -> Vec<String> {
+        rule[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let mut matches = Vec::new();
+    if let Some(s) = text("server") {
+        matches.push(format!("server {s}"));
+    }
+    if let Some(c) = text("channel") {
+        matches.push(format!("channel {c}"));
+    }
+    matches.extend(list("matchers"));
+    if let Some(re) = text("contentRegex") {
+        matches.push(format!("content /{re}/"));
+    }
+    let active = list("activeTimeIntervals");
+    if !active.is_empty() {
+        matches.push(format!("active in {}", active.join(", ")));
+    }
+    let muted = list("muteTimeIntervals");
+    if !muted.is_empty() {
+        matches.push(format!("muted in {}", muted.join(", ")));
+    }
+    let mut limits = Vec::new();
+    if let Some(r) = text("rateLimit").filter(|r| *r != "0") {
+        limits.push(format!("rateLimit {r}"));
+    }
+    if let Some(w) = text("dedupWindow").filter(|w| *w != "0") {
+        match text("dedupKey") {
+            Some(k) => limits.push(format!("dedup {w} by {k}")),
+            None => limits.push(format!("dedup {w}")),
+        }
+    }
+    if let Some(t) = text("confirmTimeout") {
+        limits.push(format!("confirm within {t}"));
+    }
+    if rule["stop"] == true {
+        limits.push("stop".into());
+    }
+    if text("delivery") == Some("exec") {
+        limits.push("exec".into());
+    }
+    let name = rule["name"].as_str().unwrap_or("");
+    let mode = rule["mode"].as_str().unwrap_or("notify");
+    let mut line = format!(
+        "{}{}  {mode:<7}  {}",
+        name,
+        " ".repeat(name_width.saturating_sub(name.chars().count())),
+        if matches.is_empty() {
+            "every message".to_string()
+        } else {
+            matches.join(", ")
+        }
+    );
+    if !limits.is_empty() {
+        line.push_str("; ");
+        line.push_str(&limits.join(", "));
+    }
+    if rule["enabled"] == false {
+        line.push_str(" (disabled)");
+    }
+    // Names and patterns come from the file: a control character is shown, not obeyed.
+    line.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn action_line(index: usize, action: &crate::actions::Action) -> Value {

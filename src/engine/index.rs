@@ -1,19 +1,27 @@
 //! The rule index: which rules can match a message, without trying every rule.
 //!
-//! Each enabled rule is found one of two ways:
+//! Each enabled rule is found one of three ways:
 //! - **by content**: a rule whose content regex has necessary literals ([`super::literals`])
 //!   is listed under them in one Aho-Corasick automaton (ASCII case ignored), so one scan of
 //!   the content finds every such rule whose literal occurs, however many rules there are;
+//! - **by metadata**: a rule with a matcher that holds for a few known values only
+//!   (`labels.team="db"`, `labels.severity=~"critical|page"`) is listed under its key and each
+//!   value, found with one hash lookup per indexed key that the message carries;
 //! - **by channel**: every other rule is listed under its literal channel (one hash lookup), its
 //!   subtree prefix (one lookup per ancestor of the message's channel), in one shared
 //!   `GlobSet`, or among the catch-alls.
 //!
 //! A rule whose every literal is shared by many rules (`timeout`, `[FIRING]`) and whose
 //! channel is not a catch-all is found by channel instead: its literal would make it a
-//! candidate on most messages, its channel on few.
+//! candidate on most messages, its channel on few. The same holds for a matcher value shared
+//! by many rules (`labels.severity="critical"`). Between a literal and a matcher value, the one
+//! shared by fewer rules wins; a literal channel or subtree that few rules share wins over a
+//! matcher, since it finds its rules without reading the message's metadata (a map whose
+//! keys and values each sit in their own allocation: reading it is cache misses, by `perf`
+//! the larger part of a small rule set's cost when a cycle of messages is cold).
 //!
 //! A candidate is then confirmed on what did not find it: server, channel (when found by
-//! content) and its own regex. A regex that is only its literal between assertions
+//! content or metadata), its matchers and its own regex. A regex that is only its literal between assertions
 //! ([`Exact`]) never runs: the scan decides it where the literal occurs. Rules that share a
 //! regex share its verdict, so each distinct regex runs at most once per message; when many
 //! candidates have regexes without literals, one `RegexSet` pass answers for all of them.
@@ -47,6 +55,9 @@ fn length_bit(len: usize) -> u64 {
     1 << len.min(63)
 }
 
+/// A metadata key's values → the rules found by each.
+type ByValue = foldhash::HashMap<Box<str>, Vec<u32>>;
+
 /// How a candidate is confirmed.
 #[derive(Clone, Copy, Debug, Default)]
 struct Check {
@@ -67,6 +78,8 @@ pub struct Index {
     globs: GlobSet,
     glob_owner: Vec<u32>,
     any: Vec<u32>,
+    /// Metadata key → value → the rules found by it.
+    meta: Vec<(Box<str>, ByValue)>,
     /// The necessary literals of the rules found by content.
     literals: Option<Literals>,
     /// Literal (pattern id) → what its occurrence tells.
@@ -162,6 +175,30 @@ impl Index {
             }
         }
 
+        // Each rule's matchers that stand for a few values, and how many rules share each
+        // (key, value).
+        let mut meta_choices: Vec<Vec<(&str, Vec<String>)>> = vec![Vec::new(); all.len()];
+        let mut meta_shared: HashMap<(&str, String), usize> = HashMap::new();
+        // Rules per literal channel and per subtree: a channel few rules share finds its rules
+        // without reading the message's metadata.
+        let mut channel_shared: HashMap<&str, usize> = HashMap::new();
+        for (i, rule) in all.iter().enumerate() {
+            if !rule.enabled {
+                continue;
+            }
+            if let NamePattern::Exact(c) | NamePattern::Subtree(c) = &rule.channel {
+                *channel_shared.entry(c.as_str()).or_default() += 1;
+            }
+            for m in &rule.matchers {
+                if let Some(values) = m.values() {
+                    for v in &values {
+                        *meta_shared.entry((m.key(), v.clone())).or_default() += 1;
+                    }
+                    meta_choices[i].push((m.key(), values));
+                }
+            }
+        }
+
         let mut pattern_of: HashMap<&[u8], usize> = HashMap::new();
         let mut patterns: Vec<&[u8]> = Vec::new();
         let mut globs = GlobSetBuilder::new();
@@ -177,6 +214,52 @@ impl Index {
             let by_content = best.filter(|n| {
                 matches!(rule.channel, NamePattern::Any) || sharing(n) <= Some(SHARED_LITERAL)
             });
+            let meta_sharing = |(key, values): &(&str, Vec<String>)| {
+                values
+                    .iter()
+                    .map(|v| meta_shared[&(*key, v.clone())])
+                    .max()
+                    .unwrap_or(usize::MAX)
+            };
+            // A matcher finds the rule only where its channel would not find it among few:
+            // reading a message's metadata costs more than a hash lookup of its channel.
+            let selective_channel = match &rule.channel {
+                NamePattern::Exact(c) | NamePattern::Subtree(c) => {
+                    channel_shared[c.as_str()] <= SHARED_LITERAL
+                }
+                _ => false,
+            };
+            let by_meta = meta_choices[i]
+                .iter()
+                .filter(|_| !selective_channel)
+                .min_by_key(|c| meta_sharing(c))
+                .filter(|c| {
+                    let shared = meta_sharing(c);
+                    (matches!(rule.channel, NamePattern::Any) || shared <= SHARED_LITERAL)
+                        && by_content
+                            .and_then(sharing)
+                            .is_none_or(|content| shared < content)
+                });
+            if let Some((key, values)) = by_meta {
+                ix.checks[i].channel = !matches!(rule.channel, NamePattern::Any);
+                let slot = match ix.meta.iter().position(|(k, _)| &**k == *key) {
+                    Some(slot) => slot,
+                    None => {
+                        ix.meta.push(((*key).into(), Default::default()));
+                        ix.meta.len() - 1
+                    }
+                };
+                for v in values {
+                    ix.meta[slot]
+                        .1
+                        .entry(v.as_str().into())
+                        .or_default()
+                        .push(i as u32);
+                }
+                // Its regex is still to be run when it has one (not in the regex set: a rule
+                // found by metadata is a candidate on few messages).
+                continue;
+            }
             if let Some(need) = by_content {
                 ix.checks[i].channel = !matches!(rule.channel, NamePattern::Any);
                 for lit in need {
@@ -294,6 +377,13 @@ impl Index {
             self.globs.matches_into(ch, &mut scratch.globs);
             cand.extend(scratch.globs.iter().map(|&g| self.glob_owner[g]));
         }
+        for (key, values) in &self.meta {
+            if let Some(v) = msg.metadata.get(&**key)
+                && let Some(rules) = values.get(v.as_str())
+            {
+                cand.extend_from_slice(rules);
+            }
+        }
         if let Some(literals) = &self.literals {
             let content = msg.content.as_str();
             let (literal_stamp, regex_stamp, regex_hit) = (
@@ -339,7 +429,10 @@ impl Index {
         }
         for &i in cand.iter() {
             let (rule, check) = (&all[i as usize], self.checks[i as usize]);
-            if !rule.server.is_match(&msg.server) || (check.channel && !rule.channel.is_match(ch)) {
+            if !rule.server.is_match(&msg.server)
+                || (check.channel && !rule.channel.is_match(ch))
+                || !rule.matchers_hold(msg)
+            {
                 continue;
             }
             if let Some(id) = check.regex {

@@ -4,11 +4,16 @@
 //! Both checks are read-only; [`RuleState::record`] changes state, and only when the rule
 //! fires. So a repeat suppressed by dedup neither spends the rate limit nor extends the window,
 //! and a rate-limited message does not start a dedup window for a prompt nobody saw.
+//!
+//! [`RuleMemory`] is the same memory as data, for `state.json`: a restart must not reopen a
+//! rule's rate limit or dedup windows. Taking it and putting it back both drop what has
+//! expired by then, judged by the rule's current windows.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
 
 use crate::rules::RateLimit;
 
@@ -91,7 +96,97 @@ impl RuleState {
     pub fn dedup_len(&self) -> usize {
         self.dedup.len()
     }
+
+    /// What is still in force at `now` under `limit` and `window`, as data.
+    pub fn memory(
+        &self,
+        limit: RateLimit,
+        window: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> RuleMemory {
+        RuleMemory {
+            fires: live_fires(self.fires.iter().copied(), limit, now),
+            dedup: match window {
+                Some(w) => self
+                    .dedup
+                    .iter()
+                    .filter(|(_, opened)| now < plus(**opened, w))
+                    .map(|(k, opened)| (k.clone(), *opened))
+                    .collect(),
+                None => BTreeMap::new(),
+            },
+        }
+    }
+
+    /// The state `memory` describes, without what has expired at `now` under `limit` and
+    /// `window` (a rule's windows may have changed while the process was down).
+    pub fn from_memory(
+        memory: RuleMemory,
+        limit: RateLimit,
+        window: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> RuleState {
+        let mut fires = memory.fires;
+        fires.sort_unstable();
+        let fires: VecDeque<_> = live_fires(fires.into_iter(), limit, now).into();
+        let dedup: foldhash::HashMap<String, DateTime<Utc>> = match window {
+            Some(w) => memory
+                .dedup
+                .into_iter()
+                .filter(|(_, opened)| now < plus(*opened, w))
+                .collect(),
+            None => Default::default(),
+        };
+        RuleState {
+            fires,
+            swept_len: dedup.len(),
+            dedup,
+        }
+    }
 }
+
+/// The fires (oldest first) that still count against `limit` at `now`, at most as many as
+/// the limit keeps.
+fn live_fires(
+    fires: impl Iterator<Item = DateTime<Utc>>,
+    limit: RateLimit,
+    now: DateTime<Utc>,
+) -> Vec<DateTime<Utc>> {
+    let (period, keep) = match limit {
+        RateLimit::None => return Vec::new(),
+        RateLimit::Cooldown(w) => (w, 1),
+        RateLimit::Quota { count, period } => (period, count as usize),
+    };
+    let mut live: Vec<_> = fires.filter(|f| now < plus(*f, period)).collect();
+    let extra = live.len().saturating_sub(keep);
+    live.drain(..extra);
+    live
+}
+
+/// One rule's rate-limit and dedup memory as saved in `state.json`: its recent fires and
+/// the dedup keys whose window is open, each with when it opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RuleMemory {
+    /// Fire times, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fires: Vec<DateTime<Utc>>,
+    /// Dedup key → when its window opened.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub dedup: BTreeMap<String, DateTime<Utc>>,
+}
+
+impl RuleMemory {
+    /// Nothing in force.
+    pub fn is_empty(&self) -> bool {
+        self.fires.is_empty() && self.dedup.is_empty()
+    }
+}
+
+/// The engine's per-rule memory by rule name: what `state.json` keeps across a restart.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LimitsSnapshot(pub BTreeMap<String, RuleMemory>);
 
 /// The default dedup key: at most [`DEDUP_KEY_BYTES`] bytes of `content`, cut at a character
 /// boundary (never inside a UTF-8 sequence).

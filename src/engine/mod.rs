@@ -3,9 +3,13 @@
 //! Pure: no I/O and no clock of its own; the caller passes `now`, so `rules test` and the tests
 //! replay time exactly. Every matching enabled rule fires, in file order, until a matching rule
 //! with `stop` ends the message's evaluation (fired or suppressed alike); per rule the order is
-//! match → dedup → rateLimit, and state changes only when a rule fires. State (dedup windows,
+//! match (server, channel, matchers, content) → time intervals (`muteTimeIntervals`, then
+//! `activeTimeIntervals`, read at `now`) → dedup → rateLimit, and state changes only when a
+//! rule fires. State (dedup windows,
 //! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
-//! unchanged. While paused nothing fires and nothing changes.
+//! unchanged, and a restart through [`Engine::limits_snapshot`] and [`Engine::restore_limits`]
+//! (the caller keeps the snapshot in `state.json`). While paused nothing fires and nothing
+//! changes.
 //!
 //! [`Engine::evaluate`] finds candidates through the [`Index`]; [`Engine::evaluate_naive`] tries
 //! every rule in file order. Both decide through the same code, and the property test in
@@ -25,7 +29,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 pub use index::{Index, Scratch};
-pub use limits::{DEDUP_KEY_BYTES, RuleState, default_dedup_key};
+pub use limits::{DEDUP_KEY_BYTES, LimitsSnapshot, RuleMemory, RuleState, default_dedup_key};
 
 use crate::actions::{Action, ActionId, Mode};
 use crate::message::Message;
@@ -39,6 +43,10 @@ pub enum SuppressReason {
     Dedup,
     /// Cooldown or quota exhausted.
     RateLimited,
+    /// Outside every one of its `activeTimeIntervals`.
+    Inactive,
+    /// Inside one of its `muteTimeIntervals`.
+    Muted,
 }
 
 impl SuppressReason {
@@ -47,6 +55,8 @@ impl SuppressReason {
         match self {
             SuppressReason::Dedup => "dedup",
             SuppressReason::RateLimited => "rate_limited",
+            SuppressReason::Inactive => "inactive",
+            SuppressReason::Muted => "muted",
         }
     }
 }
@@ -66,7 +76,7 @@ pub struct Suppressed {
 pub enum Decision {
     /// It fired this action.
     Fired(ActionId),
-    /// Server, channel or content did not match.
+    /// Server, channel, matchers or content did not match.
     NoMatch,
     /// The rule is disabled.
     Disabled,
@@ -74,6 +84,10 @@ pub enum Decision {
     Dedup,
     /// Matched, but over its rate limit.
     RateLimited,
+    /// Matched, but outside every one of its `activeTimeIntervals`.
+    Inactive,
+    /// Matched, but inside one of its `muteTimeIntervals`.
+    Muted,
     /// Evaluation is paused.
     Paused,
     /// An earlier matching rule with `stop` ended evaluation for this message.
@@ -89,6 +103,8 @@ impl Decision {
             Decision::Disabled => Some("disabled"),
             Decision::Dedup => Some("dedup"),
             Decision::RateLimited => Some("rate_limited"),
+            Decision::Inactive => Some("inactive"),
+            Decision::Muted => Some("muted"),
             Decision::Paused => Some("paused"),
             Decision::Stopped => Some("stopped"),
         }
@@ -128,6 +144,8 @@ pub struct Engine {
     paused: bool,
     scratch: Scratch,
     hits: Vec<u32>,
+    /// Bumped whenever `state` changes, so a saver knows when a snapshot is due.
+    limits_version: u64,
 }
 
 impl Engine {
@@ -151,6 +169,7 @@ impl Engine {
             paused: false,
             scratch: Scratch::default(),
             hits: Vec::new(),
+            limits_version: 0,
         }
     }
 
@@ -179,6 +198,59 @@ impl Engine {
         self.state = state;
         self.live = prepared;
         self.scratch = Scratch::default();
+        self.limits_version += 1;
+    }
+
+    /// The rate-limit and dedup memory of the live rules that is still in force at `now`,
+    /// by rule name (rules with nothing in force are left out).
+    pub fn limits_snapshot(&self, now: DateTime<Utc>) -> LimitsSnapshot {
+        let rules = self.live.rules.rules();
+        LimitsSnapshot(
+            rules
+                .iter()
+                .zip(&self.state)
+                .map(|(r, s)| (r, s.memory(r.rate_limit, r.dedup_window, now)))
+                .filter(|(_, m)| !m.is_empty())
+                .map(|(r, m)| (r.name.to_string(), m))
+                .collect(),
+        )
+    }
+
+    /// Puts back a [`Engine::limits_snapshot`] taken before a restart: each live rule of the
+    /// same name gets its memory, without what has expired at `now` under its current windows.
+    /// Names that are no longer live are dropped, as a reload drops them. Returns how many
+    /// rules got memory back.
+    pub fn restore_limits(&mut self, snapshot: LimitsSnapshot, now: DateTime<Utc>) -> usize {
+        let mut by_name = snapshot.0;
+        let mut restored = 0;
+        for (rule, state) in self.live.rules.rules().iter().zip(&mut self.state) {
+            if let Some(memory) = by_name.remove(&*rule.name) {
+                *state = RuleState::from_memory(memory, rule.rate_limit, rule.dedup_window, now);
+                restored += 1;
+            }
+        }
+        self.limits_version += 1;
+        restored
+    }
+
+    /// [`Engine::limits_snapshot`] when [`Engine::limits_version`] is no longer `seen`, which
+    /// then becomes the current version; `None` when nothing changed since.
+    pub fn limits_snapshot_since(
+        &self,
+        seen: &mut u64,
+        now: DateTime<Utc>,
+    ) -> Option<LimitsSnapshot> {
+        if *seen == self.limits_version {
+            return None;
+        }
+        *seen = self.limits_version;
+        Some(self.limits_snapshot(now))
+    }
+
+    /// Changes whenever the rate-limit and dedup memory may have changed (a fire, a swap, a
+    /// restore): a saver takes a new snapshot only when it differs from the one it saved.
+    pub fn limits_version(&self) -> u64 {
+        self.limits_version
     }
 
     /// [`Engine::swap`] for rules not yet indexed.
@@ -293,7 +365,13 @@ impl Engine {
             };
             (key, window)
         });
-        let reason = if let Some((key, window)) = &dedup
+        // Time intervals first: a rule held back by the clock neither spends its rate limit
+        // nor opens a dedup window (Alertmanager checks mute, then active intervals).
+        let reason = if !rule.mute_intervals.is_empty() && rule.muted_by(now).is_some() {
+            Some(SuppressReason::Muted)
+        } else if !rule.is_active(now) {
+            Some(SuppressReason::Inactive)
+        } else if let Some((key, window)) = &dedup
             && state.is_duplicate(key, *window, now)
         {
             Some(SuppressReason::Dedup)
@@ -310,6 +388,8 @@ impl Engine {
             return match reason {
                 SuppressReason::Dedup => Decision::Dedup,
                 SuppressReason::RateLimited => Decision::RateLimited,
+                SuppressReason::Inactive => Decision::Inactive,
+                SuppressReason::Muted => Decision::Muted,
             };
         }
         state.record(
@@ -317,6 +397,7 @@ impl Engine {
             dedup.map(|(key, window)| (key.into_owned(), window)),
             now,
         );
+        self.limits_version += 1;
         let id = self.next_id;
         self.next_id += 1;
         eval.actions.push(Action {

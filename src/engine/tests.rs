@@ -280,6 +280,182 @@ fn state_survives_a_swap_for_unchanged_names() {
     assert_eq!(e.next_action_id(), 5, "ids continue across swaps");
 }
 
+/// What a restart keeps: a snapshot taken before and restored after holds the cooldown, the
+/// quota and the dedup windows; what has expired by the restore is dropped.
+#[test]
+fn limits_survive_a_snapshot_and_restore() {
+    let json = r#"{"rules": [
+        {"name": "cool", "channel": "c", "rateLimit": "1h"},
+        {"name": "quota", "channel": "c", "rateLimit": "2/10m"},
+        {"name": "dd", "channel": "c", "dedupWindow": "30m"},
+        {"name": "plain", "channel": "c"}
+    ]}"#;
+    let mut before = Engine::new(rules(json));
+    let (a, b) = (msg(1, "s", "c", "alpha"), msg(2, "s", "c", "beta"));
+    assert_eq!(
+        fired(&mut before, &a, t(0)),
+        ["cool", "quota", "dd", "plain"]
+    );
+    assert_eq!(fired(&mut before, &b, t(60)), ["quota", "dd", "plain"]);
+    let version = before.limits_version();
+    let snap = before.limits_snapshot(t(61));
+    assert_eq!(
+        before.limits_version(),
+        version,
+        "a snapshot changes nothing"
+    );
+    assert!(!snap.0.contains_key("plain"), "nothing in force: {snap:?}");
+    // Through JSON, as state.json keeps it.
+    let text = serde_json::to_string(&snap).unwrap();
+    let snap: LimitsSnapshot = serde_json::from_str(&text).unwrap();
+
+    let mut after = Engine::new(rules(json));
+    assert_eq!(after.restore_limits(snap.clone(), t(120)), 3);
+    assert_ne!(after.limits_version(), 0);
+    assert_eq!(
+        fired(&mut after, &a, t(120)),
+        ["plain"],
+        "cooling down, quota spent, alpha deduplicated"
+    );
+    assert_eq!(
+        fired(&mut after, &msg(3, "s", "c", "gamma"), t(601)),
+        ["quota", "dd", "plain"]
+    );
+
+    // Restored later: what expired in between is gone (quota's fires, dd's keys), the hour's
+    // cooldown is not.
+    let mut late = Engine::new(rules(json));
+    late.restore_limits(snap.clone(), t(1900));
+    assert_eq!(fired(&mut late, &a, t(1900)), ["quota", "dd", "plain"]);
+    let mut later = Engine::new(rules(json));
+    later.restore_limits(snap.clone(), t(1900));
+    assert_eq!(
+        later.limits_snapshot(t(1900)).0.keys().collect::<Vec<_>>(),
+        ["cool"],
+        "pruned at restore"
+    );
+
+    // Windows judged by the rules as they are now; unknown names are dropped.
+    let mut changed = Engine::new(rules(
+        r#"{"rules": [{"name": "cool", "channel": "c", "rateLimit": "1m"},
+                      {"name": "dd", "channel": "c"}, {"name": "new", "channel": "c", "rateLimit": "1h"}]}"#,
+    ));
+    assert_eq!(changed.restore_limits(snap, t(120)), 2);
+    assert_eq!(fired(&mut changed, &a, t(120)), ["cool", "dd", "new"]);
+}
+
+fn with_meta(m: Message, pairs: &[(&str, &str)]) -> Message {
+    let mut m = m;
+    for (k, v) in pairs {
+        m.metadata.insert(k.to_string(), v.to_string());
+    }
+    m
+}
+
+/// Matchers decide with server, channel and content, through the index (by value) and
+/// without it; a missing key is the empty string.
+#[test]
+fn matchers_select_by_metadata() {
+    let set = rules(
+        r#"{"rules": [
+        {"name": "db", "channel": "alerts/*", "matchers": ["labels.team=\"db\""]},
+        {"name": "page", "matchers": ["labels.severity=~\"critical|page\"", "labels.team!=\"test\""]},
+        {"name": "no-team", "matchers": ["labels.team=\"\""]},
+        {"name": "not-bot", "matchers": ["sender!~\"bot-.*\""], "contentRegex": "deploy"},
+        {"name": "db-sev1", "matchers": ["labels.team=\"db\""], "contentRegex": "(?i)sev1"}
+    ]}"#,
+    );
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a [&'a str]);
+    let table: &[Case] = &[
+        ("alerts/x", &[("labels.team", "db")], "x", &["db"]),
+        ("other", &[("labels.team", "db")], "SEV1", &["db-sev1"]),
+        (
+            "alerts/x",
+            &[("labels.team", "db"), ("labels.severity", "page")],
+            "x",
+            &["db", "page"],
+        ),
+        (
+            "alerts/x",
+            &[("labels.team", "test"), ("labels.severity", "page")],
+            "x",
+            &[],
+        ),
+        (
+            "alerts/x",
+            &[("labels.severity", "critical")],
+            "x",
+            &["page", "no-team"],
+        ),
+        (
+            "alerts/x",
+            &[("labels.severity", "criticalx")],
+            "x",
+            &["no-team"],
+        ),
+        ("c", &[("sender", "bot-ci")], "deploy", &["no-team"]),
+        ("c", &[("sender", "ada")], "deploy", &["no-team", "not-bot"]),
+        ("c", &[], "deploy", &["no-team", "not-bot"]),
+    ];
+    for (i, (channel, meta, content, want)) in table.iter().enumerate() {
+        let m = with_meta(msg(i as u64 + 1, "s", channel, content), meta);
+        let mut fast = Engine::new(set.clone());
+        let mut naive = Engine::new(set.clone());
+        assert_eq!(fired(&mut fast, &m, t(0)), *want, "{channel} {meta:?}");
+        let slow: Vec<String> = naive
+            .evaluate_naive(&m, t(0))
+            .actions
+            .iter()
+            .map(|a| a.rule.to_string())
+            .collect();
+        assert_eq!(slow, *want, "naive: {channel} {meta:?}");
+    }
+}
+
+/// Held back by the clock: `muted` inside a mute interval, `inactive` outside every active
+/// one; either way nothing is spent, and `stop` still stops.
+#[test]
+fn time_intervals_hold_rules_back() {
+    let set = rules(
+        r#"{"timeIntervals": {
+            "business-hours": [{"times": [{"startTime": "09:00", "endTime": "17:00"}], "weekdays": ["monday:friday"]}],
+            "lunch": [{"times": [{"startTime": "12:00", "endTime": "13:00"}]}]},
+           "rules": [
+            {"name": "office", "activeTimeIntervals": ["business-hours"], "muteTimeIntervals": ["lunch"],
+             "rateLimit": "1h", "dedupWindow": "1h", "stop": true},
+            {"name": "after", "channel": "c"}
+        ]}"#,
+    );
+    let m = msg(1, "s", "c", "x");
+    // 2026-11-22 is a Sunday; t(0) is 09:00 UTC.
+    let monday = |h: i64| t(86_400 + h * 3600);
+    let mut e = Engine::new(set);
+    let eval = e.evaluate(&m, t(0));
+    assert!(eval.actions.is_empty(), "stop holds while inactive");
+    assert_eq!(eval.suppressed[0].reason, SuppressReason::Inactive);
+    let eval = e.evaluate(&m, monday(3));
+    assert!(eval.actions.is_empty());
+    assert_eq!(
+        eval.suppressed[0].reason,
+        SuppressReason::Muted,
+        "12:00 is lunch"
+    );
+    assert_eq!(SuppressReason::Muted.as_str(), "muted");
+    assert_eq!(SuppressReason::Inactive.as_str(), "inactive");
+    assert_eq!(
+        fired(&mut e, &m, monday(4)),
+        ["office"],
+        "nothing was spent while held back"
+    );
+    let (_, d) = e.evaluate_explained(&m, monday(4) + TimeDelta::minutes(1));
+    assert_eq!(d[0].1.reason(), Some("dedup"));
+    let (_, d) = e.evaluate_explained(&m, monday(12));
+    assert_eq!(
+        d.iter().map(|(_, d)| d.reason()).collect::<Vec<_>>(),
+        [Some("inactive"), Some("stopped")]
+    );
+}
+
 #[test]
 fn explain_reasons() {
     let set = rules(
@@ -563,6 +739,19 @@ fn random_rules(g: &mut Gen, names: usize) -> Arc<RuleSet> {
         if g.chance(75) {
             rule["contentRegex"] = random_regex(g, many).into();
         }
+        if g.chance(40) {
+            let matchers: Vec<String> = (0..1 + g.below(2))
+                .map(|_| {
+                    let key = g.pick(&["labels.team", "labels.severity", "sender", "k"]);
+                    let op = g.pick(&["=", "=", "=~", "!=", "!~"]);
+                    let value = g.pick(&[
+                        "db", "web", "db|web", "page", "", "a", "(a|b)", "c.*", "[ab]",
+                    ]);
+                    format!("{key}{op}\"{value}\"")
+                })
+                .collect();
+            rule["matchers"] = matchers.into();
+        }
         match g.below(6) {
             0 => {
                 rule["mode"] = "confirm".into();
@@ -627,12 +816,14 @@ fn random_message(g: &mut Gen, seq: u64) -> Message {
         }
         content.push_str(g.pick(WORDS));
     }
-    Message::from_new(
-        NewMessage::new(g.pick(&servers), g.pick(&channels), content)
-            .with_meta("k", g.pick(&["a", "b"])),
-        seq,
-        t(0),
-    )
+    let mut new = NewMessage::new(g.pick(&servers), g.pick(&channels), content)
+        .with_meta("k", g.pick(&["a", "b"]));
+    for key in ["labels.team", "labels.severity", "sender"] {
+        if g.chance(60) {
+            new = new.with_meta(key, g.pick(&["db", "web", "page", "", "a", "cx", "dbweb"]));
+        }
+    }
+    Message::from_new(new, seq, t(0))
 }
 
 /// The property: on random rule files and messages, the indexed engine decides exactly what

@@ -38,6 +38,10 @@ pub struct State {
     pub paused: bool,
     /// Highest seq the engine evaluated.
     pub evaluated: Seq,
+    /// The engine's rate-limit and dedup memory, opaque here (the engine defines it); saved
+    /// like the cursors. Absent in files from before it was kept.
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub limits: serde_json::Value,
 }
 
 struct Inner {
@@ -181,6 +185,15 @@ impl StateStore {
         inner.dirty = true;
     }
 
+    /// Replaces the engine's memory; saved within [`SAVE_INTERVAL`].
+    pub fn set_limits(&self, limits: serde_json::Value) {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.state.limits != limits {
+            inner.state.limits = limits;
+            inner.dirty = true;
+        }
+    }
+
     /// Saves anything not yet saved.
     pub fn flush(&self) {
         if self.inner.lock().unwrap().dirty {
@@ -309,6 +322,26 @@ mod tests {
         let again = StateStore::open(&path).unwrap();
         assert!(again.paused());
         assert_eq!(again.evaluated(), 7);
+    }
+
+    #[test]
+    fn limits_are_saved_and_an_old_file_without_them_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        std::fs::write(
+            &path,
+            r#"{"cursors": {"copilot": 4}, "paused": false, "evaluated": 9}"#,
+        )
+        .unwrap();
+        let store = StateStore::open(&path).unwrap();
+        assert_eq!(store.cursor("copilot"), Some(4));
+        assert!(store.snapshot().limits.is_null());
+        let limits = serde_json::json!({"crit": {"fires": ["2026-11-22T10:00:00Z"]}});
+        store.set_limits(limits.clone());
+        store.flush();
+        let again = StateStore::open(&path).unwrap();
+        assert_eq!(again.snapshot().limits, limits);
+        assert_eq!(again.evaluated(), 9);
     }
 
     #[test]

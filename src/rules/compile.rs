@@ -2,14 +2,19 @@
 //! meaning. Every error is collected (nothing stops at the first), located, and the list is
 //! returned in file order. Nothing is compiled into the set unless the whole file is valid.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::{ErrorCode, RuleError, suggest};
-use super::file::{KeyPos, Locator, Pos, RULE_KEYS, RawRule, TOP_KEYS};
+use super::file::{
+    INTERVAL_KEYS, KeyPos, Locator, Pos, RULE_KEYS, RawRule, RawTimeInterval, TOP_KEYS,
+};
+use super::interval::{NamedIntervals, TimeInterval};
+use super::matcher::Matcher;
 use super::pattern::{NamePattern, compile_glob};
 use super::template::Template;
 use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet, duration};
@@ -66,6 +71,8 @@ pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
         }
     };
 
+    let intervals = time_intervals(top.get("timeIntervals"), &loc, &mut errors);
+
     let mut rules = Vec::new();
     let mut names: HashMap<String, usize> = HashMap::new();
     for (index, item) in raw_rules.into_iter().enumerate() {
@@ -76,6 +83,7 @@ pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
             start,
             keys,
             errors: &mut errors,
+            intervals: &intervals,
         };
         let Value::Object(map) = item else {
             cx.error(
@@ -101,6 +109,199 @@ pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
         errors.sort_by_key(|e| (e.line, e.column));
         Err(errors)
     }
+}
+
+/// The top-level `timeIntervals`: name → its intervals, each checked; errors are collected
+/// (a bad interval is left out, so a rule naming it is not reported twice).
+fn time_intervals(
+    value: Option<&Value>,
+    loc: &Locator,
+    errors: &mut Vec<RuleError>,
+) -> BTreeMap<String, Option<Arc<NamedIntervals>>> {
+    let mut out = BTreeMap::new();
+    let top_error = |errors: &mut Vec<RuleError>, at: Pos, key: Option<String>, message: String| {
+        errors.push(RuleError {
+            code: ErrorCode::InvalidTimeInterval,
+            rule_index: None,
+            rule: None,
+            key,
+            line: Some(at.line),
+            column: Some(at.column),
+            message,
+        })
+    };
+    let map = match value {
+        None | Some(Value::Null) => return out,
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            let at = loc.top_value("timeIntervals");
+            top_error(
+                errors,
+                at,
+                Some("timeIntervals".into()),
+                format!(
+                    "`timeIntervals` must be an object of named lists of intervals, got {}",
+                    crate::json_kind(other)
+                ),
+            );
+            return out;
+        }
+    };
+    for (name, list) in map {
+        let (name_pos, located) = loc
+            .intervals
+            .iter()
+            .rev()
+            .find(|(k, _)| k.key == *name)
+            .map(|(k, l)| (k.clone(), l.clone()))
+            .unwrap_or_else(|| {
+                let at = loc.top_value("timeIntervals");
+                (
+                    KeyPos {
+                        key: name.clone(),
+                        at,
+                        value: at,
+                        items: Vec::new(),
+                    },
+                    Vec::new(),
+                )
+            });
+        let Value::Array(items) = list else {
+            top_error(
+                errors,
+                name_pos.value,
+                Some(name.clone()),
+                format!(
+                    "time interval `{name}` must be a list of intervals, got {}",
+                    crate::json_kind(list)
+                ),
+            );
+            out.insert(name.clone(), None);
+            continue;
+        };
+        let mut ok = true;
+        let mut intervals = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let (start, keys) = located
+                .get(i)
+                .cloned()
+                .unwrap_or((name_pos.value, Vec::new()));
+            let at_key = |key: &str| {
+                keys.iter()
+                    .rev()
+                    .find(|k| k.key == key)
+                    .map_or(start, |k| k.value)
+            };
+            let Value::Object(fields) = item else {
+                top_error(
+                    errors,
+                    start,
+                    Some(name.clone()),
+                    format!(
+                        "time interval `{name}` entry {i} must be an object, got {}",
+                        crate::json_kind(item)
+                    ),
+                );
+                ok = false;
+                continue;
+            };
+            let before = errors.len();
+            for kp in &keys {
+                if !INTERVAL_KEYS.contains(&kp.key.as_str()) {
+                    let mut e = unknown_key(None, None, kp, INTERVAL_KEYS);
+                    e.message = format!("time interval `{name}`: {}", e.message);
+                    errors.push(e);
+                }
+            }
+            let mut clean = Map::new();
+            for (key, value) in fields {
+                if !INTERVAL_KEYS.contains(&key.as_str()) {
+                    continue;
+                }
+                // Numbers are welcome where the values are numbers (`"daysOfMonth": [1, -1]`).
+                let value = match value {
+                    Value::Array(vs)
+                        if matches!(key.as_str(), "daysOfMonth" | "months" | "years") =>
+                    {
+                        Value::Array(
+                            vs.iter()
+                                .map(|v| match v {
+                                    Value::Number(n) => Value::String(n.to_string()),
+                                    other => other.clone(),
+                                })
+                                .collect(),
+                        )
+                    }
+                    other => other.clone(),
+                };
+                let fits = match key.as_str() {
+                    "times" => serde_json::from_value::<Vec<super::file::RawTimeRange>>(value.clone())
+                        .map(drop)
+                        .map_err(|e| format!("`times` must be a list of {{\"startTime\": \"HH:MM\", \"endTime\": \"HH:MM\"}}: {e}")),
+                    "location" => serde_json::from_value::<String>(value.clone())
+                        .map(drop)
+                        .map_err(|_| format!("`location` must be a string, got {}", crate::json_kind(&value))),
+                    _ => serde_json::from_value::<Vec<String>>(value.clone())
+                        .map(drop)
+                        .map_err(|_| format!("`{key}` must be a list of strings, got {}", crate::json_kind(&value))),
+                };
+                match fits {
+                    Ok(()) => {
+                        clean.insert(key.clone(), value);
+                    }
+                    Err(reason) if !value.is_null() => {
+                        top_error(
+                            errors,
+                            at_key(key),
+                            Some(key.clone()),
+                            format!("time interval `{name}`: {reason}"),
+                        );
+                    }
+                    Err(_) => {}
+                }
+            }
+            if errors.len() != before {
+                ok = false;
+                continue;
+            }
+            let raw: RawTimeInterval = match serde_json::from_value(Value::Object(clean)) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    top_error(
+                        errors,
+                        start,
+                        Some(name.clone()),
+                        format!("time interval `{name}`: {e}"),
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            match TimeInterval::new(&raw) {
+                Ok(interval) => intervals.push(interval),
+                Err(e) => {
+                    top_error(
+                        errors,
+                        at_key(e.field),
+                        Some(e.field.to_string()),
+                        format!(
+                            "time interval `{name}`: invalid `{}`: {}",
+                            e.field, e.reason
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let named = ok.then(|| {
+            Arc::new(NamedIntervals {
+                name: name.clone(),
+                intervals,
+            })
+        });
+        out.insert(name.clone(), named);
+    }
+    out
 }
 
 /// A JSON syntax error: serde's reason without its "at line" suffix, plus the position.
@@ -154,13 +355,15 @@ fn unknown_key(
     }
 }
 
-/// What one rule's checks need: where it is and where errors go.
+/// What one rule's checks need: where it is, where errors go, the file's time intervals
+/// (`None`: named but invalid, already reported).
 struct RuleCx<'a> {
     index: usize,
     name: Option<String>,
     start: Pos,
     keys: Vec<KeyPos>,
     errors: &'a mut Vec<RuleError>,
+    intervals: &'a BTreeMap<String, Option<Arc<NamedIntervals>>>,
 }
 
 impl RuleCx<'_> {
@@ -189,6 +392,68 @@ impl RuleCx<'_> {
         self.keys.iter().rev().find(|k| k.key == key).map(|k| k.at)
     }
 
+    /// Where element `i` of the array value of `key` starts.
+    fn item_pos(&self, key: &str, i: usize) -> Pos {
+        self.keys
+            .iter()
+            .rev()
+            .find(|k| k.key == key)
+            .map_or(self.start, |k| k.item(i))
+    }
+
+    /// `matchers`: each parsed; a bad one is reported at its element, the column where the
+    /// problem shows when the JSON string has no escapes before it.
+    fn matchers(&mut self, list: Option<&[String]>) -> Vec<Matcher> {
+        let mut out = Vec::new();
+        for (i, text) in list.unwrap_or_default().iter().enumerate() {
+            match Matcher::parse(text) {
+                Ok(m) => out.push(m),
+                Err(e) => {
+                    let mut at = self.item_pos("matchers", i);
+                    let raw_prefix: String = text.chars().take(e.at).collect();
+                    if !raw_prefix.contains(['"', '\\', '\n', '\t'])
+                        && !raw_prefix.chars().any(char::is_control)
+                    {
+                        at.column += 1 + e.at;
+                    }
+                    self.error(
+                        ErrorCode::InvalidMatcher,
+                        Some("matchers"),
+                        at,
+                        format!("invalid matcher `{text}`: {}", e.reason),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// `activeTimeIntervals` or `muteTimeIntervals`: each name must be in `timeIntervals`.
+    fn interval_names(&mut self, key: &str, list: Option<&[String]>) -> Vec<Arc<NamedIntervals>> {
+        let mut out = Vec::new();
+        for (i, name) in list.unwrap_or_default().iter().enumerate() {
+            match self.intervals.get(name) {
+                Some(Some(named)) => out.push(named.clone()),
+                Some(None) => {}
+                None => {
+                    let known: Vec<&str> = self.intervals.keys().map(String::as_str).collect();
+                    let mut message =
+                        format!("`{key}` names \"{name}\", which is not in `timeIntervals`");
+                    match suggest(name, &known) {
+                        Some(s) => message.push_str(&format!("; did you mean \"{s}\"?")),
+                        None if known.is_empty() => {
+                            message.push_str("; define it in the top-level `timeIntervals` object")
+                        }
+                        None => message.push_str(&format!("; defined: {}", known.join(", "))),
+                    }
+                    let at = self.item_pos(key, i);
+                    self.error(ErrorCode::UnknownTimeInterval, Some(key), at, message);
+                }
+            }
+        }
+        out
+    }
+
     /// Checks every key's name and type; returns the typed rule when all are right.
     fn typed(&mut self, map: Map<String, Value>) -> Option<RawRule> {
         if let Some(Value::String(n)) = map.get("name")
@@ -211,7 +476,9 @@ impl RuleCx<'_> {
                 continue;
             }
             let ok = match key.as_str() {
-                "tools" => self.check::<Vec<String>>(&key, &value, "an array of strings"),
+                "tools" | "matchers" | "activeTimeIntervals" | "muteTimeIntervals" => {
+                    self.check::<Vec<String>>(&key, &value, "an array of strings")
+                }
                 "enabled" | "stop" => self.check::<bool>(&key, &value, "true or false"),
                 _ => self.check::<String>(&key, &value, "a string"),
             };
@@ -242,6 +509,8 @@ impl RuleCx<'_> {
             "dedupWindow" => ErrorCode::InvalidDedupWindow,
             "confirmTimeout" => ErrorCode::InvalidDuration,
             "name" => ErrorCode::MissingName,
+            "matchers" => ErrorCode::InvalidMatcher,
+            "activeTimeIntervals" | "muteTimeIntervals" => ErrorCode::UnknownTimeInterval,
             _ => ErrorCode::ParseError,
         };
         let mut message = format!("`{key}` must be {want}, got {}", crate::json_kind(value));
@@ -316,6 +585,12 @@ impl RuleCx<'_> {
                 }
             },
         };
+
+        let matchers = self.matchers(raw.matchers.as_deref());
+        let active_intervals =
+            self.interval_names("activeTimeIntervals", raw.active_time_intervals.as_deref());
+        let mute_intervals =
+            self.interval_names("muteTimeIntervals", raw.mute_time_intervals.as_deref());
 
         let tools = raw.tools.clone().unwrap_or_default();
         if mode == Mode::Auto && tools.iter().all(|t| t.trim().is_empty()) {
@@ -491,6 +766,9 @@ impl RuleCx<'_> {
             server,
             channel,
             content_regex,
+            matchers,
+            active_intervals,
+            mute_intervals,
             prompt,
             tools: tools.into_iter().map(|t| t.trim().to_string()).collect(),
             delivery,
@@ -595,7 +873,7 @@ impl RuleCx<'_> {
 }
 
 /// The one-line reason of a regex error (its last `error:` line).
-fn regex_reason(e: &regex::Error) -> String {
+pub(crate) fn regex_reason(e: &regex::Error) -> String {
     let text = e.to_string();
     text.lines()
         .rev()

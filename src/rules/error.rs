@@ -43,6 +43,15 @@ pub enum ErrorCode {
     /// Occurs when `resolveRegex` or `resolveKey` is given without the other, or on a rule
     /// that is not a `confirm` rule.
     InvalidResolve,
+    /// Occurs when an entry of `matchers` does not parse, or its regex does not compile.
+    InvalidMatcher,
+    /// Occurs when an interval of the top-level `timeIntervals` is malformed (a time that is
+    /// not `HH:MM`, an unknown weekday or month, a range that starts after it ends, an
+    /// unknown `location`).
+    InvalidTimeInterval,
+    /// Occurs when `activeTimeIntervals` or `muteTimeIntervals` names an interval that
+    /// `timeIntervals` does not define.
+    UnknownTimeInterval,
 }
 
 impl ErrorCode {
@@ -63,6 +72,9 @@ impl ErrorCode {
             ErrorCode::InvalidTemplate => "invalid_template",
             ErrorCode::InvalidDuration => "invalid_duration",
             ErrorCode::InvalidResolve => "invalid_resolve",
+            ErrorCode::InvalidMatcher => "invalid_matcher",
+            ErrorCode::InvalidTimeInterval => "invalid_time_interval",
+            ErrorCode::UnknownTimeInterval => "unknown_time_interval",
         }
     }
 }

@@ -18,9 +18,57 @@ pub struct RawFile {
     /// Optional editor hint; ignored.
     #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
+    /// Named lists of time intervals, as Alertmanager's `time_intervals`, for the rules'
+    /// `activeTimeIntervals` and `muteTimeIntervals`.
+    #[serde(
+        rename = "timeIntervals",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub time_intervals: Option<std::collections::BTreeMap<String, Vec<RawTimeInterval>>>,
     /// The rules, in the order they are evaluated. Every matching rule fires.
     #[serde(default)]
     pub rules: Option<Vec<RawRule>>,
+}
+
+/// One time interval as written; every field it has must hold (absent = always). Read on
+/// the wall clock of `location`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawTimeInterval {
+    /// Times of day, any of them: `startTime` (inclusive) to `endTime` (exclusive), `HH:MM`,
+    /// `endTime` up to `24:00`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<Vec<RawTimeRange>>,
+    /// Days of the week or ranges, Sunday first: `"monday:friday"`, `"saturday"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weekdays: Option<Vec<String>>,
+    /// Days of the month or ranges; negative from the end (`"-1"` = the last day): `"1:5"`,
+    /// `"-3:-1"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days_of_month: Option<Vec<String>>,
+    /// Months by name or number, or ranges: `"january:march"`, `"12"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub months: Option<Vec<String>>,
+    /// Years or ranges: `"2026"`, `"2026:2027"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub years: Option<Vec<String>>,
+    /// IANA time zone of the wall clock the other fields are read on (`"Europe/Berlin"`);
+    /// default UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+}
+
+/// A time of day range of an interval's `times`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawTimeRange {
+    /// `HH:MM`, inclusive.
+    #[serde(default)]
+    pub start_time: Option<String>,
+    /// `HH:MM`, exclusive; up to `24:00`.
+    #[serde(default)]
+    pub end_time: Option<String>,
 }
 
 /// One rule as written. Keys are case-sensitive; unknown keys are errors.
@@ -40,6 +88,19 @@ pub struct RawRule {
     /// Rust regex searched in the content (unanchored); case-sensitive unless `(?i)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_regex: Option<String>,
+    /// Alertmanager-style matchers over the message's metadata, all of which must hold:
+    /// `KEY="v"`, `KEY!="v"`, `KEY=~"regex"`, `KEY!~"regex"` (regexes anchored at both ends;
+    /// a missing key is the empty string), e.g. `labels.team="db"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matchers: Option<Vec<String>>,
+    /// Names from the top-level `timeIntervals`: the rule fires only inside one of them
+    /// (otherwise it is held back as `inactive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_time_intervals: Option<Vec<String>>,
+    /// Names from the top-level `timeIntervals`: the rule does not fire inside any of them
+    /// (held back as `muted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mute_time_intervals: Option<Vec<String>>,
     /// `notify` (default): nudge; `confirm`: ask the user first; `auto`: queue the prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Mode>")]
@@ -97,6 +158,9 @@ pub const RULE_KEYS: &[&str] = &[
     "server",
     "channel",
     "contentRegex",
+    "matchers",
+    "activeTimeIntervals",
+    "muteTimeIntervals",
     "mode",
     "prompt",
     "tools",
@@ -113,7 +177,17 @@ pub const RULE_KEYS: &[&str] = &[
 ];
 
 /// The keys the top level may have.
-pub const TOP_KEYS: &[&str] = &["rules", "$schema"];
+pub const TOP_KEYS: &[&str] = &["rules", "timeIntervals", "$schema"];
+
+/// The keys a time interval may have.
+pub const INTERVAL_KEYS: &[&str] = &[
+    "times",
+    "weekdays",
+    "daysOfMonth",
+    "months",
+    "years",
+    "location",
+];
 
 /// A 1-based line and column (columns count characters).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -133,7 +207,19 @@ pub struct KeyPos {
     pub at: Pos,
     /// The first character of the value.
     pub value: Pos,
+    /// When the value is an array: where each element starts.
+    pub items: Vec<Pos>,
 }
+
+impl KeyPos {
+    /// Where element `i` of the value starts, else the value.
+    pub fn item(&self, i: usize) -> Pos {
+        self.items.get(i).copied().unwrap_or(self.value)
+    }
+}
+
+/// An element of an array of objects: where it starts, and its keys if it is an object.
+pub type Located = (Pos, Vec<KeyPos>);
 
 /// Positions in a syntactically valid file.
 #[derive(Clone, Debug, Default)]
@@ -144,6 +230,9 @@ pub struct Locator {
     pub top_keys: Vec<KeyPos>,
     /// Each element of `rules`: where it starts, and its keys if it is an object.
     pub rules: Vec<(Pos, Vec<KeyPos>)>,
+    /// Each name of `timeIntervals`, and each interval of its list: where it starts and its
+    /// keys.
+    pub intervals: Vec<(KeyPos, Vec<Located>)>,
 }
 
 impl Locator {
@@ -165,30 +254,30 @@ impl Locator {
                 key: key.0,
                 at: key.1,
                 value: s.pos,
+                items: Vec::new(),
             };
-            let is_rules = kp.key == "rules";
-            loc.top_keys.push(kp);
-            if is_rules && s.peek() == Some(b'[') {
-                s.array(|s| {
-                    let start = s.pos;
-                    let mut keys = Vec::new();
-                    if s.peek() == Some(b'{') {
-                        s.object(|s, key| {
-                            keys.push(KeyPos {
-                                key: key.0,
-                                at: key.1,
-                                value: s.pos,
-                            });
-                            s.skip_value();
-                        });
+            match kp.key.as_str() {
+                "rules" if s.peek() == Some(b'[') => {
+                    loc.rules = s.objects();
+                }
+                "timeIntervals" if s.peek() == Some(b'{') => s.object(|s, name| {
+                    let name = KeyPos {
+                        key: name.0,
+                        at: name.1,
+                        value: s.pos,
+                        items: Vec::new(),
+                    };
+                    let list = if s.peek() == Some(b'[') {
+                        s.objects()
                     } else {
                         s.skip_value();
-                    }
-                    loc.rules.push((start, keys));
-                });
-            } else {
-                s.skip_value();
+                        Vec::new()
+                    };
+                    loc.intervals.push((name, list));
+                }),
+                _ => s.skip_value(),
             }
+            loc.top_keys.push(kp);
         });
         loc
     }
@@ -274,6 +363,39 @@ impl Scanner<'_> {
                 Some(_) => self.bump(),
             }
         }
+    }
+
+    /// An array of objects: where each element starts, and the keys of those that are
+    /// objects (with where each element of an array value starts).
+    fn objects(&mut self) -> Vec<(Pos, Vec<KeyPos>)> {
+        let mut out = Vec::new();
+        self.array(|s| {
+            let start = s.pos;
+            let mut keys = Vec::new();
+            if s.peek() == Some(b'{') {
+                s.object(|s, key| {
+                    let mut kp = KeyPos {
+                        key: key.0,
+                        at: key.1,
+                        value: s.pos,
+                        items: Vec::new(),
+                    };
+                    if s.peek() == Some(b'[') {
+                        s.array(|s| {
+                            kp.items.push(s.pos);
+                            s.skip_value();
+                        });
+                    } else {
+                        s.skip_value();
+                    }
+                    keys.push(kp);
+                });
+            } else {
+                s.skip_value();
+            }
+            out.push((start, keys));
+        });
+        out
     }
 
     /// Walks an array, calling `each` with the scanner at each element.

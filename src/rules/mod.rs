@@ -2,8 +2,8 @@
 //!
 //! Text goes through [`file`] (serde shape and positions), [`compile`] (every key and every
 //! rule checked, every error collected and located) and comes out as a [`RuleSet`] of compiled
-//! [`Rule`]s: globs, regexes, templates and durations ready to use. Nothing matches on raw
-//! rules. A file is all-or-nothing: one bad rule rejects it, and the caller keeps what it had.
+//! [`Rule`]s: globs, regexes, metadata [`matcher`]s, time [`interval`]s, templates and durations
+//! ready to use. Nothing matches on raw rules. A file is all-or-nothing: one bad rule rejects it, and the caller keeps what it had.
 //!
 //! A missing file means [`RuleSet::builtin`]: one catch-all notify rule.
 
@@ -12,15 +12,22 @@ mod content;
 pub mod duration;
 mod error;
 pub mod file;
+pub mod interval;
+pub mod matcher;
 pub mod pattern;
 pub mod template;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 pub use content::ContentRegex;
 pub use error::{ErrorCode, LoadError, RuleError};
 pub use file::{RawFile, RawRule};
+pub use interval::{NamedIntervals, TimeInterval};
+pub use matcher::{MatchOp, Matcher};
 pub use pattern::NamePattern;
 pub use template::Template;
 
@@ -50,7 +57,7 @@ pub enum RateLimit {
 #[derive(Clone, Debug)]
 pub struct Rule {
     /// Unique name; identity of its rate-limit and dedup state.
-    pub name: std::sync::Arc<str>,
+    pub name: Arc<str>,
     /// What it does when it fires.
     pub mode: Mode,
     /// Server pattern.
@@ -59,6 +66,12 @@ pub struct Rule {
     pub channel: NamePattern,
     /// Content regex, searched unanchored.
     pub content_regex: Option<ContentRegex>,
+    /// Metadata matchers; all must hold.
+    pub matchers: Vec<Matcher>,
+    /// `activeTimeIntervals`: it fires only inside one of them (empty: always).
+    pub active_intervals: Vec<Arc<NamedIntervals>>,
+    /// `muteTimeIntervals`: it never fires inside any of them.
+    pub mute_intervals: Vec<Arc<NamedIntervals>>,
     /// Prompt template; `None` for a notify rule with the default prompt.
     pub prompt: Option<Template>,
     /// Tool whitelist (names or globs).
@@ -98,14 +111,33 @@ pub struct Resolve {
 }
 
 impl Rule {
-    /// Whether the message matches server, channel and content.
+    /// Whether the message matches server, channel, matchers and content.
     pub fn is_match(&self, msg: &Message) -> bool {
         self.server.is_match(&msg.server)
             && self.channel.is_match(&msg.channel)
+            && self.matchers_hold(msg)
             && self
                 .content_regex
                 .as_ref()
                 .is_none_or(|re| re.is_match(&msg.content))
+    }
+
+    /// Whether every matcher holds for the message's metadata.
+    pub fn matchers_hold(&self, msg: &Message) -> bool {
+        self.matchers.iter().all(|m| m.is_match(&msg.metadata))
+    }
+
+    /// The first of `muteTimeIntervals` that `now` is inside: the rule is muted by it.
+    pub fn muted_by(&self, now: DateTime<Utc>) -> Option<&NamedIntervals> {
+        self.mute_intervals
+            .iter()
+            .find(|n| n.contains(now))
+            .map(|n| &**n)
+    }
+
+    /// Whether `now` is inside one of `activeTimeIntervals` (always, without any).
+    pub fn is_active(&self, now: DateTime<Utc>) -> bool {
+        self.active_intervals.is_empty() || self.active_intervals.iter().any(|n| n.contains(now))
     }
 
     /// The prompt for `msg`: the template, or the default investigate prompt.

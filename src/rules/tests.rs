@@ -352,3 +352,146 @@ fn resolve_keys_come_in_pairs_on_confirm_rules() {
         check(text, want);
     }
 }
+
+#[test]
+fn matcher_and_interval_errors_are_located() {
+    use ErrorCode::*;
+    let cases: &[(&str, &[Want])] = &[
+        // The matcher's element; the column of the problem when the string has no escapes
+        // before it (here: the missing operator after `team`).
+        (
+            r#"{"rules":[{"name":"a","matchers":["x=\"1\"", "team"]}]}"#,
+            &[(InvalidMatcher, Some(0), Some("matchers"), 1, 51)],
+        ),
+        (
+            r#"{"rules":[{"name":"a","matchers":["team=~\"(db\""]}]}"#,
+            &[(InvalidMatcher, Some(0), Some("matchers"), 1, 42)],
+        ),
+        (
+            r#"{"rules":[{"name":"a","matchers":"team=\"db\""}]}"#,
+            &[(InvalidMatcher, Some(0), Some("matchers"), 1, 34)],
+        ),
+        (
+            r#"{"rules":[{"name":"a","activeTimeIntervals":["nope"]}]}"#,
+            &[(
+                UnknownTimeInterval,
+                Some(0),
+                Some("activeTimeIntervals"),
+                1,
+                46,
+            )],
+        ),
+        (
+            r#"{"timeIntervals":{"nights":[{}]},"rules":[{"name":"a","muteTimeIntervals":["nights","night"]}]}"#,
+            &[(
+                UnknownTimeInterval,
+                Some(0),
+                Some("muteTimeIntervals"),
+                1,
+                85,
+            )],
+        ),
+        (
+            r#"{"timeIntervals":{"bh":[{"weekdays":["monday:friday"]},{"weekdays":["funday"]}]}}"#,
+            &[(InvalidTimeInterval, None, Some("weekdays"), 1, 68)],
+        ),
+        (
+            r#"{"timeIntervals":{"bh":[{"times":[{"startTime":"9:00","endTime":"17:00"}]}]}}"#,
+            &[(InvalidTimeInterval, None, Some("times"), 1, 34)],
+        ),
+        (
+            r#"{"timeIntervals":{"bh":[{"location":"Mars/Base"}]}}"#,
+            &[(InvalidTimeInterval, None, Some("location"), 1, 37)],
+        ),
+        (
+            r#"{"timeIntervals":{"bh":[{"weekday":["monday"]}]}}"#,
+            &[(UnknownKey, None, Some("weekday"), 1, 26)],
+        ),
+        (
+            r#"{"timeIntervals":{"bh":[{"weekdays":"monday"}]}}"#,
+            &[(InvalidTimeInterval, None, Some("weekdays"), 1, 37)],
+        ),
+        (
+            r#"{"timeIntervals":{"bh":{}}}"#,
+            &[(InvalidTimeInterval, None, Some("bh"), 1, 24)],
+        ),
+        (
+            r#"{"timeIntervals":[]}"#,
+            &[(InvalidTimeInterval, None, Some("timeIntervals"), 1, 18)],
+        ),
+    ];
+    for (text, want) in cases {
+        check(text, want);
+    }
+    // A bad interval is reported once, not again at each rule that names it.
+    check(
+        r#"{"timeIntervals":{"bh":[{"months":["smarch"]}]},"rules":[{"name":"a","activeTimeIntervals":["bh"]}]}"#,
+        &[(ErrorCode::InvalidTimeInterval, None, Some("months"), 1, 35)],
+    );
+    let e = errors(r#"{"rules":[{"name":"a","muteTimeIntervals":["nigths"]}]}"#);
+    assert!(
+        e[0].message
+            .contains("define it in the top-level `timeIntervals`"),
+        "{}",
+        e[0].message
+    );
+    let e = errors(
+        r#"{"timeIntervals":{"nights":[{}]},"rules":[{"name":"a","muteTimeIntervals":["nigths"]}]}"#,
+    );
+    assert!(
+        e[0].message.contains("did you mean \"nights\"?"),
+        "{}",
+        e[0].message
+    );
+    let e = errors(r#"{"rules":[{"name":"a","matchers":["team"]}]}"#);
+    assert_eq!(
+        e[0].render("t.json"),
+        "t.json:1:40: rule 0 `a`: invalid matcher `team`: expected an operator (`=`, `!=`, `=~` or `!~`) after the key `team`, got the end"
+    );
+}
+
+#[test]
+fn matchers_and_intervals_compile() {
+    let set = RuleSet::parse(
+        r#"{"timeIntervals": {
+              "business-hours": [{"times": [{"startTime": "09:00", "endTime": "17:00"}],
+                                  "weekdays": ["monday:friday"], "location": "Europe/Berlin"}],
+              "month-end": [{"daysOfMonth": [-1, "1"], "months": [12], "years": [2026]}]},
+            "rules": [{"name": "db", "matchers": ["labels.team=\"db\"", "labels.severity=~\"critical|page\""],
+                       "activeTimeIntervals": ["business-hours"], "muteTimeIntervals": ["month-end"]}]}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let rule = &set.rules()[0];
+    assert_eq!(rule.matchers.len(), 2);
+    assert_eq!(
+        rule.matchers[1].to_string(),
+        r#"labels.severity=~"critical|page""#
+    );
+    assert_eq!(rule.active_intervals[0].name, "business-hours");
+    assert_eq!(rule.mute_intervals[0].name, "month-end");
+    let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+    assert!(
+        rule.is_active(at("2026-11-23T08:00:00Z")),
+        "Monday 09:00 in Berlin"
+    );
+    assert!(!rule.is_active(at("2026-11-22T08:00:00Z")), "Sunday");
+    assert!(rule.muted_by(at("2026-12-31T12:00:00Z")).is_some());
+    assert!(rule.muted_by(at("2026-12-30T12:00:00Z")).is_none());
+}
+
+/// A chatcli triggers file (no matchers, no intervals) loads unchanged.
+#[test]
+fn a_chatcli_file_loads_unchanged() {
+    let set = RuleSet::parse(
+        r#"{"rules": [{"name": "crit", "server": "*", "channel": "alerts/*", "contentRegex": "(?i)sev[12]",
+                       "mode": "confirm", "prompt": "Investigate {{channel}}: {{content}}",
+                       "rateLimit": "5m", "dedupWindow": "1h30m", "enabled": true, "description": "x"}]}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let rule = &set.rules()[0];
+    assert!(
+        rule.matchers.is_empty()
+            && rule.active_intervals.is_empty()
+            && rule.mute_intervals.is_empty()
+    );
+}

@@ -374,3 +374,81 @@ fn pause_survives_a_restart() {
         (fired_for(&sb, seq) == ["rule-a"]).then_some(())
     });
 }
+
+/// A rate limit and a dedup window outlast a restart (a `rateLimit: "1h"` rule fired again
+/// 21 s after a daemon restart): across a stop/start, and across a kill -9 once the memory
+/// has been saved.
+#[test]
+fn rate_limits_and_dedup_windows_survive_a_restart() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [
+            {"name": "hourly", "channel": "a", "rateLimit": "1h"},
+            {"name": "once", "channel": "b", "mode": "confirm", "prompt": "look: {{content}}",
+             "dedupWindow": "30m"}]}"#,
+    );
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    let evaluated = |sb: &Switchboard, seq: u64| {
+        eventually(Duration::from_secs(5), "the messages are evaluated", || {
+            (stats(sb)["evaluated"].as_u64() >= Some(seq)).then_some(())
+        })
+    };
+    let first = send_messages(&home, &[("a", "disk full"), ("b", "db down")]);
+    evaluated(&sb, first[1]);
+    assert_eq!(fired_for(&sb, first[0]), ["hourly"]);
+    assert_eq!(fired_for(&sb, first[1]), ["once"]);
+
+    assert!(sb.terminate().success());
+    sb.spawn();
+    let again = send_messages(
+        &home,
+        &[
+            ("a", "disk full again"),
+            ("b", "db down"),
+            ("b", "cache down"),
+        ],
+    );
+    evaluated(&sb, again[2]);
+    assert!(
+        fired_for(&sb, again[0]).is_empty(),
+        "the hour's rate limit held across a stop/start"
+    );
+    assert!(
+        fired_for(&sb, again[1]).is_empty(),
+        "the dedup window held across a stop/start: no second confirm"
+    );
+    assert_eq!(
+        fired_for(&sb, again[2]),
+        ["once"],
+        "another dedup key still opens a confirm"
+    );
+
+    // Saved within a second or two, so a crash after that loses nothing.
+    eventually(
+        Duration::from_secs(5),
+        "the new dedup key in state.json",
+        || {
+            let state: Value =
+                serde_json::from_str(&std::fs::read_to_string(home.join("state.json")).ok()?)
+                    .ok()?;
+            state["limits"]["once"]["dedup"]["cache down"]
+                .is_string()
+                .then_some(())
+        },
+    );
+    sb.kill9();
+    sb.spawn();
+    let third = send_messages(&home, &[("b", "cache down"), ("a", "disk still full")]);
+    evaluated(&sb, third[1]);
+    assert!(
+        fired_for(&sb, third[0]).is_empty(),
+        "the dedup window held across a kill -9"
+    );
+    assert!(
+        fired_for(&sb, third[1]).is_empty(),
+        "the rate limit held across a kill -9"
+    );
+    assert!(sb.terminate().success());
+}

@@ -127,8 +127,8 @@ fn test_replays_messages_and_explains() {
     std::fs::write(
         &messages,
         [
-            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 95% full", "metadata": {"alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:00:00Z"}"#,
-            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 96% full", "metadata": {"alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:05:00Z"}"#,
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 95% full", "metadata": {"status": "firing", "labels.severity": "critical", "alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:00:00Z"}"#,
+            r#"{"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] DiskFull: disk 96% full", "metadata": {"status": "firing", "labels.severity": "critical", "alertname": "DiskFull", "labels.instance": "db1", "fingerprint": "abc"}, "timestamp": "2026-11-22T10:05:00Z"}"#,
             r#"{"server": "teams", "channel": "teams/dm", "content": "can you look at the release?", "metadata": {"sender": "Ana"}, "timestamp": "2026-11-22T10:06:00Z"}"#,
             r#"{"server": "github", "channel": "ci/workflow_run", "content": "acme/api: CI on main: failure", "timestamp": "2026-11-22T10:07:00Z"}"#,
             r#"{"server": "cli", "channel": "misc", "content": "hello", "timestamp": "2026-11-22T10:08:00Z"}"#,
@@ -305,9 +305,24 @@ fn schema_is_json_schema_for_the_file() {
         "dedupWindow",
         "confirmTimeout",
         "tools",
+        "matchers",
+        "activeTimeIntervals",
+        "muteTimeIntervals",
+        "timeIntervals",
+        "startTime",
+        "daysOfMonth",
+        "location",
     ] {
         assert!(text.contains(key), "{key}");
     }
+    let top = &schema["properties"];
+    assert!(top["timeIntervals"].is_object(), "{top}");
+    assert!(
+        top["timeIntervals"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("time_intervals")),
+        "{top}"
+    );
 }
 
 /// The README's `rules test` example: the shipped messages file against the shipped rules.
@@ -391,4 +406,227 @@ fn rules_test_reports_every_bad_line() {
     );
     assert!(err.contains("2 bad lines; nothing replayed"), "{err}");
     assert!(stdout(&out).is_empty());
+}
+
+/// The README's worked on-call example: Alertmanager alerts routed by their labels, a
+/// maintenance window and Berlin business hours, checked by its `rules test` file.
+#[test]
+fn the_oncall_team_example_passes_its_rules_test() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(
+        home.path(),
+        &[
+            "rules",
+            "test",
+            repo("examples/oncall-team.test.json").to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("passed: ")).count(),
+        3,
+        "{text}"
+    );
+    assert!(text.ends_with("3 tests: 3 passed, 0 failed\n"), "{text}");
+}
+
+/// A failed expectation says what was expected and what happened, down to the matcher or
+/// the interval that held the rule back; any failure exits 1. Rule files are found relative
+/// to the test file, and several are read as one.
+#[test]
+fn a_failed_rules_test_says_what_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("rules")).unwrap();
+    std::fs::write(
+        dir.path().join("rules/hours.json"),
+        r#"{"timeIntervals": {"office": [{"weekdays": ["monday:friday"], "times": [{"startTime": "09:00", "endTime": "17:00"}], "location": "America/New_York"}]}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("rules/db.json"),
+        r#"{"rules": [{"name": "db", "matchers": ["labels.team=\"db\""], "activeTimeIntervals": ["office"],
+                       "mode": "confirm", "prompt": "look: {{content}}"},
+                      {"name": "all", "rateLimit": "1h"}]}"#,
+    )
+    .unwrap();
+    let message = |team: &str, at: &str| {
+        serde_json::json!({"server": "alertmanager", "channel": "alerts/critical", "content": "[FIRING] x",
+                           "metadata": {"labels.team": team}, "timestamp": at})
+    };
+    let tests = serde_json::json!({
+        "ruleFiles": ["rules/hours.json", "rules/db.json"],
+        "tests": [
+            {"name": "holds", "messages": [message("db", "2026-11-23T15:00:00Z")],
+             "expect": [{"msg": 0, "rule": "db", "mode": "confirm"}, {"msg": 0, "rule": "all"}]},
+            {"name": "wrong", "messages": [message("api", "2026-11-23T15:00:00Z"),
+                                           message("db", "2026-11-23T23:00:00Z"),
+                                           message("db", "2026-11-23T23:30:00Z")],
+             "expect": [{"msg": 0, "rule": "db", "mode": "confirm"},
+                        {"msg": 1, "rule": "db", "mode": "confirm"},
+                        {"msg": 2, "rule": "all", "reason": "dedup"},
+                        {"msg": 2, "rule": "nope", "reason": "no_match"}]}
+        ]
+    });
+    let file = dir.path().join("db.test.json");
+    std::fs::write(&file, tests.to_string()).unwrap();
+    let out = cli_in(dir.path(), &["rules", "test", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    let want = [
+        "passed: holds",
+        "failed: wrong",
+        r#"  msg 0, rule `db`: expected to fire (confirm), got no_match: matcher `labels.team="db"` does not hold: `labels.team` is "api""#,
+        r#"  msg 1, rule `db`: expected to fire (confirm), got inactive: 2026-11-23T23:00:00Z, a Monday, is outside `activeTimeIntervals` "office""#,
+        "  msg 2, rule `all`: expected reason dedup, got rate_limited",
+        "  msg 2, rule `nope`: no such rule in the rule files (db, all)",
+        "2 tests: 1 passed, 1 failed",
+    ];
+    assert_eq!(text.lines().collect::<Vec<_>>(), want, "{text}");
+
+    // The replay mode explains the same: which matcher, which interval.
+    let messages = dir.path().join("m.jsonl");
+    std::fs::write(
+        &messages,
+        format!(
+            "{}\n{}\n",
+            message("api", "2026-11-23T15:00:00Z"),
+            message("db", "2026-11-23T23:00:00Z")
+        ),
+    )
+    .unwrap();
+    let merged = dir.path().join("merged.json");
+    std::fs::write(
+        &merged,
+        r#"{"timeIntervals": {"office": [{"weekdays": ["monday:friday"], "times": [{"startTime": "09:00", "endTime": "17:00"}], "location": "America/New_York"}]},
+            "rules": [{"name": "db", "matchers": ["labels.team=\"db\""], "activeTimeIntervals": ["office"]}]}"#,
+    )
+    .unwrap();
+    let out = cli_in(
+        dir.path(),
+        &[
+            "rules",
+            "test",
+            "--rules",
+            merged.to_str().unwrap(),
+            "--messages",
+            messages.to_str().unwrap(),
+            "--explain",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["failed"], "matchers");
+    assert_eq!(lines[1]["reason"], "inactive");
+    assert!(
+        lines[1]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("outside `activeTimeIntervals` \"office\""),
+        "{lines:?}"
+    );
+
+    // A bad test file: a reason that does not exist, a message without a time.
+    let bad = dir.path().join("bad.test.json");
+    std::fs::write(
+        &bad,
+        r#"{"ruleFiles": ["rules/db.json", "rules/hours.json"], "tests": [{"name": "t",
+            "messages": [{"channel": "a", "content": "x"}], "expect": [{"msg": 0, "rule": "db", "reason": "asleep"}]}]}"#,
+    )
+    .unwrap();
+    let out = cli_in(dir.path(), &["rules", "test", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("unknown reason \"asleep\""), "{err}");
+    assert!(
+        err.contains("message 0: a message needs `timestamp` or `at`"),
+        "{err}"
+    );
+    assert!(err.ends_with("2 problems; no test ran\n"), "{err}");
+    assert!(stdout(&out).is_empty());
+}
+
+#[test]
+fn check_locates_bad_matchers_and_intervals() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("bad.json");
+    std::fs::write(
+        &file,
+        "{\"timeIntervals\": {\"bh\": [{\"weekdays\": [\"mon:fri\"]}]},\n \"rules\": [\n  {\"name\": \"db\", \"matchers\": [\"labels.team=db\", \"labels.sev=~\\\"(crit\\\"\"],\n   \"activeTimeIntervals\": [\"bh\", \"weekend\"]}\n ]}\n",
+    )
+    .unwrap();
+    let out = cli_in(
+        home.path(),
+        &["rules", "check", "--format", "json", file.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let errors: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let got: Vec<_> = errors
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["code"].as_str().unwrap().to_string(),
+                e["rule"].as_str().map(str::to_string),
+                e["key"].as_str().unwrap().to_string(),
+                e["line"].as_u64().unwrap(),
+                e["column"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let s = |v: &str| v.to_string();
+    assert_eq!(
+        got,
+        [
+            (s("invalid_time_interval"), None, s("weekdays"), 1, 40),
+            (s("invalid_matcher"), Some(s("db")), s("matchers"), 3, 62),
+            (
+                s("unknown_time_interval"),
+                Some(s("db")),
+                s("activeTimeIntervals"),
+                4,
+                34
+            ),
+        ],
+        "{errors:#}"
+    );
+}
+
+/// `rules list`: one line per rule for people (name, mode, what it matches, its limits),
+/// `--json` for scripts.
+#[test]
+fn rules_list_for_people_and_for_scripts() {
+    use super::util::Switchboard;
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        &std::fs::read_to_string(repo("rules/oncall-team.json")).unwrap(),
+    );
+    sb.spawn();
+    let out = sb.cli(&["rules", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"db-critical              confirm  server alertmanager, status="firing", labels.team="db", labels.severity=~"critical|page", muted in db-maintenance; dedup 30m by {{meta.fingerprint}}, confirm within 15m, stop"#,
+            r#"db-warning-office-hours  confirm  server alertmanager, status="firing", labels.team="db", labels.severity="warning", active in business-hours; dedup 4h by {{meta.fingerprint}}, confirm within 1h, stop"#,
+            r#"team-other               notify   server alertmanager, status="firing", labels.team!="", labels.env!~"test|staging"; rateLimit 10m"#,
+        ],
+        "{text}"
+    );
+    let out = sb.cli(&["rules", "list", "--json"]);
+    let rules: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(rules[0]["name"], "db-critical");
+    assert_eq!(
+        rules[0]["muteTimeIntervals"],
+        serde_json::json!(["db-maintenance"])
+    );
+    assert_eq!(rules[2]["matchers"][1], "labels.team!=\"\"");
+    assert!(sb.terminate().success());
 }
