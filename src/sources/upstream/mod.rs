@@ -147,6 +147,8 @@ struct Entry {
     tools: Mutex<Vec<Tool>>,
     /// Signalled by the reader on `notifications/tools/list_changed`.
     list_changed: Arc<Notify>,
+    /// A journal outage under way: its start and end are logged, not every batch.
+    outage: super::Outage,
 }
 
 impl Entry {
@@ -433,6 +435,7 @@ pub fn start(cx: &SourceContext, ups: &Upstreams, configs: Vec<UpstreamConfig>) 
                 peer: Mutex::new(None),
                 tools: Mutex::new(Vec::new()),
                 list_changed: Arc::new(Notify::new()),
+                outage: super::Outage::default(),
             })
         })
         .collect();
@@ -486,9 +489,27 @@ async fn ingest(cx: SourceContext, entry: Arc<Entry>, mut rx: mpsc::Receiver<New
 /// rest of the batch is stored.
 async fn store(cx: &SourceContext, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> bool {
     let done = match cx.append_each(batch, name).await {
-        Ok(done) => done,
+        Ok(done) => {
+            if let Some(ended) = entry.outage.succeed() {
+                tracing::info!(
+                    upstream = %name,
+                    "upstream messages are stored on disk again ({} batches were not, over \
+                     {:.1}s)",
+                    ended.failures,
+                    ended.lasted.as_secs_f64()
+                );
+            }
+            done
+        }
         Err(ApiError::Store(StoreError::NotDurable { appended, cause })) => {
-            tracing::warn!(upstream = %name, %cause, "upstream messages kept in memory only");
+            if entry.outage.fail() {
+                tracing::warn!(
+                    upstream = %name,
+                    %cause,
+                    "upstream messages kept in memory only; logged once until they are stored \
+                     on disk again"
+                );
+            }
             crate::control::ops::EachAppended {
                 appended,
                 refused: Vec::new(),
@@ -496,7 +517,13 @@ async fn store(cx: &SourceContext, entry: &Entry, name: &str, batch: Vec<NewMess
         }
         Err(ApiError::Store(StoreError::Closed)) => return false,
         Err(err) => {
-            tracing::error!(upstream = %name, cause = %err, "cannot store upstream messages");
+            if entry.outage.fail() {
+                tracing::error!(
+                    upstream = %name,
+                    cause = %err,
+                    "cannot store upstream messages; logged once until they are stored again"
+                );
+            }
             return true;
         }
     };
