@@ -137,6 +137,72 @@ fn one_save_is_one_reload_and_reading_the_file_reloads_nothing() {
     sb.terminate();
 }
 
+/// The names of the live rules.
+fn live_rules(sb: &Switchboard) -> Vec<String> {
+    let r = control(sb.home.path(), json!({"op": "rules"}));
+    r["result"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no rules in {r}"))
+        .iter()
+        .map(|rule| rule["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn edits_to_the_target_of_a_symlinked_triggers_json_are_reloaded() {
+    // The rules live in a checkout outside the home; the home links to them.
+    let checkout = tempfile::tempdir().unwrap();
+    let target = checkout.path().join("oncall-rules.json");
+    std::fs::write(&target, RULES_A).unwrap();
+    let mut sb = Switchboard::new();
+    let link = sb.home.path().join("triggers.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    sb.spawn();
+    assert_eq!(live_rules(&sb), ["a"]);
+
+    // Written in place at the target.
+    std::fs::write(&target, RULES_B).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the in-place edit is reloaded",
+        || (live_rules(&sb) == ["b"]).then_some(()),
+    );
+    // Saved the way editors do, beside the target (temporary file + rename).
+    let swap = checkout.path().join(".oncall-rules.json.swp");
+    std::fs::write(&swap, RULES_A).unwrap();
+    std::fs::rename(&swap, &target).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the editor's save is reloaded",
+        || (live_rules(&sb) == ["a"]).then_some(()),
+    );
+
+    // The link pointed at another file elsewhere: that file is followed from then on.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().join("rules.json");
+    std::fs::write(&other, RULES_B).unwrap();
+    let new_link = sb.home.path().join(".triggers.json.new");
+    std::os::unix::fs::symlink(&other, &new_link).unwrap();
+    std::fs::rename(&new_link, &link).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the re-pointed link is reloaded",
+        || (live_rules(&sb) == ["b"]).then_some(()),
+    );
+    let c = r#"{"rules":[{"name":"c","channel":"x/*","mode":"notify"}]}"#;
+    std::fs::write(&other, c).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the new target's edit is reloaded",
+        || (live_rules(&sb) == ["c"]).then_some(()),
+    );
+    // The old target is no longer the rules: editing it changes nothing.
+    std::fs::write(&target, RULES_B).unwrap();
+    std::thread::sleep(QUIET);
+    assert_eq!(live_rules(&sb), ["c"]);
+    sb.terminate();
+}
+
 #[test]
 fn a_kept_reload_says_when_the_live_rules_were_really_loaded() {
     let mut sb = Switchboard::new();
