@@ -91,6 +91,8 @@ pub async fn run(
     } else {
         Home::open(home_dir)?
     };
+    // Before anything is written there or read from it.
+    home.check_private()?;
     let lock = Arc::new(home.lock()?);
     let mut config = home.load_config()?;
     resolve_token(&home, &mut config.http, opts.token.clone())?;
