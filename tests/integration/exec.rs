@@ -41,12 +41,14 @@ fn daemon(exec: Value) -> Switchboard {
     sb
 }
 
-/// Writes an executable stand-in host script into `dir`; it answers `--version` itself.
+/// Writes an executable stand-in host script into `dir`; it answers `--version` itself. A run
+/// keeps its arguments (`args`, one a line) and its stdin (`stdin`) in `dir`.
 fn standin(dir: &Path, body: &str) -> PathBuf {
     let path = dir.join("standin-host");
     let script = format!(
         "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then echo 'standin 1.0'; exit 0; fi\n\
-         printf '%s\\n' \"$@\" > '{dir}/args'\necho $$ > '{dir}/pid'\n{body}\n",
+         printf '%s\\n' \"$@\" > '{dir}/args'\ncat > '{dir}/stdin'\n\
+         echo $$ > '{dir}/pid'\n{body}\n",
         dir = dir.display()
     );
     std::fs::write(&path, script).unwrap();
@@ -160,10 +162,8 @@ fn standin_events_become_the_record_and_malformed_lines_are_counted_not_fatal() 
     );
     let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
     let args: Vec<&str> = args.lines().collect();
-    assert!(
-        args.contains(&"--prompt=Check the canary: disk on web-1"),
-        "{args:?}"
-    );
+    let prompt = std::fs::read_to_string(dir.path().join("stdin")).unwrap();
+    assert_eq!(prompt, "Check the canary: disk on web-1");
     assert!(args.contains(&"--available-tools=view"), "{args:?}");
     assert!(args.contains(&"--allow-tool=view"), "{args:?}");
     assert!(
@@ -202,6 +202,39 @@ fn standin_events_become_the_record_and_malformed_lines_are_counted_not_fatal() 
     ] {
         assert!(metrics.body.contains(line), "{line}\n{}", metrics.body);
     }
+}
+
+#[test]
+fn standin_gets_the_prompt_on_stdin_not_on_its_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = standin(dir.path(), COPILOT_LINES);
+    let sb = daemon(standin_exec(&host, json!({})));
+    let home = sb.home.path();
+    // Message text that would be read as flags on a command line.
+    let text = "disk on web-1 --yolo --allow-all-tools";
+    let seqs = send_messages(home, &[("ops/canary", text)]);
+    let id = action_of(home, seqs[0]);
+    let done = record_in(
+        home,
+        id,
+        &["succeeded", "failed", "cancelled"],
+        STANDIN_LIMIT,
+    );
+    assert_eq!(done["state"], "succeeded", "{done}");
+    // The prompt came on stdin, whole; the command line holds no message text.
+    let prompt = std::fs::read_to_string(dir.path().join("stdin")).unwrap();
+    assert_eq!(prompt, format!("Check the canary: {text}"));
+    let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+    assert!(
+        !args.contains("web-1"),
+        "message text on the command line: {args}"
+    );
+    assert!(
+        !args
+            .lines()
+            .any(|a| a == "--yolo" || a.starts_with("--allow-all")),
+        "{args}"
+    );
 }
 
 #[test]

@@ -8,9 +8,13 @@
 //! lifecycle owns the queue and every transition (`queued` → `running` → `succeeded | failed
 //! | cancelled`, journalled); [`Exec::spawn`] takes work from it one slot at a time.
 //!
-//! - [`process`]: one host process — spawn, line reading, timeouts, SIGTERM → SIGKILL.
+//! - [`process`]: one host process — spawn, the prompt on its stdin, line reading, timeouts,
+//!   SIGTERM → SIGKILL.
 //! - [`copilot`], [`claude`]: each host's command line and its output normaliser.
 //! - [`event`]: the normalised events and the run report kept in `actions.jsonl`.
+//!
+//! The prompt carries message text from outside, so it never goes on the host's command line,
+//! which every local user can read in `/proc/PID/cmdline`: both hosts read it from stdin.
 
 pub mod claude;
 pub mod copilot;
@@ -319,15 +323,16 @@ impl Exec {
         };
         let (args, mut normaliser): (Vec<String>, Box<dyn Normaliser>) = match self.settings.kind {
             ExecKind::CopilotCli => (
-                copilot::command(&spec, &item.prompt, &item.tools),
+                copilot::command(&spec, &item.tools),
                 Box::new(copilot::CopilotEvents),
             ),
             ExecKind::ClaudeCode => (
-                claude::command(&spec, &item.prompt, &item.tools),
+                claude::command(&spec, &item.tools),
                 Box::<claude::ClaudeEvents>::default(),
             ),
         };
-        let launch = self.launch(args);
+        let mut launch = self.launch(args);
+        launch.stdin = Some(item.prompt.clone());
         let limits = Limits {
             turn_timeout: self.settings.turn_timeout,
             stall_timeout: self.settings.stall_timeout,
@@ -390,6 +395,7 @@ impl Exec {
             args,
             env,
             cwd: self.settings.cwd.clone(),
+            stdin: None,
         }
     }
 
