@@ -1,16 +1,18 @@
 //! One headless host process: spawn, read, time out, stop.
 //!
 //! The child gets the prompt on its stdin, which is then closed (never on its command line, which
-//! other local users can read in `/proc/PID/cmdline`), and never switchboard's stdout (the MCP
-//! channel in stdio mode). Its stdout is read line by line (a line may be up to [`MAX_LINE`] bytes;
-//! a longer one, or one that is not JSON, is counted as malformed and skipped, never fatal) and its
-//! stderr is drained on its own task, keeping the tail for the failure reason. It runs in its own
-//! process group, so a stop reaches whatever it started (Copilot CLI's npm loader starts a native
-//! binary). A run ends when the child exits, or is stopped — SIGTERM to the group, then SIGKILL
-//! after [`KILL_GRACE`] — on `turnTimeout` (`timeout`), `stallTimeout` without a line (`stalled`)
-//! or cancellation (`cancelled`).
+//! other local users can read in `/proc/PID/cmdline`), only the environment it is given
+//! ([`Launch::env`], nothing inherited), and never switchboard's stdout (the MCP channel in stdio
+//! mode). Its stdout is read line by line (a line may be up to [`MAX_LINE`] bytes; a longer one, or
+//! one that is not JSON, is counted as malformed and skipped, never fatal) and its stderr is
+//! drained on its own task, keeping the tail for the failure reason. It runs in its own process
+//! group, so a stop reaches whatever it started (Copilot CLI's npm loader starts a native binary).
+//! A run ends when the child exits, or is stopped — SIGTERM to the group, then SIGKILL after
+//! [`KILL_GRACE`] — on `turnTimeout` (`timeout`), `stallTimeout` without a line (`stalled`) or
+//! cancellation (`cancelled`).
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -38,8 +40,8 @@ pub struct Launch {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Extra environment, over the daemon's.
-    pub env: Vec<(String, String)>,
+    /// Its whole environment: nothing of the daemon's is inherited beyond it.
+    pub env: Vec<(OsString, OsString)>,
     /// Working directory.
     pub cwd: Option<PathBuf>,
     /// Written to its stdin, which is then closed; `None`: no stdin.
@@ -78,6 +80,7 @@ pub async fn run(
     let mut report = ExecReport::default();
     let mut cmd = Command::new(&launch.program);
     cmd.args(&launch.args)
+        .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(if launch.stdin.is_some() {
             Stdio::piped()
