@@ -6,6 +6,11 @@
 //! only writer of a home ([`HomeLock`]). [`write_atomic`] replaces a file so that a crash
 //! leaves the old or the new content, never a torn one; [`FsyncPolicy`] says when a journal
 //! syncs. Nothing here knows what the files hold.
+//!
+//! A home that another user can change is refused ([`Home::check_private`]), as ssh's
+//! `StrictModes` refuses such a `~/.ssh`: whoever can write `switchboard.json` chooses the
+//! commands switchboard runs, and whoever can write `triggers.json` the prompts and tools of
+//! its auto rules, all as the user who runs it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -27,6 +32,22 @@ pub enum HomeError {
         pid: u32,
         /// The home directory.
         home: String,
+    },
+    /// The home, or a file in it that says what switchboard runs, can be changed by a user
+    /// other than the one running switchboard.
+    #[error(
+        "refusing home {home}: {problem}: whoever can change it can make switchboard run \
+         commands as {runner}; {fix} (switchboard checks its home as ssh's StrictModes does)"
+    )]
+    Unsafe {
+        /// The home directory.
+        home: String,
+        /// What is wrong, naming the file and its owner or mode.
+        problem: String,
+        /// The user running switchboard.
+        runner: String,
+        /// The command that fixes it.
+        fix: String,
     },
     /// The directory or a file in it could not be created or opened.
     #[error("cannot use home {home}: {source}")]
@@ -120,8 +141,88 @@ impl Home {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(io)?;
+            // 0700 whatever the umask or a default ACL made of it.
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io)?;
         }
         Ok(Home { dir })
+    }
+
+    /// The files whose content decides what switchboard runs or who may talk to it: they,
+    /// and the directory, must be the running user's alone.
+    fn guarded_files(&self) -> [PathBuf; 4] {
+        [
+            self.config_file(),
+            self.triggers(),
+            self.token(),
+            self.actions(),
+        ]
+    }
+
+    /// Refuses a home that a user other than the one running switchboard could change: the
+    /// directory, and each of `switchboard.json`, `triggers.json` (the file a symlink points
+    /// to, when it is one), `token` and `actions.jsonl` that exists, must be owned by the
+    /// running user (or root) and not writable by group or others. The error says which and
+    /// the command that fixes it.
+    pub fn check_private(&self) -> Result<(), HomeError> {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid cannot fail and touches no memory.
+        let me = unsafe { libc::geteuid() };
+        let runner = user_label(me);
+        let home = self.dir.display().to_string();
+        let refuse = |problem: String, fix: String| HomeError::Unsafe {
+            home: home.clone(),
+            problem,
+            fix,
+            runner: runner.clone(),
+        };
+        let io = |source| HomeError::Io {
+            home: home.clone(),
+            source,
+        };
+        let dir = fs::metadata(&self.dir).map_err(io)?;
+        let files = self.guarded_files();
+        let checks = std::iter::once((self.dir.clone(), "it".to_string(), dir)).chain(
+            files.iter().filter_map(|path| {
+                // Follows a symlink: what counts is who can write what switchboard reads.
+                let meta = fs::metadata(path).ok()?;
+                let name = path.file_name()?.to_string_lossy().into_owned();
+                Some((path.clone(), format!("`{name}`"), meta))
+            }),
+        );
+        for (path, what, meta) in checks {
+            let shown = path.display();
+            if meta.uid() != me && meta.uid() != 0 {
+                return Err(refuse(
+                    format!(
+                        "{what} is owned by {}, not by {runner}",
+                        user_label(meta.uid())
+                    ),
+                    format!(
+                        "run `chown {} {shown}` if it is yours, or pass `--home` with a \
+                         directory of your own",
+                        user_name(me).unwrap_or_else(|| me.to_string())
+                    ),
+                ));
+            }
+            let mode = meta.mode() & 0o7777;
+            if mode & 0o022 != 0 {
+                let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+                    (true, true) => "its group and others",
+                    (true, false) => "its group",
+                    _ => "others",
+                };
+                let fix = if meta.is_dir() {
+                    format!("run `chmod 700 {shown}`")
+                } else {
+                    format!("run `chmod go-w {shown}`")
+                };
+                return Err(refuse(
+                    format!("{what} is writable by {who} (mode {mode:04o})"),
+                    fix,
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Takes the exclusive lock, or fails at once naming the owner's pid.
@@ -200,6 +301,40 @@ impl Home {
     }
 }
 
+/// The name of user `uid`, from the password database.
+fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `pwd` and `buf` outlive the call; getpwuid_r writes only into them and sets
+    // `found` to `pwd` or null.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            uid,
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        );
+        if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+            return None;
+        }
+        Some(
+            std::ffi::CStr::from_ptr(pwd.pw_name)
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+}
+
+/// `` `name` (uid N) ``, or `uid N` when the user has no name.
+fn user_label(uid: u32) -> String {
+    match user_name(uid) {
+        Some(name) => format!("`{name}` (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
 /// When the journal writer calls fsync.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -240,4 +375,76 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Makes an existing file 0600.
 pub fn restrict(path: &Path) -> std::io::Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chmod(path: &Path, mode: u32) {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_home_others_can_write_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path()).unwrap();
+        chmod(dir.path(), 0o700);
+        home.check_private().unwrap();
+        chmod(dir.path(), 0o777);
+        let err = home.check_private().unwrap_err().to_string();
+        assert!(
+            err.contains("it is writable by its group and others (mode 0777)"),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("run `chmod 700 {}`", dir.path().display())),
+            "{err}"
+        );
+        chmod(dir.path(), 0o750);
+        home.check_private().unwrap();
+
+        // A file that says what switchboard runs: the same, with its own fix.
+        let config = home.config_file();
+        fs::write(&config, "{}").unwrap();
+        chmod(&config, 0o646);
+        let err = home.check_private().unwrap_err().to_string();
+        assert!(
+            err.contains("`switchboard.json` is writable by others (mode 0646)"),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("run `chmod go-w {}`", config.display())),
+            "{err}"
+        );
+        chmod(&config, 0o644);
+        home.check_private().unwrap();
+        // Other files are not switchboard's business.
+        let notes = dir.path().join("notes.txt");
+        fs::write(&notes, "").unwrap();
+        chmod(&notes, 0o666);
+        home.check_private().unwrap();
+    }
+
+    #[test]
+    fn a_home_or_file_of_another_user_is_refused_as_root() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("*** SKIPPED: changing a file's owner needs root ***");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path()).unwrap();
+        let rules = home.triggers();
+        fs::write(&rules, "{}").unwrap();
+        std::os::unix::fs::chown(&rules, Some(65534), None).unwrap();
+        let err = home.check_private().unwrap_err().to_string();
+        assert!(err.contains("`triggers.json` is owned by "), "{err}");
+        assert!(err.contains("uid 65534"), "{err}");
+        assert!(err.contains("run `chown root "), "{err}");
+        fs::remove_file(&rules).unwrap();
+        std::os::unix::fs::chown(dir.path(), Some(65534), None).unwrap();
+        let err = home.check_private().unwrap_err().to_string();
+        assert!(err.contains("it is owned by "), "{err}");
+    }
 }

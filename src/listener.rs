@@ -10,12 +10,17 @@
 //! - **Responses are not timed**: a `wait_for_inbound_message` long-poll (up to 55 s) and an
 //!   MCP SSE stream keep their connection as long as they run.
 //! - **Connections**: at most [`MAX_CONNECTIONS`] per listener, so the process never runs
-//!   out of file descriptors (the journals and the control socket need some). When the cap
-//!   is reached, the oldest connection that has not yet sent a request head is closed to
-//!   make room (1,000 idle sockets cannot lock a real sender out); when every connection is
-//!   busy with a request, the new one gets `503 too_many_connections` with `Retry-After: 1`.
+//!   out of file descriptors (the journals and the control socket need some). A connection
+//!   is *busy* from a request's head until its response has been written (a long-poll or an
+//!   SSE stream stays busy as long as it runs), and *idle* otherwise: before its first
+//!   request, and between requests when kept alive. When the cap is reached, the connection
+//!   that has been idle the longest is closed to make room, so neither 1,000 silent sockets
+//!   nor 256 kept-alive clients that sent one `GET /healthz` can lock a real sender out; a
+//!   kept-alive one is closed the way hyper closes an idle connection (after flushing what it
+//!   wrote). Only when every connection is busy does a new one get `503
+//!   too_many_connections` with `Retry-After: 1`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -134,7 +139,7 @@ fn with_body_deadline(request: Request<Incoming>) -> Request<Body> {
     })
 }
 
-/// The open connections of one listener, and which of them have not sent a request yet.
+/// The open connections of one listener, and which of them are idle.
 #[derive(Default)]
 struct Slots {
     state: Mutex<SlotState>,
@@ -143,9 +148,22 @@ struct Slots {
 #[derive(Default)]
 struct SlotState {
     open: usize,
-    next_id: u64,
-    /// Connections that have not sent a request head, oldest first: closed to make room.
-    fresh: BTreeMap<u64, CancellationToken>,
+    /// Numbers connections, and each time a connection becomes idle (so the lowest number
+    /// is the longest idle).
+    next: u64,
+    /// Connections not serving a request, by when they became idle, oldest first: the first
+    /// is closed to make room.
+    idle: BTreeMap<u64, CancellationToken>,
+    /// Per open connection (by id): requests in flight, when it became idle (its key in
+    /// `idle`), and whether it has answered a request yet.
+    conns: HashMap<u64, Use>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Use {
+    in_flight: usize,
+    idle_since: Option<u64>,
+    served: bool,
 }
 
 /// One admitted connection; frees its slot when dropped.
@@ -156,19 +174,26 @@ struct Slot {
 }
 
 impl Slots {
-    /// A slot for a new connection: a free one, or the one of the oldest connection that has
-    /// not sent a request yet (which is closed); `None` when every connection is busy.
+    /// A slot for a new connection: a free one, or the one of the connection that has been
+    /// idle the longest (which is told to close); `None` when every connection is busy.
     fn admit(self: &Arc<Slots>, cap: usize) -> Option<Slot> {
         let mut state = self.state.lock().unwrap();
         if state.open >= cap {
-            let (_, oldest) = state.fresh.pop_first()?;
+            let (_, oldest) = state.idle.pop_first()?;
             oldest.cancel();
         }
         state.open += 1;
-        state.next_id += 1;
-        let id = state.next_id;
+        state.next += 1;
+        let id = state.next;
         let evicted = CancellationToken::new();
-        state.fresh.insert(id, evicted.clone());
+        state.idle.insert(id, evicted.clone());
+        state.conns.insert(
+            id,
+            Use {
+                idle_since: Some(id),
+                ..Use::default()
+            },
+        );
         Some(Slot {
             slots: self.clone(),
             id,
@@ -178,9 +203,41 @@ impl Slots {
 }
 
 impl Slot {
-    /// The connection sent a request head: it is no longer closed to make room.
+    /// A request's head arrived: the connection is busy until [`Slot::done`].
     fn busy(&self) {
-        self.slots.state.lock().unwrap().fresh.remove(&self.id);
+        let mut state = self.slots.state.lock().unwrap();
+        let Some(mut conn) = state.conns.get(&self.id).copied() else {
+            return;
+        };
+        if let Some(key) = conn.idle_since.take() {
+            state.idle.remove(&key);
+        }
+        conn.in_flight += 1;
+        state.conns.insert(self.id, conn);
+    }
+
+    /// A response has been written (or dropped): with nothing else in flight the connection
+    /// is idle, and the newest idle one.
+    fn done(&self) {
+        let mut state = self.slots.state.lock().unwrap();
+        let Some(mut conn) = state.conns.get(&self.id).copied() else {
+            return;
+        };
+        conn.in_flight = conn.in_flight.saturating_sub(1);
+        conn.served = true;
+        if conn.in_flight == 0 && conn.idle_since.is_none() && !self.evicted.is_cancelled() {
+            state.next += 1;
+            let key = state.next;
+            state.idle.insert(key, self.evicted.clone());
+            conn.idle_since = Some(key);
+        }
+        state.conns.insert(self.id, conn);
+    }
+
+    /// What the connection is doing now.
+    fn usage(&self) -> Use {
+        let state = self.slots.state.lock().unwrap();
+        state.conns.get(&self.id).copied().unwrap_or_default()
     }
 }
 
@@ -188,7 +245,47 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut state = self.slots.state.lock().unwrap();
         state.open -= 1;
-        state.fresh.remove(&self.id);
+        if let Some(conn) = state.conns.remove(&self.id)
+            && let Some(key) = conn.idle_since
+        {
+            state.idle.remove(&key);
+        }
+    }
+}
+
+/// Marks its connection's request done when dropped: held by the response body, which hyper
+/// drops once it has written the last of it (or the connection ended).
+struct InFlight(Arc<Slot>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.done();
+    }
+}
+
+/// A response body that keeps its request in flight for as long as it is being written.
+struct TrackedBody {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl HttpBody for TrackedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -241,12 +338,24 @@ async fn connection(stream: TcpStream, router: Router, slot: Slot, shutdown: Can
     let _ = stream.set_nodelay(true);
     let evicted = slot.evicted.clone();
     let slot = Arc::new(slot);
-    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        slot.busy();
-        let request = with_body_deadline(request);
-        let router = router.clone();
-        async move { Ok::<_, Infallible>(router.oneshot(request).await.into_response_ok()) }
-    });
+    let service = {
+        let slot = slot.clone();
+        hyper::service::service_fn(move |request: Request<Incoming>| {
+            slot.busy();
+            let in_flight = InFlight(slot.clone());
+            let request = with_body_deadline(request);
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(request).await.into_response_ok();
+                Ok::<_, Infallible>(response.map(|inner| {
+                    Body::new(TrackedBody {
+                        inner,
+                        _in_flight: in_flight,
+                    })
+                }))
+            }
+        })
+    };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -261,7 +370,21 @@ async fn connection(stream: TcpStream, router: Router, slot: Slot, shutdown: Can
             }
         }
         _ = evicted.cancelled() => {
-            tracing::debug!("idle http connection closed to make room for a new one");
+            let usage = slot.usage();
+            if usage.in_flight == 0 && !usage.served {
+                // Never sent a whole request head: nothing of it is lost.
+                tracing::debug!("idle http connection closed to make room for a new one");
+                return;
+            }
+            // Kept alive between requests (hyper closes it at once, after flushing what it
+            // wrote), or a request arrived just as it was picked (it is answered first).
+            conn.as_mut().graceful_shutdown();
+            if usage.in_flight == 0 {
+                tracing::debug!("kept-alive http connection closed to make room for a new one");
+                let _ = tokio::time::timeout(REFUSAL_TIMEOUT, conn).await;
+            } else {
+                let _ = conn.await;
+            }
         }
         _ = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
@@ -317,7 +440,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cap_closes_the_oldest_fresh_connection_and_never_a_busy_one() {
+    fn the_cap_closes_the_longest_idle_connection_and_never_a_busy_one() {
         let slots = Arc::new(Slots::default());
         let a = slots.admit(2).unwrap();
         let b = slots.admit(2).unwrap();
@@ -329,12 +452,45 @@ mod tests {
         drop(b);
         c.busy();
         assert!(slots.admit(2).is_none(), "every connection is busy");
+        // A kept-alive connection that answered its request is idle again: it makes room.
+        a.done();
+        assert!(a.usage().served && a.usage().in_flight == 0);
+        let d = slots
+            .admit(2)
+            .expect("a kept-alive idle connection makes room");
+        assert!(a.evicted.is_cancelled());
+        assert!(!c.evicted.is_cancelled() && !d.evicted.is_cancelled());
         drop(a);
-        let d = slots.admit(2).expect("a slot was freed");
-        assert!(!d.evicted.is_cancelled());
+        // Of two idle connections the one idle longer goes first: d has been idle since it
+        // was admitted, c only from now.
+        c.done();
+        let e = slots.admit(2).unwrap();
+        assert!(d.evicted.is_cancelled() && !c.evicted.is_cancelled());
+        drop(d);
+        // An evicted connection never becomes idle again.
         assert_eq!(slots.state.lock().unwrap().open, 2);
-        drop((c, d));
-        assert_eq!(slots.state.lock().unwrap().open, 0);
+        drop((c, e));
+        let state = slots.state.lock().unwrap();
+        assert_eq!(state.open, 0);
+        assert!(state.idle.is_empty() && state.conns.is_empty());
+    }
+
+    #[test]
+    fn a_request_in_flight_keeps_its_connection_busy_until_its_last_response_ends() {
+        let slots = Arc::new(Slots::default());
+        let a = slots.admit(1).unwrap();
+        a.busy();
+        a.busy();
+        a.done();
+        assert!(slots.admit(1).is_none(), "one response still being written");
+        a.done();
+        let b = slots.admit(1).expect("idle again");
+        assert!(a.evicted.is_cancelled());
+        // Evicted: a request that slipped in does not make it idle (and closable) again.
+        a.busy();
+        a.done();
+        let idle: Vec<u64> = slots.state.lock().unwrap().idle.keys().copied().collect();
+        assert_eq!(idle, [b.id], "only the new connection is idle");
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! signals: the reload itself is the `reload` operation, the same one SIGHUP and `rules
 //! reload` use, so a deleted or invalid file keeps the live rules.
 //!
+//! A watched file that is a symlink (a `triggers.json` kept in a dotfiles or rules checkout) is
+//! edited at its target, which may live outside the home: the target's directory is watched
+//! too, for the target's name. After every batch of events the links are resolved again, so a
+//! link pointed elsewhere is followed to its new target (and the old directory unwatched).
+//!
 //! `switchboard.json` is watched the same way. A change is validated (an invalid file changes
 //! nothing and says why), then compared with the settings the daemon started with: what can
 //! change live ([`crate::config::LIVE_KEYS`]: `actions.queueCapacity`, `http.rateLimit`,
@@ -74,38 +79,35 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
     let home = &watched.home;
     let dir = home.dir().to_path_buf();
     let path = home.triggers();
-    let Some(file_name) = path.file_name().map(|n| n.to_os_string()) else {
-        return Ok(());
-    };
     let config_path = home.config_file();
-    let config_name = config_path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
     // What is on disk now, before watching: a save from here on is seen as a change.
     let seen = fingerprint(&path);
     let config_seen = fingerprint(&config_path);
     let (tx, rx) = mpsc::unbounded_channel::<Changed>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-        let Ok(event) = event else { return };
-        if changes(&event, &file_name) {
-            let _ = tx.send(Changed::Rules);
-        }
-        if changes(&event, &config_name) {
-            let _ = tx.send(Changed::Config);
-        }
-    })?;
-    watcher.watch(Path::new(&dir), RecursiveMode::NonRecursive)?;
+    let names: Names = Arc::default();
+    let watcher = {
+        let names = names.clone();
+        notify::recommended_watcher(move |event: notify::Result<Event>| {
+            let Ok(event) = event else { return };
+            for (name, which) in names.read().unwrap().iter() {
+                if changes(&event, name) {
+                    let _ = tx.send(*which);
+                }
+            }
+        })?
+    };
+    let mut targets = Targets::new(watcher, dir.clone(), names, &path, &config_path)?;
+    targets.refresh(&path, &config_path);
     // The settings the daemon started with, as the file gave them.
     let boot = home.load_config().unwrap_or_default();
     let tasks = watched.tasks.clone();
     tasks.spawn(async move {
-        // The watcher stops watching when dropped: it lives as long as this task.
-        let _watcher = watcher;
         let mut files = Files {
             rx,
             rules: (path, seen),
             config: (config_path, config_seen),
+            // The watcher stops watching when dropped: it lives as long as this task.
+            targets: Some(targets),
         };
         loop {
             let changed = tokio::select! {
@@ -127,11 +129,122 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The file names whose events count, and which watched file each stands for: the two files'
+/// own names, and the names of their symlink targets.
+type Names = Arc<std::sync::RwLock<Vec<(OsString, Changed)>>>;
+
+/// The directories watched: the home, and the directory of each watched file's symlink target
+/// outside it.
+struct Targets {
+    watcher: notify::RecommendedWatcher,
+    /// The home, resolved, to tell a target beside the links from one elsewhere.
+    home_real: PathBuf,
+    /// The other directories watched now.
+    extra: Vec<PathBuf>,
+    names: Names,
+    /// The two files' own names in the home.
+    own: [(OsString, Changed); 2],
+}
+
+impl Targets {
+    /// Watches the home for the files at `rules` and `config`.
+    fn new(
+        mut watcher: notify::RecommendedWatcher,
+        home: PathBuf,
+        names: Names,
+        rules: &Path,
+        config: &Path,
+    ) -> anyhow::Result<Targets> {
+        watcher.watch(&home, RecursiveMode::NonRecursive)?;
+        let name = |p: &Path| p.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        Ok(Targets {
+            watcher,
+            home_real: std::fs::canonicalize(&home).unwrap_or(home),
+            extra: Vec::new(),
+            names,
+            own: [
+                (name(rules), Changed::Rules),
+                (name(config), Changed::Config),
+            ],
+        })
+    }
+
+    /// Resolves the links again: watches the directory of each target outside the home,
+    /// stops watching a directory no target is in any more, and counts the targets' names.
+    fn refresh(&mut self, rules: &Path, config: &Path) {
+        let mut names: Vec<(OsString, Changed)> = self.own.to_vec();
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for (path, which) in [(rules, Changed::Rules), (config, Changed::Config)] {
+            let Some((dir, name)) = link_target(path) else {
+                continue;
+            };
+            names.push((name, which));
+            if dir != self.home_real && !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        for dir in &dirs {
+            if self.extra.contains(dir) {
+                continue;
+            }
+            match self.watcher.watch(dir, RecursiveMode::NonRecursive) {
+                Ok(()) => tracing::info!(
+                    dir = %dir.display(),
+                    "watching the directory of a symlinked rules or config file"
+                ),
+                Err(err) => tracing::warn!(
+                    dir = %dir.display(),
+                    cause = %err,
+                    "cannot watch the directory of a symlinked rules or config file; edits \
+                     there are picked up by `switchboard rules reload` only"
+                ),
+            }
+        }
+        for dir in &self.extra {
+            if !dirs.contains(dir) {
+                let _ = self.watcher.unwatch(dir);
+            }
+        }
+        self.extra = dirs;
+        *self.names.write().unwrap() = names;
+    }
+}
+
+/// Where the symlink at `path` points: the real directory of its target and the target's name.
+/// `None` when `path` is not a symlink. A dangling link (its target not created yet) still
+/// names its target, when the target's directory exists.
+fn link_target(path: &Path) -> Option<(PathBuf, OsString)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.file_type().is_symlink() {
+        return None;
+    }
+    let target = match std::fs::canonicalize(path) {
+        Ok(real) => real,
+        Err(_) => {
+            let link = std::fs::read_link(path).ok()?;
+            let link = match path.parent() {
+                Some(dir) if link.is_relative() => dir.join(link),
+                _ => link,
+            };
+            std::fs::canonicalize(link.parent()?)
+                .ok()?
+                .join(link.file_name()?)
+        }
+    };
+    Some((
+        target.parent()?.to_path_buf(),
+        target.file_name()?.to_os_string(),
+    ))
+}
+
 /// The watched files, what was last seen of each, and the events that may have changed them.
 struct Files {
     rx: mpsc::UnboundedReceiver<Changed>,
     rules: (PathBuf, Seen),
     config: (PathBuf, Seen),
+    /// The watches, resolved again after each batch of events (`None` in unit tests, which
+    /// send the events themselves).
+    targets: Option<Targets>,
 }
 
 impl Files {
@@ -154,6 +267,10 @@ impl Files {
                         None => break,
                     },
                 }
+            }
+            if let Some(targets) = &mut self.targets {
+                // A link may have been pointed elsewhere.
+                targets.refresh(&self.rules.0, &self.config.0);
             }
             let rules = rules && changed_content(&mut self.rules).await;
             let config = config && changed_content(&mut self.config).await;
@@ -297,6 +414,7 @@ mod tests {
             rx,
             rules: (rules.clone(), fingerprint(&rules)),
             config: (config.clone(), fingerprint(&config)),
+            targets: None,
         };
         (files, tx)
     }
@@ -347,6 +465,41 @@ mod tests {
         drop(tx);
         let ended = tokio::time::timeout(Duration::from_secs(5), files.next()).await;
         assert_eq!(ended, Ok(None));
+    }
+
+    #[test]
+    fn a_link_target_is_its_real_directory_and_name_even_before_it_exists() {
+        let home = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let real_outside = std::fs::canonicalize(outside.path()).unwrap();
+        let target = outside.path().join("oncall.json");
+        std::fs::write(&target, "{}").unwrap();
+        let link = home.path().join("triggers.json");
+        assert_eq!(link_target(&link), None, "missing");
+        std::fs::write(&link, "{}").unwrap();
+        assert_eq!(link_target(&link), None, "a plain file");
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert_eq!(
+            link_target(&link),
+            Some((real_outside.clone(), OsString::from("oncall.json")))
+        );
+        // A chain of links ends at the last target.
+        let hop = home.path().join("hop.json");
+        std::os::unix::fs::symlink(&target, &hop).unwrap();
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("hop.json", &link).unwrap();
+        assert_eq!(
+            link_target(&link),
+            Some((real_outside.clone(), OsString::from("oncall.json")))
+        );
+        // Dangling: the directory it names is watched for the file to appear.
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("later.json"), &link).unwrap();
+        assert_eq!(
+            link_target(&link),
+            Some((real_outside, OsString::from("later.json")))
+        );
     }
 
     #[test]

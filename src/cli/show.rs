@@ -78,21 +78,21 @@ pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// One upstream, as `stats` and `status` show it: `teams (stdio): connected since T; 3
-/// tools, 120 stored` or `teams (http): failed: WHY; 4 restarts`.
+/// One upstream, as `stats` and `status` show it: `teams (stdio): connected; connected since
+/// T; 3 tools, 120 stored` or `teams (http): failed: WHY; 0 tools, 0 stored, 4 restarts`.
 pub fn upstream_line(u: &UpstreamState) -> String {
     let state = serde_json::to_value(u.state)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
     let mut line = format!("{} ({}): {state}", escape(&u.name), u.transport);
-    if let Some(since) = &u.connected_since {
-        line.push_str(&format!(" since {since}"));
-    }
     if let Some(e) = &u.last_error
         && u.state != crate::sources::upstream::Phase::Connected
     {
         line.push_str(&format!(": {}", escape(e)));
+    }
+    if let Some(since) = &u.connected_since {
+        line.push_str(&format!("; connected since {since}"));
     }
     line.push_str(&format!(
         "; {}, {} stored",

@@ -33,9 +33,11 @@ pub struct Launch {
 
 impl Launch {
     /// Starts the daemon with this process's binary. Creates the home now, when it is asked
-    /// for: [`Launch::spawn`] never does, so a home deleted later stays deleted.
+    /// for: [`Launch::spawn`] never does, so a home deleted later stays deleted. A home
+    /// another user could change is refused ([`Home::check_private`]).
     pub fn current(home: PathBuf, args: Vec<OsString>) -> anyhow::Result<Launch> {
-        Home::open(&home)?;
+        // Refused here too, before the daemon's log is opened in it.
+        Home::open(&home)?.check_private()?;
         Ok(Launch {
             exe: std::env::current_exe()?,
             home,

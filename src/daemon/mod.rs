@@ -95,6 +95,8 @@ pub async fn run(
     } else {
         Home::open(home_dir)?
     };
+    // Before anything is written there or read from it.
+    home.check_private()?;
     let lock = Arc::new(home.lock()?);
     // What this start leaves out comes from the last one; what it gives is kept for the next.
     let saved = start::StartSettings::load(&home);

@@ -231,6 +231,8 @@ struct Ingest {
     built: std::sync::atomic::AtomicU64,
     /// Refusals by code and status, for `/metrics`.
     rejected: std::sync::Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// The journal outage under way, if any: logged at its start and end only.
+    outage: super::Outage,
 }
 
 /// The rate limit and GitHub secret, rebuilt when a config reload changes them.
@@ -276,6 +278,7 @@ impl Ingest {
             built: std::sync::atomic::AtomicU64::new(generation),
             settings,
             rejected: Default::default(),
+            outage: Default::default(),
         }
     }
 
@@ -341,27 +344,38 @@ impl Ingest {
     }
 
     /// Appends `batch` and answers 202 once it is durable.
+    ///
+    /// A 503 because the inbox cannot store (a journal outage) is logged once when the
+    /// outage starts and once when it ends; the 503s in between are only counted
+    /// (`switchboard_http_rejections_total`).
     async fn store(&self, source: Source, batch: Vec<NewMessage>) -> Result<Response, ApiError> {
         let stored = match self.cx.append(batch, source.as_str()).await {
             Ok(accepted) => Ok(accepted),
             Err(crate::control::ApiError::Store(e)) => Err(e),
             Err(other) => {
-                tracing::error!(source = source.as_str(), cause = %other, "ingest append failed");
+                self.outage_began(source, "the inbox cannot take messages", &other);
                 return Err(unavailable());
             }
         };
         match stored {
-            Ok(accepted) => Ok((
-                StatusCode::ACCEPTED,
-                axum::Json(json!({ "accepted": accepted })),
-            )
-                .into_response()),
+            Ok(accepted) => {
+                if let Some(ended) = self.outage.succeed() {
+                    tracing::info!(
+                        source = source.as_str(),
+                        refused = ended.failures,
+                        "ingest stores messages again, after {} answered 503 over {:.1}s",
+                        ended.failures,
+                        ended.lasted.as_secs_f64()
+                    );
+                }
+                Ok((
+                    StatusCode::ACCEPTED,
+                    axum::Json(json!({ "accepted": accepted })),
+                )
+                    .into_response())
+            }
             Err(StoreError::NotDurable { appended, cause }) => {
-                tracing::warn!(
-                    source = source.as_str(),
-                    %cause,
-                    "ingest answered 503: messages kept in memory, not on disk"
-                );
+                self.outage_began(source, "messages kept in memory, not on disk", &cause);
                 Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not_durable",
@@ -395,11 +409,7 @@ impl Ingest {
                 ))
             }
             Err(StoreError::Unavailable { cause }) => {
-                tracing::warn!(
-                    source = source.as_str(),
-                    %cause,
-                    "ingest answered 503: the journal cannot take messages"
-                );
+                self.outage_began(source, "the journal cannot take messages", &cause);
                 Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not_stored",
@@ -415,6 +425,18 @@ impl Ingest {
                 "switchboard is shutting down; retry later".into(),
             )
             .retry_after(SHUTDOWN_RETRY_S)),
+        }
+    }
+
+    /// Counts a 503 of an append; the first of an outage is logged.
+    fn outage_began(&self, source: Source, what: &str, cause: &dyn std::fmt::Display) {
+        if self.outage.fail() {
+            tracing::warn!(
+                source = source.as_str(),
+                %cause,
+                "ingest answers 503: {what}; until messages are stored again, further 503s \
+                 are counted in switchboard_http_rejections_total, not logged"
+            );
         }
     }
 

@@ -80,6 +80,68 @@ impl SourceContext {
     }
 }
 
+/// A run of failed appends, logged once when it starts and once when it ends (with how many
+/// failed in between) instead of once per failure: during a journal outage every request
+/// fails, and a line for each would bury the log (650,000 lines in one outage). The failures
+/// stay counted where they are counted anyway (`switchboard_http_rejections_total`).
+#[derive(Debug, Default)]
+pub struct Outage {
+    /// Whether a run is under way: the one atomic read a success costs.
+    active: std::sync::atomic::AtomicBool,
+    run: std::sync::Mutex<Option<OutageRun>>,
+}
+
+#[derive(Debug)]
+struct OutageRun {
+    since: std::time::Instant,
+    failures: u64,
+}
+
+/// How an outage ended: the failures it saw and how long it lasted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutageEnded {
+    /// Failures from the first to the last.
+    pub failures: u64,
+    /// From the first failure to the success that ended it.
+    pub lasted: std::time::Duration,
+}
+
+impl Outage {
+    /// Records a failure; true when it is the first of a run (the caller logs it).
+    pub fn fail(&self) -> bool {
+        let mut run = self.run.lock().unwrap();
+        match run.as_mut() {
+            Some(r) => {
+                r.failures += 1;
+                false
+            }
+            None => {
+                *run = Some(OutageRun {
+                    since: std::time::Instant::now(),
+                    failures: 1,
+                });
+                self.active
+                    .store(true, std::sync::atomic::Ordering::Release);
+                true
+            }
+        }
+    }
+
+    /// Records a success; how the run ended when it ends one (the caller logs that).
+    pub fn succeed(&self) -> Option<OutageEnded> {
+        if !self.active.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let ended = self.run.lock().unwrap().take()?;
+        self.active
+            .store(false, std::sync::atomic::Ordering::Release);
+        Some(OutageEnded {
+            failures: ended.failures,
+            lasted: ended.since.elapsed(),
+        })
+    }
+}
+
 /// Why a well-formed JSON payload could not be turned into messages (HTTP 422).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -104,6 +166,25 @@ impl PayloadError {
 
 /// The shipped rule packs against what the sources really produce: a pack whose prompt names a
 /// metadata key the source does not set, or whose regex misses the source's content, fails here.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_is_reported_at_its_first_failure_and_its_end_only() {
+        let outage = Outage::default();
+        assert_eq!(outage.succeed(), None, "no outage, nothing ended");
+        assert!(outage.fail(), "the first failure starts it");
+        for _ in 0..999 {
+            assert!(!outage.fail());
+        }
+        let ended = outage.succeed().expect("the first success ends it");
+        assert_eq!(ended.failures, 1000);
+        assert_eq!(outage.succeed(), None, "ended once");
+        assert!(outage.fail(), "a new failure starts a new outage");
+    }
+}
+
 #[cfg(test)]
 mod packs {
     use std::path::Path;

@@ -481,3 +481,141 @@ async fn a_restart_by_a_front_end_keeps_the_daemons_start_settings() {
     );
     client.cancel().await.unwrap();
 }
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn chown(path: &std::path::Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+}
+
+/// `daemon` and `start` both refuse the home with exit 2; their error, once.
+fn refused(home: &std::path::Path) -> String {
+    let mut said = Vec::new();
+    for args in [&["daemon", "--no-listen"][..], &["start", "--no-listen"]] {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.arg("--home").arg(home).args(args);
+        // A daemon that does not refuse runs until killed.
+        let run = run_limited(&mut cmd, Duration::from_secs(20));
+        assert_eq!(
+            run.status.and_then(|s| s.code()),
+            Some(2),
+            "{args:?} ({}): {}",
+            run.describe(),
+            run.stderr
+        );
+        said.push(run.stderr);
+    }
+    assert_eq!(said[0], said[1], "the same refusal");
+    said.remove(0)
+}
+
+#[test]
+fn a_home_another_user_can_write_is_refused_with_how_to_fix_it() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("*** SKIPPED: making a home another user's needs root ***");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("shared");
+    let _guard = DaemonGuard(home.clone());
+    let shown = home.display().to_string();
+    // The case: a 0777 directory of `nobody`, who wrote an upstream command into it.
+    std::fs::create_dir(&home).unwrap();
+    let marker = base.path().join("ran-as-root");
+    let config = home.join("switchboard.json");
+    std::fs::write(
+        &config,
+        json!({"upstreams": {"x": {"command": "touch", "args": [&marker]}}}).to_string(),
+    )
+    .unwrap();
+    chown(&config, NOBODY);
+    chown(&home, NOBODY);
+    chmod(&home, 0o777);
+    let err = refused(&home);
+    assert!(
+        err.starts_with(&format!("error: refusing home {shown}: it is owned by ")),
+        "{err}"
+    );
+    assert!(err.contains("(uid 65534), not by `root` (uid 0)"), "{err}");
+    assert!(
+        err.contains("whoever can change it can make switchboard run commands as `root` (uid 0)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("run `chown root {shown}` if it is yours")),
+        "{err}"
+    );
+    assert!(err.contains("ssh's StrictModes"), "{err}");
+    assert!(!marker.exists(), "the upstream command ran");
+
+    // Ours again, but writable by others.
+    chown(&home, 0);
+    let err = refused(&home);
+    assert!(
+        err.contains(&format!(
+            "refusing home {shown}: it is writable by its group and others (mode 0777)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains(&format!("run `chmod 700 {shown}`")), "{err}");
+    chmod(&home, 0o700);
+    // The file that names the commands, still `nobody`'s.
+    let err = refused(&home);
+    assert!(err.contains("`switchboard.json` is owned by "), "{err}");
+    assert!(
+        err.contains(&format!("run `chown root {}`", config.display())),
+        "{err}"
+    );
+    chown(&config, 0);
+    chmod(&config, 0o664);
+    let err = refused(&home);
+    assert!(
+        err.contains("`switchboard.json` is writable by its group (mode 0664)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("run `chmod go-w {}`", config.display())),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the upstream command ran");
+    let names: Vec<_> = std::fs::read_dir(&home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["switchboard.json"],
+        "nothing written in a refused home"
+    );
+
+    // Fixed as told: it starts.
+    chmod(&config, 0o644);
+    let out = cli_in(&home, &["start", "--no-listen"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stop_daemon(&home);
+}
+
+#[test]
+fn a_home_switchboard_creates_is_0700_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("new/home");
+    let _guard = DaemonGuard(home.clone());
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" --home \"$1\" start --no-listen")
+        .arg(bin())
+        .arg(&home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mode = std::fs::metadata(&home).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{mode:o}");
+    stop_daemon(&home);
+}

@@ -41,12 +41,15 @@ fn daemon(exec: Value) -> Switchboard {
     sb
 }
 
-/// Writes an executable stand-in host script into `dir`; it answers `--version` itself.
+/// Writes an executable stand-in host script into `dir`; it answers `--version` itself. A run
+/// keeps its arguments (`args`, one a line), its stdin (`stdin`) and its environment (`env`) in
+/// `dir`.
 fn standin(dir: &Path, body: &str) -> PathBuf {
     let path = dir.join("standin-host");
     let script = format!(
         "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then echo 'standin 1.0'; exit 0; fi\n\
-         printf '%s\\n' \"$@\" > '{dir}/args'\necho $$ > '{dir}/pid'\n{body}\n",
+         printf '%s\\n' \"$@\" > '{dir}/args'\ncat > '{dir}/stdin'\nenv > '{dir}/env'\n\
+         echo $$ > '{dir}/pid'\n{body}\n",
         dir = dir.display()
     );
     std::fs::write(&path, script).unwrap();
@@ -160,10 +163,8 @@ fn standin_events_become_the_record_and_malformed_lines_are_counted_not_fatal() 
     );
     let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
     let args: Vec<&str> = args.lines().collect();
-    assert!(
-        args.contains(&"--prompt=Check the canary: disk on web-1"),
-        "{args:?}"
-    );
+    let prompt = std::fs::read_to_string(dir.path().join("stdin")).unwrap();
+    assert_eq!(prompt, "Check the canary: disk on web-1");
     assert!(args.contains(&"--available-tools=view"), "{args:?}");
     assert!(args.contains(&"--allow-tool=view"), "{args:?}");
     assert!(
@@ -201,6 +202,133 @@ fn standin_events_become_the_record_and_malformed_lines_are_counted_not_fatal() 
         "switchboard_exec_running 0",
     ] {
         assert!(metrics.body.contains(line), "{line}\n{}", metrics.body);
+    }
+}
+
+/// A daemon a test started itself; stopped (SIGTERM, SIGKILL after 10 s) and reaped on drop.
+struct OwnDaemon(std::process::Child);
+
+impl Drop for OwnDaemon {
+    fn drop(&mut self) {
+        // SAFETY: signals a child of this process, which it then reaps.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `switchboard daemon` on `home` with these variables in its environment, as an operator's
+/// shell or a unit file would give it.
+fn daemon_with_env(home: &Path, vars: &[(&str, &str)]) -> OwnDaemon {
+    let log = std::fs::File::create(home.join("test-daemon.log")).unwrap();
+    let daemon = OwnDaemon(
+        std::process::Command::new(bin())
+            .arg("--home")
+            .arg(home)
+            .args(["daemon", "--no-listen"])
+            .envs(vars.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the daemon"),
+    );
+    eventually(Duration::from_secs(30), "the daemon answers", || {
+        try_control(home, &json!({"op": "stats"})).filter(|r| r["ok"] == true)
+    });
+    daemon
+}
+
+#[test]
+fn standin_gets_the_prompt_on_stdin_and_an_environment_without_switchboards_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = standin(dir.path(), COPILOT_LINES);
+    let home = tempfile::tempdir().unwrap();
+    let exec = standin_exec(
+        &host,
+        json!({"env": {"COPILOT_PROVIDER_API_KEY": "standin-key", "FROM_EXEC_ENV": "kept"}}),
+    );
+    std::fs::write(home.path().join("triggers.json"), RULES).unwrap();
+    std::fs::write(
+        home.path().join("switchboard.json"),
+        json!({ "exec": exec }).to_string(),
+    )
+    .unwrap();
+    let secrets = [
+        ("SWITCHBOARD_TOKEN", "ingest-secret-5e1f"),
+        ("SWITCHBOARD_GITHUB_SECRET", "hmac-secret-9a3c"),
+        ("AWS_SECRET_ACCESS_KEY", "aws-secret-77b0"),
+        ("DATABASE_URL", "postgres://u:pw-31d2@db/x"),
+        ("COPILOT_ALLOW_ALL", "true"),
+    ];
+    let needed = [
+        ("GITHUB_TOKEN", "gh-token-for-copilot"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+        ("https_proxy", "http://127.0.0.1:9"),
+        ("TMPDIR", "/tmp"),
+    ];
+    let mut vars: Vec<(&str, &str)> = secrets.to_vec();
+    vars.extend(needed);
+    let _daemon = daemon_with_env(home.path(), &vars);
+
+    // Message text that would be read as flags on a command line.
+    let text = "disk on web-1 --yolo --allow-all-tools";
+    let seqs = send_messages(home.path(), &[("ops/canary", text)]);
+    let id = action_of(home.path(), seqs[0]);
+    let done = record_in(
+        home.path(),
+        id,
+        &["succeeded", "failed", "cancelled"],
+        STANDIN_LIMIT,
+    );
+    assert_eq!(done["state"], "succeeded", "{done}");
+
+    // The prompt came on stdin, whole; the command line holds no message text.
+    let prompt = std::fs::read_to_string(dir.path().join("stdin")).unwrap();
+    assert_eq!(prompt, format!("Check the canary: {text}"));
+    let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+    assert!(
+        !args.contains("web-1"),
+        "message text on the command line: {args}"
+    );
+    assert!(
+        !args
+            .lines()
+            .any(|a| a == "--yolo" || a.starts_with("--allow-all")),
+        "{args}"
+    );
+
+    // The environment: what the host needs, and exec.env; none of switchboard's secrets.
+    let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .map(String::from)
+    };
+    for (name, value) in needed {
+        assert_eq!(
+            var(name).as_deref(),
+            Some(value),
+            "{name} should pass:\n{env}"
+        );
+    }
+    assert!(var("PATH").is_some(), "{env}");
+    assert_eq!(var("FROM_EXEC_ENV").as_deref(), Some("kept"), "{env}");
+    assert_eq!(
+        var("COPILOT_PROVIDER_API_KEY").as_deref(),
+        Some("standin-key")
+    );
+    for (name, value) in secrets {
+        assert_eq!(var(name), None, "{name} must not reach the host:\n{env}");
+        assert!(
+            !env.contains(value),
+            "{name}'s value reached the host:\n{env}"
+        );
     }
 }
 

@@ -160,6 +160,67 @@ fn an_unwritable_journal_is_503_until_it_recovers_and_a_retry_then_lands_once() 
     assert!(log.contains("journal writes recovered"), "{log}");
 }
 
+/// The value of `sample` (name and labels as printed) in `GET /metrics`.
+fn metric(sb: &Switchboard, sample: &str) -> Option<f64> {
+    let token = format!("Bearer {}", sb.token());
+    let reply = http_request(
+        sb.ingest.as_deref().unwrap(),
+        "GET",
+        "/metrics",
+        &[("Authorization", token.as_str())],
+        b"",
+    );
+    reply.body.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == sample).then(|| value.parse().unwrap())
+    })
+}
+
+#[test]
+fn an_outage_of_503s_is_logged_at_its_start_and_its_end_and_the_rest_is_counted() {
+    let sb = Switchboard::start();
+    let jsonl = sb.home.path().join("channels.jsonl");
+    let (status, body) = post(&sb, &message("before", None));
+    assert_eq!(status, 202, "{body}");
+    if !immutable(&jsonl, true) {
+        return skip("`chattr +i` is refused here");
+    }
+    let guard = Immutable(&jsonl);
+    let mut refused = 0;
+    for i in 0..50 {
+        let (status, body) = post(&sb, &message(&format!("during {i}"), None));
+        assert_eq!(status, 503, "{body}");
+        refused += 1;
+    }
+    drop(guard);
+    // The journal retries on its own schedule: a 503 until then is part of the outage.
+    eventually(Duration::from_secs(20), "stored again", || {
+        let (status, _) = post(&sb, &message("after", None));
+        if status == 503 {
+            refused += 1;
+        }
+        (status == 202).then_some(())
+    });
+    let log = sb.log();
+    assert_eq!(
+        log.matches("ingest answers 503").count(),
+        1,
+        "one line for the start of the outage:\n{log}"
+    );
+    let ended = format!("ingest stores messages again, after {refused} answered 503");
+    assert_eq!(log.matches(&ended).count(), 1, "{ended:?} once:\n{log}");
+    let counted: f64 = ["not_durable", "not_stored"]
+        .iter()
+        .filter_map(|code| {
+            metric(
+                &sb,
+                &format!("switchboard_http_rejections_total{{code=\"{code}\",status=\"503\"}}"),
+            )
+        })
+        .sum();
+    assert_eq!(counted, refused as f64, "every 503 counted");
+}
+
 #[test]
 fn a_crash_during_a_journal_outage_loses_nothing_acknowledged_and_reuses_no_seq() {
     let mut sb = Switchboard::start();

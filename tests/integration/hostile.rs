@@ -137,6 +137,72 @@ fn one_save_is_one_reload_and_reading_the_file_reloads_nothing() {
     sb.terminate();
 }
 
+/// The names of the live rules.
+fn live_rules(sb: &Switchboard) -> Vec<String> {
+    let r = control(sb.home.path(), json!({"op": "rules"}));
+    r["result"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no rules in {r}"))
+        .iter()
+        .map(|rule| rule["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn edits_to_the_target_of_a_symlinked_triggers_json_are_reloaded() {
+    // The rules live in a checkout outside the home; the home links to them.
+    let checkout = tempfile::tempdir().unwrap();
+    let target = checkout.path().join("oncall-rules.json");
+    std::fs::write(&target, RULES_A).unwrap();
+    let mut sb = Switchboard::new();
+    let link = sb.home.path().join("triggers.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    sb.spawn();
+    assert_eq!(live_rules(&sb), ["a"]);
+
+    // Written in place at the target.
+    std::fs::write(&target, RULES_B).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the in-place edit is reloaded",
+        || (live_rules(&sb) == ["b"]).then_some(()),
+    );
+    // Saved the way editors do, beside the target (temporary file + rename).
+    let swap = checkout.path().join(".oncall-rules.json.swp");
+    std::fs::write(&swap, RULES_A).unwrap();
+    std::fs::rename(&swap, &target).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the editor's save is reloaded",
+        || (live_rules(&sb) == ["a"]).then_some(()),
+    );
+
+    // The link pointed at another file elsewhere: that file is followed from then on.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().join("rules.json");
+    std::fs::write(&other, RULES_B).unwrap();
+    let new_link = sb.home.path().join(".triggers.json.new");
+    std::os::unix::fs::symlink(&other, &new_link).unwrap();
+    std::fs::rename(&new_link, &link).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the re-pointed link is reloaded",
+        || (live_rules(&sb) == ["b"]).then_some(()),
+    );
+    let c = r#"{"rules":[{"name":"c","channel":"x/*","mode":"notify"}]}"#;
+    std::fs::write(&other, c).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the new target's edit is reloaded",
+        || (live_rules(&sb) == ["c"]).then_some(()),
+    );
+    // The old target is no longer the rules: editing it changes nothing.
+    std::fs::write(&target, RULES_B).unwrap();
+    std::thread::sleep(QUIET);
+    assert_eq!(live_rules(&sb), ["c"]);
+    sb.terminate();
+}
+
 #[test]
 fn a_kept_reload_says_when_the_live_rules_were_really_loaded() {
     let mut sb = Switchboard::new();
@@ -586,6 +652,115 @@ fn every_busy_connection_gets_a_clear_503() {
         (request(&sb, "GET", "/healthz", b"").status == 200).then_some(())
     });
     sb.terminate();
+}
+
+/// A connection that sent one request (no token needed: `GET /healthz`, or `GET /mcp` for a
+/// 401), read its whole answer, and stays open, as an HTTP client's keep-alive pool leaves it.
+fn kept_alive(addr: &str, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).expect("the answer");
+        assert!(
+            n > 0,
+            "closed before answering: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got);
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no content-length: {head}"));
+        if body.len() >= length {
+            assert!(head.starts_with("HTTP/1.1 "), "{head}");
+            return s;
+        }
+    }
+}
+
+/// Whether the server has closed `s` (without waiting for it to).
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+    match s.read(&mut [0u8; 1]) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    }
+}
+
+#[test]
+fn kept_alive_connections_between_requests_make_room_for_real_senders() {
+    let mut sb = Switchboard::start();
+    let ingest = sb.ingest.clone().unwrap();
+    let mcp = sb.mcp_url.clone().expect("/mcp listens");
+    let mcp_addr = mcp
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    // Every slot of the listeners (one, when `/mcp` is served beside ingest): a connection
+    // that was answered and is kept alive.
+    let shared = mcp_addr == ingest;
+    let started = Instant::now();
+    let mut held = Vec::new();
+    for i in 0..256 {
+        if shared {
+            held.push(kept_alive(&ingest, ["/healthz", "/mcp"][i % 2]));
+        } else {
+            held.push(kept_alive(&ingest, "/healthz"));
+            held.push(kept_alive(&mcp_addr, "/mcp"));
+        }
+    }
+    // A sender with the token gets through at once: an idle connection makes room.
+    let mut acked = Vec::new();
+    for i in 0..3 {
+        let body = json!({"server": "s", "channel": "c", "content": format!("m{i}")});
+        acked.extend(accepted(&post(&sb, body.to_string().as_bytes())));
+    }
+    // So does an MCP client.
+    let token = format!("Bearer {}", sb.token());
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "keep-alive-test", "version": "1"}}});
+    let reply = http_request(
+        &mcp_addr,
+        "POST",
+        "/mcp",
+        &[
+            ("Authorization", token.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        init.to_string().as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("serverInfo"), "{}", reply.body);
+    // Before the 10 s idle timeout could have freed a slot on its own.
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "too slow to tell room made from the idle timeout: {:?}",
+        started.elapsed()
+    );
+    // Room was made by closing kept-alive connections, one per new connection at most.
+    let closed = held.iter_mut().map(closed_by_server).filter(|c| *c).count();
+    assert!(
+        (1..=4).contains(&closed),
+        "{closed} kept-alive connections closed"
+    );
+    drop(held);
+    sb.terminate();
+    let on_disk = journal_seqs(sb.home.path());
+    assert!(acked.iter().all(|s| on_disk.contains(s)));
 }
 
 #[test]

@@ -241,7 +241,8 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
     for command in ["stats", "status"] {
         let text = stdout(&sb.cli(&[command]));
         assert!(
-            text.contains("upstream") && text.contains("bridge (stdio): connected since"),
+            text.contains("upstream")
+                && text.contains("bridge (stdio): connected; connected since"),
             "{command}: {text}"
         );
     }
@@ -412,6 +413,75 @@ async fn a_killed_upstream_is_restarted_and_answers_clearly_while_down() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_upstream_leaves_unanswered_ends_at_call_timeout_and_shows_degraded() {
+    let Some(python) = python() else { return };
+    let mut up = python_upstream(&python);
+    up["callTimeout"] = json!("2s");
+    let mut sb = start(json!({ "bridge": up }), None);
+    connected(&sb, "bridge").await;
+    let (client, _) = session(&sb).await;
+
+    let started = Instant::now();
+    let r = call(&client, "bridge__hang", json!({"seconds": 300})).await;
+    let took = started.elapsed();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert!(
+        text(&r)
+            .contains("upstream `bridge` did not answer `bridge__hang` within 2s (`callTimeout`)"),
+        "{}",
+        text(&r)
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "answered after {took:?}"
+    );
+    // Shown as degraded: stats, status and /metrics.
+    let s = state(&sb, "bridge");
+    assert_eq!(s["state"], "degraded", "{s}");
+    assert!(
+        s["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("`bridge__hang` was not answered within 2s"),
+        "{s}"
+    );
+    assert_eq!(s["call_timeouts"], 1, "{s}");
+    let status = sb.cli(&["status"]);
+    assert!(
+        stdout(&status).contains("upstream bridge (stdio): degraded: `bridge__hang` was not"),
+        "{}",
+        stdout(&status)
+    );
+    let m = metrics(&sb).await;
+    for line in [
+        "switchboard_upstream_degraded{upstream=\"bridge\"} 1\n",
+        "switchboard_upstream_call_timeouts_total{upstream=\"bridge\"} 1\n",
+        "switchboard_upstream_up{upstream=\"bridge\"} 1\n",
+    ] {
+        assert!(m.contains(line), "{line}{m}");
+    }
+    // The upstream was told: the stuck call was cancelled there.
+    eventually_async(
+        Duration::from_secs(10),
+        "the upstream saw the cancel",
+        || sb.log().contains("stderr: hang cancelled").then_some(()),
+    )
+    .await;
+
+    // A call it answers makes it connected again.
+    let echo = call(&client, "bridge__echo", json!({"text": "back"})).await;
+    assert_eq!(text(&echo), "echo: back");
+    assert_eq!(state(&sb, "bridge")["state"], "connected");
+    assert!(
+        metrics(&sb)
+            .await
+            .contains("switchboard_upstream_degraded{upstream=\"bridge\"} 0\n")
+    );
+    client.cancel().await.ok();
+    assert!(sb.terminate().success(), "{}", sb.log());
+}
+
 /// VmRSS of `pid` in KiB.
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -428,10 +498,11 @@ const PROBE_RULES: &str = r#"{"rules": [{"name": "probe", "channel": "probe", "m
 async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bounded() {
     let Some(python) = python() else { return };
     const FLOOD: u64 = 50_000;
-    let mut sb = start(
-        json!({ "bridge": python_upstream(&python) }),
-        Some(PROBE_RULES),
-    );
+    // The flood is one tool call that returns when all is sent: over a minute on a loaded
+    // machine, so its `callTimeout` is the longest.
+    let mut bridge = python_upstream(&python);
+    bridge["callTimeout"] = json!("10m");
+    let mut sb = start(json!({ "bridge": bridge }), Some(PROBE_RULES));
     connected(&sb, "bridge").await;
     let (client, _) = session(&sb).await;
     let client = Arc::new(client);
@@ -764,9 +835,12 @@ async fn bench_upstream_latency_and_throughput() {
     const FLOOD: u64 = 50_000;
     let rules = r#"{"rules": [{"name": "lat", "channel": "lat", "mode": "notify"}]}"#;
     let raw = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/raw_flood_upstream.py");
+    // Its flood is one long tool call.
+    let mut bridge = python_upstream(&python);
+    bridge["callTimeout"] = json!("10m");
     let mut sb = start(
         json!({
-            "bridge": python_upstream(&python),
+            "bridge": bridge,
             "raw": {"command": python, "args": [raw, FLOOD.to_string()], "enabled": false},
         }),
         Some(rules),

@@ -13,6 +13,8 @@ a CI server would, so the tests can check what switchboard stores:
 - `echo(text)`: returns `echo: TEXT` (a re-exported tool called end to end).
 - `fail(reason)`: a tool error (`isError: true`) with the reason.
 - `add_tool()`: registers `extra` and sends `notifications/tools/list_changed`.
+- `hang(seconds)`: answers only after `seconds`, as a stuck upstream does; says `hang
+  cancelled` on stderr when the client cancels the call.
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ def echo(text: str) -> str:
 def fail(reason: str) -> str:
     """Fail with a tool error."""
     raise ToolError(reason)
+
+
+@server.tool()
+async def hang(seconds: float) -> str:
+    """Answer only after the given number of seconds."""
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        print("hang cancelled", file=sys.stderr, flush=True)
+        raise
+    return "woke"
 
 
 def extra() -> str:

@@ -1,7 +1,9 @@
 //! Claude Code as a headless host: its command line and its stream-json normaliser.
 //!
 //! Checked against `claude --help` of npm `@anthropic-ai/claude-code` 2.1.330: `-p` (print
-//! mode) with the prompt after `--` (so a prompt that starts with `-` is not read as a flag),
+//! mode) without a prompt argument reads the prompt from stdin, so the prompt, message text
+//! included, never appears on its command line (readable by every local user in
+//! `/proc/PID/cmdline`), nor can a prompt that starts with `-` be read as a flag.
 //! `--output-format stream-json --verbose` prints one JSON message a line, `--tools=a,b`
 //! restricts the built-in tool set to the whitelist, `--allowedTools=a,b` lets those run
 //! without asking, and `--permission-prompts none` denies anything else instead of waiting for
@@ -14,8 +16,8 @@ use serde_json::Value;
 use super::event::ExecEvent;
 use super::{HostSpec, Normaliser};
 
-/// The command line for `prompt` with the whitelist `tools`.
-pub fn command(spec: &HostSpec, prompt: &str, tools: &[String]) -> Vec<String> {
+/// The command line for a prompt (given on stdin) with the whitelist `tools`.
+pub fn command(spec: &HostSpec, tools: &[String]) -> Vec<String> {
     let list = tools.join(",");
     let mut args = vec![
         "-p".to_string(),
@@ -32,8 +34,6 @@ pub fn command(spec: &HostSpec, prompt: &str, tools: &[String]) -> Vec<String> {
         args.push(format!("--model={model}"));
     }
     args.extend(spec.args.iter().cloned());
-    args.push("--".to_string());
-    args.push(prompt.to_string());
     args
 }
 
@@ -168,9 +168,10 @@ mod tests {
     }
 
     #[test]
-    fn the_prompt_goes_after_the_options_and_the_builtin_set_is_restricted() {
-        let args = command(&HostSpec::default(), "-x look", &["Read".into()]);
-        assert_eq!(&args[args.len() - 2..], &["--", "-x look"]);
+    fn the_prompt_is_not_an_argument_and_the_builtin_set_is_restricted() {
+        let args = command(&HostSpec::default(), &["Read".into()]);
+        assert_eq!(args[0], "-p");
+        assert_eq!(args.last().unwrap(), "--no-session-persistence");
         assert!(args.contains(&"--tools=Read".to_string()));
         assert!(args.contains(&"--allowedTools=Read".to_string()));
         assert!(

@@ -1,22 +1,24 @@
 //! GitHub Copilot CLI as a headless host: its command line and its JSONL normaliser.
 //!
-//! Checked against `copilot --help` of npm `@github/copilot` 1.0.102:
-//! `--prompt=TEXT` runs one prompt non-interactively (the `=` form, so a prompt that starts
-//! with `-` is not read as a flag), `-s` prints no stats, `--no-ask-user` removes the ask_user
-//! tool, `--output-format json` prints one JSON event a line, `--available-tools=a,b` is what
-//! the model is offered and `--allow-tool=a,b` what runs without asking. No allow-all flag is
-//! ever passed: a tool outside the whitelist is neither offered nor permitted.
+//! Checked against `copilot --help` of npm `@github/copilot` 1.0.102 and against the binary:
+//! without `-p` and with its stdin a pipe, it reads the whole of stdin as the prompt and runs it
+//! non-interactively, as `--prompt` does (its help: "combine with -i, -p, or piped stdin"), so
+//! the prompt, message text included, never appears on its command line (readable by every
+//! local user in `/proc/PID/cmdline`); nor can a prompt that starts with `-` be read as a flag.
+//! `-s` prints no stats, `--no-ask-user` removes the ask_user tool, `--output-format json`
+//! prints one JSON event a line, `--available-tools=a,b` is what the model is offered and
+//! `--allow-tool=a,b` what runs without asking. No allow-all flag is ever passed: a tool
+//! outside the whitelist is neither offered nor permitted.
 
 use serde_json::Value;
 
 use super::event::ExecEvent;
 use super::{HostSpec, Normaliser};
 
-/// The command line for `prompt` with the whitelist `tools`.
-pub fn command(spec: &HostSpec, prompt: &str, tools: &[String]) -> Vec<String> {
+/// The command line for a prompt (given on stdin) with the whitelist `tools`.
+pub fn command(spec: &HostSpec, tools: &[String]) -> Vec<String> {
     let list = tools.join(",");
     let mut args = vec![
-        format!("--prompt={prompt}"),
         "-s".to_string(),
         "--no-ask-user".to_string(),
         "--output-format".to_string(),
@@ -132,8 +134,8 @@ mod tests {
     #[test]
     fn the_whitelist_is_both_offered_and_allowed_and_nothing_more() {
         let spec = HostSpec::default();
-        let args = command(&spec, "-x look", &["view".into(), "grep".into()]);
-        assert_eq!(args[0], "--prompt=-x look");
+        let args = command(&spec, &["view".into(), "grep".into()]);
+        assert!(!args.iter().any(|a| a.starts_with("--prompt") || a == "-p"));
         assert!(args.contains(&"--available-tools=view,grep".to_string()));
         assert!(args.contains(&"--allow-tool=view,grep".to_string()));
         assert!(

@@ -8,12 +8,18 @@
 //! lifecycle owns the queue and every transition (`queued` → `running` → `succeeded | failed
 //! | cancelled`, journalled); [`Exec::spawn`] takes work from it one slot at a time.
 //!
-//! - [`process`]: one host process — spawn, line reading, timeouts, SIGTERM → SIGKILL.
+//! - [`process`]: one host process — spawn, the prompt on its stdin, line reading, timeouts,
+//!   SIGTERM → SIGKILL.
 //! - [`copilot`], [`claude`]: each host's command line and its output normaliser.
+//! - [`env`]: the host's environment, an allow-list that never holds switchboard's secrets.
 //! - [`event`]: the normalised events and the run report kept in `actions.jsonl`.
+//!
+//! The prompt carries message text from outside, so it never goes on the host's command line,
+//! which every local user can read in `/proc/PID/cmdline`: both hosts read it from stdin.
 
 pub mod claude;
 pub mod copilot;
+pub mod env;
 pub mod event;
 pub mod process;
 
@@ -84,7 +90,8 @@ pub struct ExecSettings {
     pub stall_timeout: Duration,
     /// Extra arguments for the host, after switchboard's own.
     pub args: Vec<String>,
-    /// Extra environment for the host (e.g. a provider setting), over the daemon's own.
+    /// Environment for the host (e.g. a provider setting), over the variables it gets from
+    /// the daemon's environment ([`env`]).
     pub env: std::collections::BTreeMap<String, String>,
 }
 
@@ -319,15 +326,16 @@ impl Exec {
         };
         let (args, mut normaliser): (Vec<String>, Box<dyn Normaliser>) = match self.settings.kind {
             ExecKind::CopilotCli => (
-                copilot::command(&spec, &item.prompt, &item.tools),
+                copilot::command(&spec, &item.tools),
                 Box::new(copilot::CopilotEvents),
             ),
             ExecKind::ClaudeCode => (
-                claude::command(&spec, &item.prompt, &item.tools),
+                claude::command(&spec, &item.tools),
                 Box::<claude::ClaudeEvents>::default(),
             ),
         };
-        let launch = self.launch(args);
+        let mut launch = self.launch(args);
+        launch.stdin = Some(item.prompt.clone());
         let limits = Limits {
             turn_timeout: self.settings.turn_timeout,
             stall_timeout: self.settings.stall_timeout,
@@ -373,13 +381,14 @@ impl Exec {
         }
     }
 
+    /// The host with `args`, its environment allow-listed ([`env::for_host`]), no stdin.
     fn launch(&self, args: Vec<String>) -> Launch {
-        let mut env: Vec<(String, String)> = Vec::new();
+        let mut extra: Vec<(String, String)> = Vec::new();
         if self.settings.kind == ExecKind::ClaudeCode {
             // Without it Claude Code also offers a tool-search placeholder next to `--tools`.
-            env.push(("ENABLE_TOOL_SEARCH".into(), "false".into()));
+            extra.push(("ENABLE_TOOL_SEARCH".into(), "false".into()));
         }
-        env.extend(
+        extra.extend(
             self.settings
                 .env
                 .iter()
@@ -388,8 +397,9 @@ impl Exec {
         Launch {
             program: self.command(),
             args,
-            env,
+            env: env::for_host(self.settings.kind, std::env::vars_os(), &extra),
             cwd: self.settings.cwd.clone(),
+            stdin: None,
         }
     }
 
@@ -417,6 +427,7 @@ impl Exec {
 async fn canary(launch: &Launch) -> Result<String, (ExecFailure, String)> {
     let mut cmd = tokio::process::Command::new(&launch.program);
     cmd.args(&launch.args)
+        .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -467,17 +478,12 @@ async fn canary(launch: &Launch) -> Result<String, (ExecFailure, String)> {
 }
 
 /// Whether the host has credentials it can use without a person: environment first, then the
-/// files its login writes. `extra` is `exec.env`, over the daemon's environment.
-fn preflight(kind: ExecKind, extra: &[(String, String)]) -> Result<(), (ExecFailure, String)> {
-    let var = |name: &str| {
-        extra
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var(name).ok())
-            .filter(|v| !v.trim().is_empty())
-    };
+/// files its login writes. `host_env` is the environment the host gets ([`env::for_host`]).
+fn preflight(
+    kind: ExecKind,
+    host_env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> Result<(), (ExecFailure, String)> {
+    let var = |name: &str| env::get(host_env, name).map(|v| v.to_string_lossy().into_owned());
     let home = var("HOME").map(PathBuf::from).unwrap_or_default();
     let (vars, files, hint): (&[&str], Vec<PathBuf>, &str) = match kind {
         ExecKind::CopilotCli => {
@@ -493,7 +499,8 @@ fn preflight(kind: ExecKind, extra: &[(String, String)]) -> Result<(), (ExecFail
                 ],
                 vec![dir.join("config.json")],
                 "run `copilot` and `/login` as the daemon's user, or set `COPILOT_GITHUB_TOKEN` \
-                 (or a provider with `COPILOT_PROVIDER_API_KEY`) in `exec.env`",
+                 (or a provider with `COPILOT_PROVIDER_API_KEY`) in `exec.env` or the daemon's \
+                 environment",
             )
         }
         ExecKind::ClaudeCode => {
@@ -510,7 +517,7 @@ fn preflight(kind: ExecKind, extra: &[(String, String)]) -> Result<(), (ExecFail
                 ],
                 vec![dir.join(".credentials.json")],
                 "run `claude` and `/login` as the daemon's user, or set `ANTHROPIC_API_KEY` in \
-                 `exec.env`",
+                 `exec.env` or the daemon's environment",
             )
         }
     };
@@ -635,29 +642,26 @@ mod tests {
     }
 
     #[test]
-    fn preflight_finds_credentials_in_exec_env_or_refuses_with_a_hint() {
+    fn preflight_finds_credentials_in_the_hosts_environment_or_refuses_with_a_hint() {
         let home = tempfile::tempdir().unwrap();
         let h = home.path().display().to_string();
-        let bare = [("HOME".to_string(), h.clone())];
-        // The test process may have real variables; only assert when none is set.
-        if [
-            "COPILOT_PROVIDER_API_KEY",
-            "COPILOT_GITHUB_TOKEN",
-            "GH_TOKEN",
-            "GITHUB_TOKEN",
-        ]
-        .iter()
-        .all(|v| std::env::var(v).is_err())
-        {
-            let (kind, reason) = preflight(ExecKind::CopilotCli, &bare).unwrap_err();
-            assert_eq!(kind, ExecFailure::AuthMissing);
-            assert!(reason.contains("COPILOT_GITHUB_TOKEN"), "{reason}");
-        }
-        let with_key = [
-            ("HOME".to_string(), h.clone()),
-            ("ANTHROPIC_API_KEY".to_string(), "sk".to_string()),
-        ];
+        let bare = env::for_host(ExecKind::CopilotCli, [], &[("HOME".to_string(), h.clone())]);
+        let (kind, reason) = preflight(ExecKind::CopilotCli, &bare).unwrap_err();
+        assert_eq!(kind, ExecFailure::AuthMissing);
+        assert!(reason.contains("COPILOT_GITHUB_TOKEN"), "{reason}");
+        let with_key = env::for_host(
+            ExecKind::ClaudeCode,
+            [("ANTHROPIC_API_KEY".into(), "sk".into())],
+            &[("HOME".to_string(), h.clone())],
+        );
         assert!(preflight(ExecKind::ClaudeCode, &with_key).is_ok());
+        // From the daemon's environment, as the host gets it.
+        let inherited = env::for_host(
+            ExecKind::CopilotCli,
+            [("GH_TOKEN".into(), "gho_x".into())],
+            &[("HOME".to_string(), h.clone())],
+        );
+        assert!(preflight(ExecKind::CopilotCli, &inherited).is_ok());
         std::fs::create_dir_all(home.path().join(".copilot")).unwrap();
         std::fs::write(
             home.path().join(".copilot/config.json"),

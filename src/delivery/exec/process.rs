@@ -1,15 +1,18 @@
 //! One headless host process: spawn, read, time out, stop.
 //!
-//! The child gets no stdin and never inherits switchboard's stdout (the MCP channel in stdio
-//! mode): its stdout is read line by line (a line may be up to [`MAX_LINE`] bytes; a longer
-//! one, or one that is not JSON, is counted as malformed and skipped, never fatal) and its
-//! stderr is drained on its own task, keeping the tail for the failure reason. It runs in its
-//! own process group, so a stop reaches whatever it started (Copilot CLI's npm loader starts a
-//! native binary). A run ends when the child exits, or is stopped — SIGTERM to the group, then
-//! SIGKILL after [`KILL_GRACE`] — on `turnTimeout` (`timeout`), `stallTimeout` without a line
-//! (`stalled`) or cancellation (`cancelled`).
+//! The child gets the prompt on its stdin, which is then closed (never on its command line, which
+//! other local users can read in `/proc/PID/cmdline`), only the environment it is given
+//! ([`Launch::env`], nothing inherited), and never switchboard's stdout (the MCP channel in stdio
+//! mode). Its stdout is read line by line (a line may be up to [`MAX_LINE`] bytes; a longer one, or
+//! one that is not JSON, is counted as malformed and skipped, never fatal) and its stderr is
+//! drained on its own task, keeping the tail for the failure reason. It runs in its own process
+//! group, so a stop reaches whatever it started (Copilot CLI's npm loader starts a native binary).
+//! A run ends when the child exits, or is stopped — SIGTERM to the group, then SIGKILL after
+//! [`KILL_GRACE`] — on `turnTimeout` (`timeout`), `stallTimeout` without a line (`stalled`) or
+//! cancellation (`cancelled`).
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -37,10 +40,12 @@ pub struct Launch {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Extra environment, over the daemon's.
-    pub env: Vec<(String, String)>,
+    /// Its whole environment: nothing of the daemon's is inherited beyond it.
+    pub env: Vec<(OsString, OsString)>,
     /// Working directory.
     pub cwd: Option<PathBuf>,
+    /// Written to its stdin, which is then closed; `None`: no stdin.
+    pub stdin: Option<String>,
 }
 
 /// When to stop it.
@@ -75,8 +80,13 @@ pub async fn run(
     let mut report = ExecReport::default();
     let mut cmd = Command::new(&launch.program);
     cmd.args(&launch.args)
+        .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(if launch.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -111,6 +121,12 @@ pub async fn run(
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let stderr_tail = tokio::spawn(drain_tail(stderr));
+    // Fed on its own task: a prompt larger than the pipe waits for the host to read it while
+    // its output is read here. Aborted when the run ends (a host that never read it).
+    let feeding = match (child.stdin.take(), &launch.stdin) {
+        (Some(pipe), Some(text)) => Some(AbortOnDrop(tokio::spawn(feed(pipe, text.clone())))),
+        _ => None,
+    };
 
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     let mut line = Vec::new();
@@ -252,6 +268,7 @@ pub async fn run(
             }
         }
     };
+    drop(feeding);
     let tail = stderr_tail.await.unwrap_or_default();
     report.duration_ms = ms(started.elapsed());
     if let Some(stopped) = stopped {
@@ -318,6 +335,27 @@ pub async fn run(
         }
     };
     Ended { failure, report }
+}
+
+/// Writes `text` to the host's stdin and closes it (end of input: the host reads its prompt
+/// to the end). A host that exits or closes its stdin first is no error here: its output and
+/// exit status tell how the run went.
+async fn feed(mut pipe: tokio::process::ChildStdin, text: String) {
+    use tokio::io::AsyncWriteExt;
+    if let Err(e) = pipe.write_all(text.as_bytes()).await {
+        tracing::debug!(cause = %e, "exec: the host did not read its whole prompt");
+        return;
+    }
+    let _ = pipe.shutdown().await;
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `": TEXT"`, or nothing for an empty text.

@@ -5,7 +5,8 @@
 //! {"upstreams": {
 //!   "teams": {"command": "teams-bridge", "args": ["--stdio"], "env": {"TENANT": "x"},
 //!             "channel": "dm/{{meta.chat_id}}", "channels": ["dm/*"]},
-//!   "ci":    {"url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer t"}}
+//!   "ci":    {"url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer t"},
+//!             "callTimeout": "2m"}
 //! }}
 //! ```
 //!
@@ -15,11 +16,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::locate::Locator;
+use crate::control::ops::FORWARD_DEADLINE;
 use crate::rules::{NamePattern, Template};
 
 /// The channel of `notifications/claude/channel` pushes when `channel` is not set (chatcli's).
@@ -27,8 +30,25 @@ pub const DEFAULT_CLAUDE_CHANNEL: &str = "claude/channel";
 
 /// The keys an upstream may have.
 pub const UPSTREAM_KEYS: &[&str] = &[
-    "command", "args", "env", "url", "headers", "channels", "channel", "enabled",
+    "command",
+    "args",
+    "env",
+    "url",
+    "headers",
+    "channels",
+    "channel",
+    "enabled",
+    "callTimeout",
 ];
+
+/// How long a forwarded tool call waits for the upstream's answer when `callTimeout` is not
+/// set: room for a slow tool that works (a search, a bulk send), far from the hours an
+/// upstream that stopped answering would otherwise hold a call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The longest `callTimeout`: a front end waits this long for a forwarded call
+/// ([`FORWARD_DEADLINE`]), so the upstream's own deadline must end first.
+pub const MAX_CALL_TIMEOUT: Duration = FORWARD_DEADLINE;
 
 /// Headers the MCP HTTP transport sets itself; a configured one would conflict.
 const RESERVED_HEADERS: &[&str] = &[
@@ -88,6 +108,8 @@ pub struct UpstreamConfig {
     pub channel_source: String,
     /// False = configured but not started.
     pub enabled: bool,
+    /// How long a forwarded tool call waits for the upstream's answer (`callTimeout`).
+    pub call_timeout: Duration,
 }
 
 impl UpstreamConfig {
@@ -123,6 +145,8 @@ pub enum ErrorCode {
     InvalidTemplate,
     /// Occurs when `http.rateLimit` is not `N/<duration>` (`"200/1s"`) or `"0"`.
     InvalidRateLimit,
+    /// Occurs when `callTimeout` is not a duration above zero and at most ten minutes.
+    InvalidDuration,
 }
 
 impl ErrorCode {
@@ -139,6 +163,7 @@ impl ErrorCode {
             ErrorCode::InvalidGlob => "invalid_glob",
             ErrorCode::InvalidTemplate => "invalid_template",
             ErrorCode::InvalidRateLimit => "invalid_rate_limit",
+            ErrorCode::InvalidDuration => "invalid_duration",
         }
     }
 }
@@ -349,6 +374,7 @@ impl Cx<'_> {
                 ),
             }
         }
+        let call_timeout = self.call_timeout(obj);
         let channel_source = self
             .string(obj, "channel")
             .unwrap_or_else(|| DEFAULT_CLAUDE_CHANNEL.to_string());
@@ -373,7 +399,31 @@ impl Cx<'_> {
             channel: channel?,
             channel_source,
             enabled,
+            call_timeout,
         })
+    }
+
+    /// `callTimeout`: a duration above zero, at most [`MAX_CALL_TIMEOUT`]; the default when
+    /// absent (or wrong, with the error recorded).
+    fn call_timeout(&mut self, obj: &Map<String, Value>) -> Duration {
+        let Some(text) = self.string(obj, "callTimeout") else {
+            return DEFAULT_CALL_TIMEOUT;
+        };
+        let problem = match crate::rules::duration::parse(&text) {
+            Ok(d) if d.is_zero() => "a call needs some time to answer; use e.g. \"30s\"".into(),
+            Ok(d) if d > MAX_CALL_TIMEOUT => format!(
+                "longer than {}, after which a front end stops waiting for the call anyway",
+                humantime::format_duration(MAX_CALL_TIMEOUT)
+            ),
+            Ok(d) => return d,
+            Err(reason) => reason,
+        };
+        self.error(
+            ErrorCode::InvalidDuration,
+            Some("callTimeout"),
+            format!("invalid `callTimeout` \"{text}\": {problem}"),
+        );
+        DEFAULT_CALL_TIMEOUT
     }
 
     fn wrong_type(&mut self, key: &str, want: &str, got: &Value) {
@@ -597,6 +647,36 @@ mod tests {
         assert_eq!(
             typo.render("switchboard.json"),
             "switchboard.json:2:13: upstream `teams`: unknown key `comand`; did you mean `command`?"
+        );
+    }
+
+    #[test]
+    fn call_timeout_is_a_duration_above_zero_and_at_most_ten_minutes() {
+        let ups = check(
+            r#"{"upstreams": {"a": {"command": "x", "callTimeout": "90s"}, "b": {"command": "x"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(ups[0].call_timeout, Duration::from_secs(90));
+        assert_eq!(ups[1].call_timeout, DEFAULT_CALL_TIMEOUT);
+        let text = "{\"upstreams\": {\n  \"a\": {\"command\": \"x\", \"callTimeout\": \"soon\"},\n  \"b\": {\"command\": \"x\", \"callTimeout\": \"0\"},\n  \"c\": {\"command\": \"x\", \"callTimeout\": \"11m\"},\n  \"d\": {\"command\": \"x\", \"callTimeout\": 30}\n}}";
+        let got = codes(text);
+        let key = Some("callTimeout".to_string());
+        assert_eq!(
+            got,
+            vec![
+                (ErrorCode::InvalidDuration, key.clone(), Some(2), Some(40)),
+                (ErrorCode::InvalidDuration, key.clone(), Some(3), Some(40)),
+                (ErrorCode::InvalidDuration, key.clone(), Some(4), Some(40)),
+                (ErrorCode::WrongType, key, Some(5), Some(40)),
+            ]
+        );
+        let errors = check(text).unwrap_err();
+        assert!(
+            errors[2]
+                .render("switchboard.json")
+                .starts_with("switchboard.json:4:40: upstream `c`: invalid `callTimeout` \"11m\": longer than 10m"),
+            "{}",
+            errors[2].render("switchboard.json")
         );
     }
 

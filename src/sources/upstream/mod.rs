@@ -8,7 +8,11 @@
 //!   transport wrapper ([`ordered`]) feeds it notifications in wire order through one bounded
 //!   channel, so a flooding upstream is slowed down (its reader blocks), never buffered
 //!   without bound, and nothing is dropped;
-//! - its tools, re-exported as `<upstream>__<tool>` ([`names`]).
+//! - its tools, re-exported as `<upstream>__<tool>` ([`names`]). A forwarded call waits at
+//!   most the upstream's `callTimeout` for its answer; past it the call is cancelled, the
+//!   caller gets a clear error, and the upstream is shown as `degraded` (in `stats`,
+//!   `status` and `/metrics`) until it answers a call again. An upstream that stops
+//!   answering never holds a session's call for longer than that.
 //!
 //! [`Upstreams`] is the one narrow handle the rest of the process uses: `tools()`, `call()`,
 //! `states()`, `tools_changed()`. MCP sessions see nothing else, so the connections can later
@@ -71,6 +75,8 @@ pub struct Counters {
     pub refused: AtomicU64,
     /// Times the reader waited because the ingest queue was full.
     pub reader_waits: AtomicU64,
+    /// Tool calls not answered within `callTimeout`.
+    pub call_timeouts: AtomicU64,
 }
 
 /// The connection state of one upstream.
@@ -83,6 +89,9 @@ pub enum Phase {
     Connecting,
     /// The handshake succeeded; notifications flow and tools can be called.
     Connected,
+    /// Connected, but the last tool call forwarded to it was not answered within its
+    /// `callTimeout`; the next call that is answered makes it `connected` again.
+    Degraded,
     /// The last attempt failed or the connection ended; a reconnect is scheduled.
     Failed,
 }
@@ -124,6 +133,9 @@ pub struct UpstreamState {
     pub refused: u64,
     /// Times its reader was paused because the ingest queue was full.
     pub reader_waits: u64,
+    /// Tool calls it did not answer within `callTimeout`.
+    #[serde(default)]
+    pub call_timeouts: u64,
 }
 
 #[derive(Debug)]
@@ -147,6 +159,8 @@ struct Entry {
     tools: Mutex<Vec<Tool>>,
     /// Signalled by the reader on `notifications/tools/list_changed`.
     list_changed: Arc<Notify>,
+    /// A journal outage under way: its start and end are logged, not every batch.
+    outage: super::Outage,
 }
 
 impl Entry {
@@ -180,6 +194,34 @@ impl Entry {
             filtered: c.filtered.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             reader_waits: c.reader_waits.load(Ordering::Relaxed),
+            call_timeouts: c.call_timeouts.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A forwarded call was answered: a degraded upstream answers again.
+    fn answered(&self) {
+        let mut s = self.status.lock().unwrap();
+        if s.phase == Phase::Degraded {
+            s.phase = Phase::Connected;
+            s.last_error = None;
+            drop(s);
+            tracing::info!(upstream = %self.config.name, "upstream answers tool calls again");
+        }
+    }
+
+    /// A forwarded call was not answered within `callTimeout`: a connected upstream is
+    /// degraded (one that is reconnecting already says so).
+    fn unanswered(&self, why: &str) {
+        self.counters.call_timeouts.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.status.lock().unwrap();
+        if matches!(s.phase, Phase::Connected | Phase::Degraded) {
+            let first = s.phase == Phase::Connected;
+            s.phase = Phase::Degraded;
+            s.last_error = Some(why.to_string());
+            drop(s);
+            if first {
+                tracing::warn!(upstream = %self.config.name, "upstream degraded: {why}");
+            }
         }
     }
 }
@@ -230,7 +272,8 @@ impl Upstreams {
 
     /// Forwards a call of the re-exported tool `request.name`. `None` when no upstream tool
     /// has that name. The upstream's own tool errors and protocol errors come back as they
-    /// were; an upstream that is down, or a connection lost mid-call, is an `isError` result.
+    /// were; an upstream that is down, a connection lost mid-call, or no answer within the
+    /// upstream's `callTimeout` (which also marks it degraded) is an `isError` result.
     pub async fn call(
         &self,
         mut request: CallToolRequestParams,
@@ -255,9 +298,31 @@ impl Upstreams {
             ))));
         };
         request.name = tool.into();
-        Some(match peer.call_tool_once(request).await {
-            Ok(response) => Ok(response),
-            Err(ServiceError::McpError(e)) => Err(e),
+        let limit = entry.config.call_timeout;
+        // Dropping the call at the deadline sends the upstream `notifications/cancelled`.
+        let answer = match tokio::time::timeout(limit, peer.call_tool_once(request)).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                let limit = humantime::format_duration(limit);
+                entry.unanswered(&format!(
+                    "`{exported_name}` was not answered within {limit} (`callTimeout`)"
+                ));
+                return Some(Ok(tool_error(format!(
+                    "upstream `{name}` did not answer `{exported_name}` within {limit} \
+                     (`callTimeout`); the call was cancelled, though the upstream may still \
+                     carry it out; `{name}` shows as degraded until it answers a call again"
+                ))));
+            }
+        };
+        Some(match answer {
+            Ok(response) => {
+                entry.answered();
+                Ok(response)
+            }
+            Err(ServiceError::McpError(e)) => {
+                entry.answered();
+                Err(e)
+            }
             Err(e) => Ok(tool_error(format!(
                 "upstream `{name}`: `{exported_name}` failed: {e}; the upstream may not have \
                  run it"
@@ -289,12 +354,29 @@ impl Upstreams {
         if states.is_empty() {
             return out;
         }
-        let families: [Family; 7] = [
+        let families: [Family; 9] = [
             (
                 "switchboard_upstream_up",
                 "gauge",
-                "1 while the upstream is connected, else 0.",
-                |s| f64::from(u8::from(s.state == Phase::Connected)),
+                "1 while the upstream is connected (degraded included), else 0.",
+                |s| {
+                    f64::from(u8::from(matches!(
+                        s.state,
+                        Phase::Connected | Phase::Degraded
+                    )))
+                },
+            ),
+            (
+                "switchboard_upstream_degraded",
+                "gauge",
+                "1 while the upstream is connected but its last tool call was not answered within callTimeout.",
+                |s| f64::from(u8::from(s.state == Phase::Degraded)),
+            ),
+            (
+                "switchboard_upstream_call_timeouts_total",
+                "counter",
+                "Tool calls forwarded to the upstream and not answered within callTimeout.",
+                |s| s.call_timeouts as f64,
             ),
             (
                 "switchboard_upstream_restarts_total",
@@ -433,6 +515,7 @@ pub fn start(cx: &SourceContext, ups: &Upstreams, configs: Vec<UpstreamConfig>) 
                 peer: Mutex::new(None),
                 tools: Mutex::new(Vec::new()),
                 list_changed: Arc::new(Notify::new()),
+                outage: super::Outage::default(),
             })
         })
         .collect();
@@ -486,9 +569,27 @@ async fn ingest(cx: SourceContext, entry: Arc<Entry>, mut rx: mpsc::Receiver<New
 /// rest of the batch is stored.
 async fn store(cx: &SourceContext, entry: &Entry, name: &str, batch: Vec<NewMessage>) -> bool {
     let done = match cx.append_each(batch, name).await {
-        Ok(done) => done,
+        Ok(done) => {
+            if let Some(ended) = entry.outage.succeed() {
+                tracing::info!(
+                    upstream = %name,
+                    "upstream messages are stored on disk again ({} batches were not, over \
+                     {:.1}s)",
+                    ended.failures,
+                    ended.lasted.as_secs_f64()
+                );
+            }
+            done
+        }
         Err(ApiError::Store(StoreError::NotDurable { appended, cause })) => {
-            tracing::warn!(upstream = %name, %cause, "upstream messages kept in memory only");
+            if entry.outage.fail() {
+                tracing::warn!(
+                    upstream = %name,
+                    %cause,
+                    "upstream messages kept in memory only; logged once until they are stored \
+                     on disk again"
+                );
+            }
             crate::control::ops::EachAppended {
                 appended,
                 refused: Vec::new(),
@@ -496,7 +597,13 @@ async fn store(cx: &SourceContext, entry: &Entry, name: &str, batch: Vec<NewMess
         }
         Err(ApiError::Store(StoreError::Closed)) => return false,
         Err(err) => {
-            tracing::error!(upstream = %name, cause = %err, "cannot store upstream messages");
+            if entry.outage.fail() {
+                tracing::error!(
+                    upstream = %name,
+                    cause = %err,
+                    "cannot store upstream messages; logged once until they are stored again"
+                );
+            }
             return true;
         }
     };
