@@ -13,8 +13,8 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::control::remote::Connector;
-use crate::control::{Api, DaemonListeners, Remote};
+use crate::backend::{Api, Connector, Remote};
+use crate::control::DaemonListeners;
 use crate::daemon::launch::{Launch, connect_or_start};
 use crate::delivery::mcp::McpServer;
 

@@ -33,6 +33,7 @@
 pub mod actions;
 pub mod app;
 pub mod auth;
+pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod control;

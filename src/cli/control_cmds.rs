@@ -15,8 +15,9 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use super::show::{message_line, pending_line};
+use crate::backend::Client;
+use crate::control::PendingView;
 use crate::control::ops::{Confirm, GetStats, List, Pause, Pending, Reload, Rules, Stats};
-use crate::control::{Client, PendingView};
 use crate::delivery::exec::ExecStats;
 use crate::message::MessageView;
 

@@ -20,8 +20,9 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
+use crate::backend::Client;
+use crate::control::PendingView;
 use crate::control::ops::{GetStats, Pending};
-use crate::control::{Client, PendingView};
 
 /// How long Copilot waits for the hook (it only asks the local daemon).
 const HOOK_TIMEOUT_S: u64 = 10;

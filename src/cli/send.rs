@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::control::Client;
+use crate::backend::Client;
 use crate::control::ops::Append;
 use crate::message::NewMessage;
 

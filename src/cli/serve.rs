@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::control::Client;
+use crate::backend::Client;
 use crate::control::ops::{GetStatus, Shutdown, Status};
 use crate::daemon::DaemonOptions;
 use crate::daemon::ListenerState;

@@ -18,9 +18,10 @@ use serde_json::{Value, json};
 
 use super::show::{escape, message_line, pending_line};
 use crate::actions::{Event, ItemKind};
+use crate::backend::Client;
 use crate::control::ops::{Pending, Pull};
 use crate::control::wire::Down;
-use crate::control::{Client, ItemView, PendingView};
+use crate::control::{ItemView, PendingView};
 use crate::message::{Message, MessageView, Seq};
 
 /// A line of `watch`: a message or an action transition.

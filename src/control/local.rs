@@ -18,8 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::ops::stats::Stats;
-use super::remote::Feed;
-use super::{ApiError, Ctx, DaemonListeners, FrontendSettings, Op, PushPolicy};
+use super::{ApiError, Ctx, DaemonListeners, Feed, FrontendSettings, Op, PushPolicy};
 use crate::app::{Core, CoreStats};
 
 /// A boxed future, for the object-safe traits of parts.

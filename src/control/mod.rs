@@ -9,19 +9,18 @@
 //! Two ways to call:
 //! - [`Local`]: in the daemon, an op is applied directly (no encoding), with the components the
 //!   daemon registered beside the core (upstream tools, exec, listeners: [`Parts`]).
-//! - [`Remote`]: in a front end (`switchboard serve`) and [`Client`] in the CLI, the op travels
-//!   over the home's control socket ([`server`]), typed both ways ([`wire`]). The connection
+//! - Over the home's control socket ([`server`] is the daemon's side), typed both ways
+//!   ([`wire`]): from a front end or the CLI, through [`crate::backend`]. The connection
 //!   starts with a hello that says which control protocol each side speaks ([`PROTOCOL`]); a
-//!   mismatch is refused at once with a sentence saying what to do; a call the daemon does
-//!   not know gets an error reply, never silence; every call has a deadline.
+//!   mismatch is refused at once with a sentence saying what to do; a call the daemon does not
+//!   know gets an error reply, never silence; every call has a deadline.
 //!
-//! Front ends hold an [`Api`], which is one or the other, and never touch the inbox or the
-//! lifecycle themselves. Errors are one type, [`ApiError`], local and remote alike.
+//! Front ends hold a [`crate::backend::Api`], which is one or the other, and never touch the
+//! inbox or the lifecycle themselves. Errors are one type, [`ApiError`], local and remote
+//! alike.
 
-pub mod client;
 pub mod local;
 pub mod ops;
-pub mod remote;
 pub mod server;
 pub mod view;
 pub mod wire;
@@ -31,14 +30,16 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+
+use crate::actions::Event;
+use crate::inbox::SeqReceiver;
 
 use crate::inbox::{Appended, InboxError};
 
-pub use client::Client;
 pub use local::{Local, Parts, ToolHub};
 pub use ops::Call;
-pub use remote::{Api, Feed, Remote};
 pub use server::bind;
 pub use view::{ItemView, PendingView};
 pub use wire::{DaemonListeners, FrontendSettings, PushPolicy};
@@ -54,6 +55,18 @@ pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What a wait's deadline adds to its own timeout: the time its reply takes to travel.
 pub const WAIT_MARGIN: Duration = Duration::from_secs(5);
+
+/// What a session hears besides its calls' replies: every lifecycle transition, each inbox
+/// commit, each change of the upstream tools. Lossy under lag, like any push: the wait tool
+/// still has every item.
+pub struct Feed {
+    /// Lifecycle transitions.
+    pub events: broadcast::Receiver<Event>,
+    /// The newest committed seq.
+    pub committed: SeqReceiver,
+    /// Bumped when the upstream tools change.
+    pub tools: watch::Receiver<u64>,
+}
 
 /// One operation: its request (the type itself), its reply, and how the daemon applies it.
 pub trait Op: Serialize + DeserializeOwned + Into<Call> + Send + 'static {

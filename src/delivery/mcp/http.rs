@@ -37,8 +37,9 @@ use tokio_util::sync::CancellationToken;
 use super::{McpServer, SessionLink, not_initialized, refusal_json};
 use crate::actions::ActionId;
 use crate::auth::{Bearer, origin_allowed};
+use crate::backend::Api;
+use crate::control::Local;
 use crate::control::ops::Settle;
-use crate::control::{Api, Local};
 
 /// The session header of streamable HTTP.
 const SESSION_HEADER: &str = "mcp-session-id";

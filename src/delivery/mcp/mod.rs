@@ -48,10 +48,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::actions::ActionId;
 use crate::app::SessionSpec;
+use crate::backend::Api;
 use crate::control::ops::{
     CallUpstream, Forwarded, GetStats, List, SessionInfo, Settle, UpstreamTools,
 };
-use crate::control::{Api, ApiError, Local};
+use crate::control::{ApiError, Local};
 use crate::message::MessageView;
 
 /// MCP delivery settings.

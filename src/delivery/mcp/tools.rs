@@ -1,6 +1,6 @@
 //! The MCP tools: one table ([`router`]) of name, description, argument type, result type and
 //! handler. Each tool's input and output schemas come from its types; its handler calls the
-//! operations ([`crate::control`]) through the session's [`Api`](crate::control::Api).
+//! operations ([`crate::control`]) through the session's [`Api`](crate::backend::Api).
 //!
 //! Every result is one JSON object, sent both as `structuredContent` and as its text. A refusal
 //! the agent should read (an unknown or expired confirm, a message that is gone, a missing

@@ -9,8 +9,8 @@ use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::remote::greet;
-use super::wire::{Down, Role, Up, Welcome, read_line, write_line};
-use super::{ApiError, Op};
+use crate::control::wire::{Down, Role, Up, Welcome, read_line, write_line};
+use crate::control::{ApiError, Op};
 
 /// One operator connection.
 pub struct Client {
@@ -69,7 +69,7 @@ impl Client {
     /// Calls `op` and waits for its reply, at most its deadline.
     pub async fn call<O: Op>(&mut self, op: O) -> Result<O::Reply, ApiError> {
         let deadline = op.deadline();
-        let call: super::Call = op.into();
+        let call: crate::control::Call = op.into();
         let name = call.name();
         let id = self.next_id;
         self.next_id += 1;

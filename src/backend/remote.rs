@@ -1,6 +1,5 @@
 //! [`Remote`]: the operations of a front end (`switchboard serve`), sent to the home's daemon
-//! over the control socket; and [`Api`], what every MCP session holds: local in the daemon,
-//! remote in a front end.
+//! over the control socket.
 //!
 //! One connection per front end: calls go out with an id and may be answered in any order;
 //! lifecycle events, commits and tool changes come back on the same connection and are
@@ -30,12 +29,14 @@ use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::ops::{Close, Open, SessionInfo, Wait, WaitReply};
-use super::wire::{Down, Greeting, Hello, Role, Up, Welcome, mismatch, read_line, write_line};
-use super::{ApiError, FrontendSettings, Local, Op, PROTOCOL};
 use crate::actions::Event;
 use crate::app::SessionSpec;
-use crate::inbox::{SeqReceiver, SeqWatch};
+use crate::control::ops::{Close, Open, SessionInfo, Wait, WaitReply};
+use crate::control::wire::{
+    Down, Greeting, Hello, Role, Up, Welcome, mismatch, read_line, write_line,
+};
+use crate::control::{ApiError, Feed, FrontendSettings, Op, PROTOCOL};
+use crate::inbox::SeqWatch;
 
 /// How long a call waits for the daemon to come back before it fails.
 const REATTACH_WAIT: Duration = Duration::from_secs(10);
@@ -45,18 +46,6 @@ const RETRY_EVERY: Duration = Duration::from_millis(500);
 
 /// How long the daemon may take to answer a hello.
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What a session hears besides its calls' replies: every lifecycle transition, each inbox
-/// commit, each change of the upstream tools. Lossy under lag, like any push: the wait tool
-/// still has every item.
-pub struct Feed {
-    /// Lifecycle transitions.
-    pub events: broadcast::Receiver<Event>,
-    /// The newest committed seq.
-    pub committed: SeqReceiver,
-    /// Bumped when the upstream tools change.
-    pub tools: watch::Receiver<u64>,
-}
 
 /// A boxed future of a connection to the daemon.
 pub type Connecting = Pin<Box<dyn Future<Output = anyhow::Result<Option<UnixStream>>> + Send>>;
@@ -224,7 +213,7 @@ impl Remote {
         cancel: Option<&CancellationToken>,
     ) -> Result<O::Reply, ApiError> {
         let deadline = op.deadline();
-        let call: super::Call = op.into();
+        let call: crate::control::Call = op.into();
         let name = call.name();
         let raw = serde_json::value::to_raw_value(&call)
             .map_err(|e| ApiError::refused(format!("the call does not encode: {e}")))?;
@@ -240,7 +229,7 @@ impl Remote {
     /// Sends an ordered op without waiting for its reply; dropped when no daemon is attached,
     /// which is what a restarted daemon needs anyway (it replayed its claims).
     pub fn cast<O: Op>(&self, op: O) {
-        let call: super::Call = op.into();
+        let call: crate::control::Call = op.into();
         let Ok(raw) = serde_json::value::to_raw_value(&call) else {
             return;
         };
@@ -618,7 +607,7 @@ async fn reopen_sessions(inner: &Arc<Inner>, conn: &Arc<Conn>) {
         .collect();
     for (handle, mut spec, consumer) in sessions {
         spec.resume = Some(consumer.clone());
-        let call: super::Call = Open {
+        let call: crate::control::Call = Open {
             spec,
             handle: Some(handle),
         }
@@ -642,84 +631,6 @@ async fn reopen_sessions(inner: &Arc<Inner>, conn: &Arc<Conn>) {
                 tracing::info!(was = %name, now = %opened.consumer, "session re-opened under a new consumer name");
             }
             *name = opened.consumer;
-        }
-    }
-}
-
-/// What an MCP session calls: the daemon's operations, here or over the socket.
-#[derive(Clone)]
-pub enum Api {
-    /// In the daemon.
-    Local(Local),
-    /// In a front end.
-    Remote(Remote),
-}
-
-impl Api {
-    /// Calls `op`.
-    pub async fn call<O: Op>(&self, op: O) -> Result<O::Reply, ApiError> {
-        match self {
-            Api::Local(local) => local.call(op).await,
-            Api::Remote(remote) => remote.call(op).await,
-        }
-    }
-
-    /// Sends an ordered op (settle); applied in the order sent, no reply awaited.
-    pub fn cast<O: Op>(&self, op: O) {
-        match self {
-            Api::Local(local) => {
-                if let Err(e) = local.apply_now(op) {
-                    tracing::warn!(cause = %e, "an ordered call failed");
-                }
-            }
-            Api::Remote(remote) => remote.cast(op),
-        }
-    }
-
-    /// Opens a session.
-    pub async fn open(&self, spec: SessionSpec) -> Result<SessionInfo, ApiError> {
-        match self {
-            Api::Local(local) => local.apply_now(Open { spec, handle: None }),
-            Api::Remote(remote) => remote.open(spec).await,
-        }
-    }
-
-    /// Closes a session: its claims go back to the queue.
-    pub fn close(&self, session: u64) {
-        match self {
-            Api::Local(local) => {
-                let _ = local.apply_now(Close { session });
-            }
-            Api::Remote(remote) => remote.close(session),
-        }
-    }
-
-    /// Takes, or waits for, a consumer's items; empty, having taken nothing, once `cancel`
-    /// fires.
-    pub async fn wait(
-        &self,
-        wait: Wait,
-        cancel: &CancellationToken,
-    ) -> Result<WaitReply, ApiError> {
-        match self {
-            Api::Local(local) => local.call_until(wait, cancel.clone()).await,
-            Api::Remote(remote) => remote.wait(wait, cancel).await,
-        }
-    }
-
-    /// Transitions, commits and tool changes from now on.
-    pub fn subscribe(&self) -> Feed {
-        match self {
-            Api::Local(local) => local.subscribe(),
-            Api::Remote(remote) => remote.subscribe(),
-        }
-    }
-
-    /// The settings front ends follow.
-    pub fn settings(&self) -> FrontendSettings {
-        match self {
-            Api::Local(local) => local.settings(),
-            Api::Remote(remote) => remote.settings(),
         }
     }
 }
