@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::home::FsyncPolicy;
 
+pub use crate::actions::ActionSettings;
 pub use crate::home::{HOME_ENV, Home, HomeError, HomeLock, restrict, write_atomic};
 
 impl Home {
@@ -275,20 +276,6 @@ pub enum PushPolicy {
     Always,
     /// Never.
     Never,
-}
-
-/// Action queue settings.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct ActionSettings {
-    /// Pending deliveries per kind before the newest is refused.
-    pub queue_capacity: usize,
-}
-
-impl Default for ActionSettings {
-    fn default() -> Self {
-        ActionSettings { queue_capacity: 64 }
-    }
 }
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other

@@ -273,7 +273,7 @@ impl Metrics {
             "counter",
             "Exec runs that did not succeed, by kind.",
         );
-        for kind in crate::delivery::exec::event::ExecFailure::ALL {
+        for kind in crate::actions::ExecFailure::ALL {
             let n = lifecycle.exec_failures.get(&kind).copied().unwrap_or(0);
             let _ = writeln!(
                 out,

@@ -53,7 +53,7 @@ pub struct Record {
     pub evaluated: Option<Seq>,
     /// The end of an exec run: kind, duration, tool calls, usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exec: Option<crate::delivery::exec::event::ExecReport>,
+    pub exec: Option<super::ExecReport>,
 }
 
 impl Record {

@@ -32,8 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::{LiveAction, Record};
 use super::writer::JournalWriter;
-use super::{Action, ActionId, ActionState, Delivery, Mode};
-use crate::delivery::exec::event::{ExecFailure, ExecReport};
+use super::{Action, ActionId, ActionState, Delivery, ExecFailure, ExecReport, Mode};
 use crate::message::{Message, Seq};
 
 /// What a delivered item asks of the agent.
