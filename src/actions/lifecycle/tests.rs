@@ -1,7 +1,8 @@
 use super::*;
+use crate::actions::Action;
 use crate::actions::journal::ActionLog;
-use crate::inbox::FsyncPolicy;
-use crate::message::NewMessage;
+use crate::home::FsyncPolicy;
+use crate::message::{Message, NewMessage};
 use chrono::TimeDelta;
 
 fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>) {
