@@ -5,6 +5,8 @@
 //! `actions.jsonl` (through the [`writer`] thread).
 
 pub mod exec;
+#[cfg(test)]
+mod fault;
 pub mod journal;
 pub mod lifecycle;
 pub mod settings;
