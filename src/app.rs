@@ -449,6 +449,8 @@ impl App {
 
     /// The dispatcher: evaluates committed messages after `mark`, in seq order, in batches,
     /// and offers the actions with the new mark to the lifecycle (one journal write per batch).
+    /// While the actions journal fails it waits for its batch to be written, so it never runs
+    /// ahead of what is on disk.
     fn spawn_dispatcher(self: &Arc<App>, mark: Seq) {
         let app = self.clone();
         self.tasks.spawn(async move {
@@ -472,8 +474,11 @@ impl App {
                         }
                     }
                     evaluated = last.seq;
-                    app.lifecycle.offer(actions, Some(evaluated), now).await;
-                    app.state.set_evaluated(evaluated);
+                    // Waits while the actions journal fails (see `Lifecycle::offer`).
+                    tokio::select! {
+                        _ = app.shutdown.cancelled() => break,
+                        _ = app.lifecycle.offer(actions, Some(evaluated), now) => {}
+                    }
                     backoff = UNREADABLE_BACKOFF_MIN;
                     continue;
                 }
@@ -501,10 +506,12 @@ impl App {
         });
     }
 
-    /// The resolve pass: follows the dispatcher's mark (so the confirms a message created are
-    /// visible before a later message is checked against them) and closes the pending
-    /// confirms that a message resolves ([`crate::engine::resolve`]). It reads no message
-    /// while no live rule has a resolve key, and while paused it closes nothing.
+    /// The resolve pass: follows the lifecycle's evaluation mark (so the confirms a message
+    /// created are visible before a later message is checked against them) and closes the
+    /// pending confirms that a message resolves ([`crate::engine::resolve`]). It reads no
+    /// message while no live rule has a resolve key, and while paused it closes nothing. It
+    /// also keeps the mark in `state.json`, which so says a message was evaluated only once
+    /// its actions are written.
     fn spawn_resolver(self: &Arc<App>, mark: Seq) {
         let app = self.clone();
         self.tasks.spawn(async move {
@@ -512,6 +519,7 @@ impl App {
             let mut done = mark;
             loop {
                 let upto = *evaluated.borrow_and_update();
+                app.state.set_evaluated(upto);
                 while done < upto {
                     let rules = app.rules();
                     if !crate::engine::resolve::any(&rules) || app.is_paused() {

@@ -86,9 +86,10 @@ struct Inner {
     wake: Notify,
     /// Woken when the earliest confirm expiry may have changed.
     expiry: Notify,
-    /// The dispatcher's evaluation mark, once the confirms it created are visible (the
-    /// resolve pass follows it).
-    evaluated: tokio::sync::watch::Sender<Seq>,
+    /// The dispatcher's evaluation mark, once the actions of the messages up to it are written
+    /// and the confirms they created are visible (the resolve pass follows it). Shared with
+    /// the journal writer, which moves it as the records land.
+    evaluated: Arc<tokio::sync::watch::Sender<Seq>>,
     /// Each queue's capacity; `actions.queueCapacity`, changed live by a config reload.
     capacity: std::sync::atomic::AtomicUsize,
     /// Woken when exec work is queued.
@@ -117,7 +118,7 @@ impl Lifecycle {
                 events: broadcast::channel(4096).0,
                 wake: Notify::new(),
                 expiry: Notify::new(),
-                evaluated: tokio::sync::watch::Sender::new(0),
+                evaluated: Arc::new(tokio::sync::watch::Sender::new(0)),
                 capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),
                 exec_wake: Notify::new(),
             }),
@@ -275,8 +276,9 @@ impl Lifecycle {
             .store(capacity.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The dispatcher's evaluation mark: every confirm created by a message up to it is
-    /// visible in [`Lifecycle::pending_confirms`].
+    /// The dispatcher's evaluation mark: the actions of every message up to it are written
+    /// (under the fsync policy), and every confirm they created is visible in
+    /// [`Lifecycle::pending_confirms`].
     pub fn evaluated(&self) -> tokio::sync::watch::Receiver<Seq> {
         self.inner.evaluated.subscribe()
     }
@@ -517,9 +519,10 @@ impl Lifecycle {
         }
     }
 
-    /// Completes once every transition decided so far is written.
-    pub async fn flush(&self) {
-        self.inner.journal.flush().await;
+    /// Writes and syncs every transition decided so far. True once they are on disk; false
+    /// while the journal fails (they stay held and are written when it recovers).
+    pub async fn flush(&self) -> bool {
+        self.inner.journal.flush().await
     }
 
     /// Pending confirm requests, oldest first.

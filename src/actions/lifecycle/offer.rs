@@ -1,12 +1,13 @@
 //! Offering the dispatcher's actions: each is admitted against its queue's bound (or dropped,
 //! on the record), queued with its creation record, and journalled with the dispatcher's new
 //! evaluation mark in the same write. Nudges and work are visible at once; confirm requests
-//! only once that write is on disk.
+//! only once that write is on disk, and the lifecycle's evaluation mark moves only then too, so
+//! neither runs ahead of the disk while the journal fails and its writer holds the records.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::{Changes, Event, Item, ItemKind, Lifecycle, State};
 use crate::actions::journal::Record;
@@ -35,8 +36,13 @@ struct Batch {
 
 impl Lifecycle {
     /// Offers the actions of evaluated messages; `evaluated` is the dispatcher's new mark,
-    /// written in the same journal write as the actions. Returns once confirm requests are on
-    /// disk and visible; nudges and work are visible before.
+    /// written in the same journal write as the actions. Nudges and work are visible at once;
+    /// confirm requests once that write is on disk, and the mark
+    /// ([`Lifecycle::evaluated`]) moves only then too.
+    ///
+    /// Returns once the confirm requests are visible. While the journal fails, it returns only
+    /// once the batch is written: the dispatcher evaluates no further than what is on disk,
+    /// and the messages after it wait in the inbox.
     pub async fn offer(
         &self,
         actions: Vec<(Action, Arc<Message>)>,
@@ -52,18 +58,22 @@ impl Lifecycle {
         } = batch;
         self.announce(changes.events, exec);
         if let Some(written) = written {
+            if written.await.is_err() {
+                // The writer is gone: nothing is written any more, so nothing is shown.
+                return offered;
+            }
             // Confirm ids are shown to people: visible only once their record is on disk.
-            let _ = written.await;
             self.show_confirms(staged, &mut offered);
+            advance(&self.inner.evaluated, evaluated);
         }
-        self.mark_evaluated(evaluated);
         offered
     }
 
     /// Decides the offer under the lock and hands its records, with the mark, to the journal
     /// (still under the lock, so the file's order is the order of the decisions). Returns the
-    /// batch's events and staged confirms, and when there are staged confirms, a receiver that
-    /// fires once the records are written.
+    /// batch, and a receiver that fires once its records are written when the offer must wait
+    /// for that: it has confirm requests to show, or the journal fails. Otherwise the writer
+    /// moves the mark once they are written.
     fn decide(
         &self,
         actions: Vec<(Action, Arc<Message>)>,
@@ -88,11 +98,13 @@ impl Lifecycle {
         }
         s.drops.log(cap);
         let records = std::mem::take(&mut batch.changes.records);
-        let written = if batch.staged.is_empty() {
-            self.inner.journal.submit(records);
+        let journal = &self.inner.journal;
+        let written = if batch.staged.is_empty() && !journal.is_failing() {
+            let mark = self.inner.evaluated.clone();
+            journal.submit_then(records, move || advance(&mark, evaluated));
             None
         } else {
-            Some(self.inner.journal.submit_acked(records))
+            Some(journal.submit_acked(records))
         };
         (batch, written)
     }
@@ -110,6 +122,9 @@ impl Lifecycle {
 
     /// Shows the staged confirm requests `staged`, whose records are written.
     fn show_confirms(&self, staged: Vec<Item>, offered: &mut Offered) {
+        if staged.is_empty() {
+            return;
+        }
         let mut events = Vec::with_capacity(staged.len());
         {
             let mut s = self.lock();
@@ -124,15 +139,16 @@ impl Lifecycle {
         self.inner.expiry.notify_one();
         self.inner.wake.notify_waiters();
     }
+}
 
-    fn mark_evaluated(&self, evaluated: Option<Seq>) {
-        if let Some(seq) = evaluated {
-            self.inner.evaluated.send_if_modified(|mark| {
-                let newer = seq > *mark;
-                *mark = (*mark).max(seq);
-                newer
-            });
-        }
+/// Moves the evaluation `mark` up to `seq` (never back).
+fn advance(mark: &watch::Sender<Seq>, seq: Option<Seq>) {
+    if let Some(seq) = seq {
+        mark.send_if_modified(|m| {
+            let newer = seq > *m;
+            *m = (*m).max(seq);
+            newer
+        });
     }
 }
 

@@ -540,3 +540,69 @@ async fn exec_work_goes_to_the_runner_never_to_a_wait_and_a_crash_mid_run_is_int
         "the failed run is recorded once; only the claimed wait work stays live"
     );
 }
+
+#[tokio::test]
+async fn while_the_journal_fails_confirms_stay_hidden_and_the_mark_waits_for_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("actions.jsonl");
+    let now = Utc::now();
+    let (log, _) = ActionLog::open(&path).unwrap();
+    let lc = Lifecycle::new(64, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+    let mut mark = lc.evaluated();
+    let s = lc.open_session("a", false, None);
+    lc.offer(vec![action(1, Mode::Notify, now)], Some(1), now)
+        .await;
+    assert!(lc.flush().await);
+    assert_eq!(*mark.borrow_and_update(), 1, "the mark follows the write");
+    let Some(guard) = crate::actions::fault::Immutable::set(&path) else {
+        return;
+    };
+
+    // Nudges are visible at once; the mark waits for their record.
+    lc.offer(vec![action(2, Mode::Notify, now)], Some(2), now)
+        .await;
+    assert_eq!(
+        ids(&lc.take(s, "a", 10)),
+        [(ItemKind::Nudge, 1), (ItemKind::Nudge, 2)]
+    );
+    assert!(!lc.flush().await, "not on disk");
+    assert!(lc.stats().actions_journal.starts_with("failing: "));
+    assert_eq!(*mark.borrow_and_update(), 1);
+
+    // A confirm request is not shown, and the offer (the dispatcher) waits for the disk.
+    let offer = tokio::spawn({
+        let lc = lc.clone();
+        async move {
+            lc.offer(vec![action(3, Mode::Confirm, now)], Some(3), now)
+                .await
+        }
+    });
+    // The offer decides and hands its records over, then the writer tries them and fails.
+    tokio::task::yield_now().await;
+    assert!(!lc.flush().await);
+    tokio::task::yield_now().await;
+    assert!(
+        !offer.is_finished(),
+        "the offer returned before its records were written"
+    );
+    assert!(lc.pending_confirms().is_empty());
+    assert_eq!(*mark.borrow_and_update(), 1);
+
+    drop(guard);
+    let offered = tokio::time::timeout(Duration::from_secs(10), offer)
+        .await
+        .expect("written once the file takes writes again")
+        .unwrap();
+    assert_eq!(ids(&offered.queued), [(ItemKind::ConfirmRequest, 3)]);
+    assert_eq!(ids(&lc.take(s, "a", 10)), [(ItemKind::ConfirmRequest, 3)]);
+    assert_eq!(*mark.borrow_and_update(), 3);
+    assert!(lc.flush().await);
+    assert_eq!(lc.stats().actions_journal, "ok");
+    let (_, replay) = ActionLog::open(&path).unwrap();
+    assert_eq!(replay.evaluated, Some(3));
+    assert_eq!(
+        replay.live.keys().copied().collect::<Vec<_>>(),
+        [3],
+        "the nudges' deliveries were held and written too"
+    );
+}
