@@ -148,7 +148,9 @@ impl ActionLog {
 
     /// Appends `records` with one write, then one fsync when `sync`; see [`ActionLog::write`].
     pub fn append(&self, records: &[Record], sync: bool) -> Result<(), String> {
-        self.write(&encode(records), sync)
+        let mut lines = Vec::new();
+        encode(records, &mut lines);
+        self.write(&lines, sync)
     }
 
     /// Appends `lines` (whole JSON lines, from [`encode`]) with one write, then one fsync when
@@ -232,14 +234,13 @@ impl ActionLog {
     }
 }
 
-/// `records` as JSON lines, ready for [`ActionLog::write`].
-pub fn encode(records: &[Record]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(records.len() * 256);
+/// Appends `records` to `out` as JSON lines, ready for [`ActionLog::write`].
+pub fn encode(records: &[Record], out: &mut Vec<u8>) {
+    out.reserve(records.len() * 256);
     for r in records {
-        serde_json::to_writer(&mut bytes, r).expect("records serialize");
-        bytes.push(b'\n');
+        serde_json::to_writer(&mut *out, r).expect("records serialize");
+        out.push(b'\n');
     }
-    bytes
 }
 
 /// Reads `path` (absent = empty) into the live actions, next id and evaluation mark.

@@ -35,6 +35,9 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between two tries of a failed write.
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
+/// The most buffer capacity kept between writes.
+const KEEP_CAPACITY: usize = 1024 * 1024;
+
 /// What runs once a write's records are written.
 type Then = Box<dyn FnOnce() + Send>;
 
@@ -162,6 +165,10 @@ impl Held {
     fn write(&mut self, log: &ActionLog, sync: bool) -> Result<(), String> {
         log.write(&self.lines, sync)?;
         self.lines.clear();
+        if self.lines.capacity() > KEEP_CAPACITY {
+            // A burst (or an outage) grew it: give the memory back.
+            self.lines = Vec::new();
+        }
         for then in self.then.drain(..) {
             then();
         }
@@ -199,7 +206,7 @@ fn run(log: &ActionLog, policy: FsyncPolicy, rx: &mpsc::Receiver<Job>) {
         {
             match job {
                 Job::Write(records, then) => {
-                    held.lines.extend_from_slice(&encode(&records));
+                    encode(&records, &mut held.lines);
                     held.then.extend(then);
                 }
                 Job::Flush(ack) => flushes.push(ack),
