@@ -159,7 +159,7 @@ impl App {
             _ => inbox.last_seq(),
         };
         let writer = JournalWriter::start(log, config.inbox.fsync)?;
-        let lifecycle = Lifecycle::new(config.actions.queue_capacity, writer);
+        let lifecycle = Lifecycle::with_settings(&config.actions, writer);
         let restored = replay.live.len();
         lifecycle.restore(replay.live.into_values());
         let app = App::assemble(Some(home), config, inbox, state, lifecycle, shutdown);
@@ -187,7 +187,7 @@ impl App {
     /// An in-memory switchboard with the given rules (tests).
     pub fn memory(config: Config, rules: RuleSet) -> Arc<App> {
         let inbox = Inbox::memory(&config.inbox);
-        let lifecycle = Lifecycle::new(config.actions.queue_capacity, JournalWriter::memory());
+        let lifecycle = Lifecycle::with_settings(&config.actions, JournalWriter::memory());
         let app = App::assemble(
             None,
             config,

@@ -3,7 +3,9 @@
 //!
 //! It holds, behind one lock that is never held across I/O, one small type per queue:
 //! - `nudges` (notify): each consumer sees each nudge once, from its start (or from its named
-//!   cursor). A full queue drops its *oldest* undelivered nudge (the newest alert matters most).
+//!   cursor); the first session to open while none is also gets the unseen nudges held for it
+//!   (`actions.heldNudges`, `actions.heldNudgeMaxAge`). A full queue drops its *oldest*
+//!   undelivered nudge (the newest alert matters most).
 //! - `confirms`: every consumer sees each pending request once, until it is answered, expires
 //!   or is resolved. A full queue refuses the newest.
 //! - `work` (auto prompts and approved confirms): *claimed* by exactly one session's wait,
@@ -38,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::{LiveAction, Record};
 use super::writer::JournalWriter;
-use super::{ActionId, ActionState, Delivery, ExecFailure, ExecReport, Mode};
+use super::{ActionId, ActionSettings, ActionState, Delivery, ExecFailure, ExecReport, Mode};
 use crate::message::Seq;
 
 pub use confirms::ConfirmError;
@@ -94,6 +96,8 @@ struct Inner {
     capacity: std::sync::atomic::AtomicUsize,
     /// Woken when exec work is queued.
     exec_wake: Notify,
+    /// Which unseen nudges the first session to open while none is gets.
+    hold: nudges::Hold,
 }
 
 /// The lifecycle handle (cheap to clone).
@@ -109,8 +113,19 @@ impl Default for Lifecycle {
 }
 
 impl Lifecycle {
-    /// A lifecycle whose queues hold `capacity` items each, journaling through `journal`.
+    /// A lifecycle whose queues hold `capacity` items each, journaling through `journal`; the
+    /// other settings are the defaults.
     pub fn new(capacity: usize, journal: JournalWriter) -> Lifecycle {
+        let settings = ActionSettings {
+            queue_capacity: capacity,
+            ..ActionSettings::default()
+        };
+        Lifecycle::with_settings(&settings, journal)
+    }
+
+    /// A lifecycle with `settings`, journaling through `journal`.
+    pub fn with_settings(settings: &ActionSettings, journal: JournalWriter) -> Lifecycle {
+        let capacity = settings.queue_capacity;
         Lifecycle {
             inner: Arc::new(Inner {
                 state: Mutex::default(),
@@ -121,6 +136,10 @@ impl Lifecycle {
                 evaluated: Arc::new(tokio::sync::watch::Sender::new(0)),
                 capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),
                 exec_wake: Notify::new(),
+                hold: nudges::Hold {
+                    keep: settings.held_nudges,
+                    max_age: settings.held_nudge_max_age,
+                },
             }),
         }
     }
@@ -154,6 +173,7 @@ impl Lifecycle {
         let mut s = self.lock();
         for l in live {
             let mode = l.action.mode;
+            let fired = l.action.created;
             let mut item = Item::new(l.action, Arc::new(l.message));
             match (l.state, mode) {
                 (ActionState::Running, Mode::Auto) => {
@@ -190,7 +210,7 @@ impl Lifecycle {
                     ActionState::Queued | ActionState::Claimed | ActionState::Released,
                     Mode::Auto,
                 ) => s.work.push(item),
-                (ActionState::Queued, Mode::Notify) => s.nudges.push(item),
+                (ActionState::Queued, Mode::Notify) => s.nudges.push(item, fired),
                 _ => {}
             }
         }
@@ -316,23 +336,22 @@ impl Lifecycle {
     /// Opens a session reading as `consumer`. `named` says the consumer was named explicitly
     /// (it outlives the session); `cursor` is its saved message cursor, if any: its nudges
     /// start after that message, else from now. A new session is offered every open confirm
-    /// request and all unclaimed work at once.
+    /// request and all unclaimed work at once; the first to open while none is open is also
+    /// handed the nudges held for it (see `actions.heldNudges`).
     pub fn open_session(&self, consumer: &str, named: bool, cursor: Option<Seq>) -> SessionId {
         let mut s = self.lock();
         let id = s.sessions.next_id();
-        s.ensure_consumer(consumer, cursor);
-        s.sessions.open(id, consumer.to_string(), !named);
+        s.open_session(id, consumer.to_string(), !named, cursor, self.inner.hold);
         id
     }
 
     /// Opens a session reading as its own consumer, named `PREFIX#N` with N the returned
-    /// session number; nudges from now on.
+    /// session number; nudges from now on (and the held ones, when it is the first).
     pub fn open_session_numbered(&self, prefix: &str) -> SessionId {
         let mut s = self.lock();
         let id = s.sessions.next_id();
         let consumer = format!("{prefix}#{id}");
-        s.ensure_consumer(&consumer, None);
-        s.sessions.open(id, consumer, true);
+        s.open_session(id, consumer, true, None, self.inner.hold);
         id
     }
 
@@ -555,9 +574,15 @@ impl Lifecycle {
     /// Queue depths and counters.
     pub fn stats(&self) -> LifecycleStats {
         let s = self.lock();
+        let (nudges_waiting, nudges_held) = match s.sessions.earliest_nudge_position() {
+            Some(after) => (s.nudges.undelivered_after(after), 0),
+            None => (0, s.nudges.held(self.inner.hold, Utc::now()).0),
+        };
         LifecycleStats {
             capacity: self.capacity(),
             nudges_undelivered: s.nudges.undelivered(),
+            nudges_waiting,
+            nudges_held,
             pending_confirms: s.confirms.len(),
             queued_work: s.work.len(),
             claimed_work: s.work.claimed(),
@@ -584,6 +609,29 @@ impl Lifecycle {
 }
 
 impl State {
+    /// Opens session `id` reading as `consumer`, from its position (a new consumer: after
+    /// `cursor`, or from now). The first session to open while none is open is handed the
+    /// nudges `hold` keeps: its position moves back to just before them.
+    fn open_session(
+        &mut self,
+        id: SessionId,
+        consumer: String,
+        ephemeral: bool,
+        cursor: Option<Seq>,
+        hold: nudges::Hold,
+    ) {
+        let first = self.sessions.len() == 0;
+        let mut pos = self.ensure_consumer(&consumer, cursor);
+        if first
+            && let Some(after) = self.nudges.hand_over(hold, Utc::now())
+            && after < pos.nudges_after
+        {
+            pos.nudges_after = after;
+            self.sessions.set_position(&consumer, pos);
+        }
+        self.sessions.open(id, consumer, ephemeral);
+    }
+
     /// Consumer `name`'s position; a new consumer starts after its saved message `cursor`, or
     /// from now.
     fn ensure_consumer(&mut self, name: &str, cursor: Option<Seq>) -> sessions::Consumer {

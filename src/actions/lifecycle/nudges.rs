@@ -6,8 +6,17 @@
 //! undelivered nudges are kept; a new nudge past that evicts the *oldest* undelivered one (the
 //! newest alert matters most). Delivered nudges stay visible, at most `capacity` of them, for
 //! consumers that have not seen them yet.
+//!
+//! A new session's nudges start from its start, except for the first session to open while
+//! none is: it is handed the nudges no consumer has seen (the newest [`Hold::keep`], none older
+//! than [`Hold::max_age`]), so the warning that fired overnight reaches the morning's agent.
+//! Those it is handed stay held until some session takes them; older unseen ones are left
+//! behind (a named consumer resuming an older cursor still reads them).
 
 use std::collections::VecDeque;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
 
 use super::Item;
 use crate::actions::ActionId;
@@ -15,8 +24,20 @@ use crate::message::Seq;
 
 struct Nudge {
     item: Item,
+    /// When it fired (the action's creation).
+    fired: DateTime<Utc>,
     /// Some consumer has seen it.
     delivered: bool,
+}
+
+/// Which unseen nudges are held for the first session to open while none is
+/// (`actions.heldNudges`, `actions.heldNudgeMaxAge`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Hold {
+    /// How many of the newest.
+    pub(super) keep: usize,
+    /// None fired longer ago than this.
+    pub(super) max_age: Duration,
 }
 
 /// The nudges, oldest first.
@@ -27,6 +48,9 @@ pub(super) struct Nudges {
     undelivered: usize,
     /// The highest nudge id issued so far: where a new session's nudges start.
     last: ActionId,
+    /// Only nudges after this one can be held: the ones before the last hand-off's were left
+    /// behind by it (past [`Hold::keep`], or too old).
+    hold_after: ActionId,
 }
 
 impl Nudges {
@@ -40,14 +64,57 @@ impl Nudges {
         self.last
     }
 
-    /// Queues a new (or restored) nudge, newer than every nudge queued so far.
-    pub(super) fn push(&mut self, item: Item) {
+    /// Queues a new (or restored) nudge that fired at `fired`, newer than every nudge queued
+    /// so far.
+    pub(super) fn push(&mut self, item: Item, fired: DateTime<Utc>) {
         self.last = self.last.max(item.action_id);
         self.undelivered += 1;
         self.queue.push_back(Nudge {
             item,
+            fired,
             delivered: false,
         });
+    }
+
+    /// The nudges `hold` keeps for the first session to open at `now`: the newest `keep` no
+    /// consumer has seen, none older than `max_age`, none left behind by an earlier hand-off.
+    /// Returns how many, and the position that hands them to a consumer (just before the
+    /// oldest of them).
+    pub(super) fn held(&self, hold: Hold, now: DateTime<Utc>) -> (usize, Option<ActionId>) {
+        let oldest = TimeDelta::from_std(hold.max_age)
+            .ok()
+            .and_then(|age| now.checked_sub_signed(age))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let mut count = 0;
+        let mut after = None;
+        for n in self
+            .newer_than(self.hold_after)
+            .rev()
+            .filter(|n| !n.delivered)
+        {
+            if count == hold.keep || n.fired < oldest {
+                break;
+            }
+            count += 1;
+            after = Some(n.item.action_id - 1);
+        }
+        (count, after)
+    }
+
+    /// Hands the held nudges over (to the first session to open): returns the position just
+    /// before them, and leaves the unseen nudges older than them behind for good. A session
+    /// that ends before it takes them leaves them held for the next.
+    pub(super) fn hand_over(&mut self, hold: Hold, now: DateTime<Utc>) -> Option<ActionId> {
+        let (_, after) = self.held(hold, now);
+        if let Some(after) = after {
+            self.hold_after = self.hold_after.max(after);
+        }
+        after
+    }
+
+    /// How many nudges after position `after` no consumer has seen.
+    pub(super) fn undelivered_after(&self, after: ActionId) -> usize {
+        self.newer_than(after).filter(|n| !n.delivered).count()
     }
 
     /// Takes the oldest nudge no consumer has seen out of the queue (to make room).
@@ -114,7 +181,7 @@ impl Nudges {
         Some((n.item.clone(), first))
     }
 
-    fn newer_than(&self, after: ActionId) -> impl Iterator<Item = &Nudge> {
+    fn newer_than(&self, after: ActionId) -> impl DoubleEndedIterator<Item = &Nudge> {
         self.queue.iter().filter(move |n| n.item.action_id > after)
     }
 }

@@ -199,6 +199,7 @@ impl State {
         batch
             .changes
             .record(Record::created(&action, state, &message));
+        let fired = action.created;
         let item = Item::new(action, message);
         match item.kind {
             ItemKind::ConfirmRequest => {
@@ -206,7 +207,7 @@ impl State {
                 batch.staged.push(item);
                 return;
             }
-            ItemKind::Nudge => self.nudges.push(item.clone()),
+            ItemKind::Nudge => self.nudges.push(item.clone(), fired),
             _ if item.delivery == Delivery::Exec => {
                 batch.exec = true;
                 self.runs.push(item.clone());

@@ -72,6 +72,15 @@ impl Sessions {
         self.sessions.values().any(|s| s.consumer == consumer)
     }
 
+    /// The earliest nudge position among the consumers of the live sessions.
+    pub(super) fn earliest_nudge_position(&self) -> Option<ActionId> {
+        self.sessions
+            .values()
+            .filter_map(|s| self.consumers.get(&s.consumer))
+            .map(|c| c.nudges_after)
+            .min()
+    }
+
     /// Consumer `name`'s position, when it is known.
     pub(super) fn position(&self, name: &str) -> Option<Consumer> {
         self.consumers.get(name).copied()

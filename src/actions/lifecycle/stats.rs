@@ -55,8 +55,18 @@ pub struct Counters {
 pub struct LifecycleStats {
     /// Each queue's capacity.
     pub capacity: usize,
-    /// Nudges no consumer has seen yet.
+    /// Nudges no consumer has seen yet, wherever they stand: waiting for a live session,
+    /// held for the next session to open, or left behind (more than `heldNudges`, older than
+    /// `heldNudgeMaxAge`), which only a named consumer resuming an older cursor still reads.
+    /// `nudges_waiting` and `nudges_held` say which; this total stays for scripts.
     pub nudges_undelivered: usize,
+    /// Nudges no consumer has seen yet that a live session's next wait returns.
+    #[serde(default)]
+    pub nudges_waiting: usize,
+    /// While no session is open: the nudges held for the first session that opens (the newest
+    /// `heldNudges` no consumer has seen, none older than `heldNudgeMaxAge`).
+    #[serde(default)]
+    pub nudges_held: usize,
     /// Confirms waiting for an answer.
     pub pending_confirms: usize,
     /// Work waiting for a session.
