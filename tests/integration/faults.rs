@@ -396,12 +396,22 @@ const CONFIRM_AND_AUTO: &str = r#"{"rules": [
    "tools": ["view"]}
 ]}"#;
 
-/// Actions decided while `actions.jsonl` cannot be written are held and written once it
-/// recovers: a confirm request is shown only then, the evaluation mark waits for them, and a
-/// restart finds the confirm and the work, each evaluated once.
-#[test]
-fn actions_decided_while_the_actions_journal_is_unwritable_land_when_it_recovers() {
-    let mut sb = Switchboard::new();
+/// An outage of `actions.jsonl` with actions decided during it.
+struct ActionsOutage<'a> {
+    /// Ends the outage when dropped.
+    guard: Immutable<'a>,
+    /// A message whose work was on disk before the outage.
+    before: u64,
+    /// An alert (a confirm) and work, sent during the outage.
+    seqs: Vec<u64>,
+    /// `stats` once it says the journal fails.
+    failing: Value,
+}
+
+/// Starts `sb` with [`CONFIRM_AND_AUTO`], lands one piece of work, makes `actions` (its
+/// `actions.jsonl`) refuse writes, sends an alert and work, and waits for `stats` to say the
+/// journal fails. `None` (after the notice) where `chattr +i` is refused.
+fn actions_outage<'a>(sb: &mut Switchboard, actions: &'a Path) -> Option<ActionsOutage<'a>> {
     sb.write("triggers.json", CONFIRM_AND_AUTO);
     sb.spawn();
     let home = sb.home.path().to_path_buf();
@@ -409,24 +419,43 @@ fn actions_decided_while_the_actions_journal_is_unwritable_land_when_it_recovers
     eventually(Duration::from_secs(5), "the first work is on disk", || {
         (created_for(&home, before) == 1).then_some(())
     });
-    let actions = home.join("actions.jsonl");
-    if !immutable(&actions, true) {
-        return skip("`chattr +i` is refused here");
+    if !immutable(actions, true) {
+        skip("`chattr +i` is refused here");
+        return None;
     }
-    let guard = Immutable(&actions);
-
+    let guard = Immutable(actions);
     let seqs = send_messages(
         &home,
         &[("alerts/db", "db down"), ("work/b", "during the outage")],
     );
     let failing = eventually(Duration::from_secs(5), "stats says failing", || {
         let s = stats(&home);
-        let status = s["delivery"]["actions_journal"]
+        s["delivery"]["actions_journal"]
             .as_str()
             .unwrap()
-            .to_string();
-        status.starts_with("failing: ").then_some(s)
+            .starts_with("failing: ")
+            .then_some(s)
     });
+    Some(ActionsOutage {
+        guard,
+        before,
+        seqs,
+        failing,
+    })
+}
+
+/// Actions decided while `actions.jsonl` cannot be written are held and written once it
+/// recovers: a confirm request is shown only then, the evaluation mark waits for them, and a
+/// restart finds the confirm and the work, each evaluated once.
+#[test]
+fn actions_decided_while_the_actions_journal_is_unwritable_land_when_it_recovers() {
+    let mut sb = Switchboard::new();
+    let home = sb.home.path().to_path_buf();
+    let actions = home.join("actions.jsonl");
+    let Some(outage) = actions_outage(&mut sb, &actions) else {
+        return;
+    };
+    let (before, seqs, failing) = (outage.before, outage.seqs, outage.failing);
     assert!(
         pending(&sb).is_empty(),
         "a confirm request is shown only once its record is on disk"
@@ -436,7 +465,7 @@ fn actions_decided_while_the_actions_journal_is_unwritable_land_when_it_recovers
         "the evaluation mark does not pass records that are not on disk: {failing}"
     );
 
-    drop(guard);
+    drop(outage.guard);
     let shown = eventually(Duration::from_secs(10), "the confirm is shown", || {
         let p = pending(&sb);
         (p.len() == 1).then_some(p)
@@ -484,32 +513,14 @@ fn actions_decided_while_the_actions_journal_is_unwritable_land_when_it_recovers
 #[test]
 fn a_crash_while_actions_wait_for_the_journal_evaluates_their_messages_again_once() {
     let mut sb = Switchboard::new();
-    sb.write("triggers.json", CONFIRM_AND_AUTO);
-    sb.spawn();
     let home = sb.home.path().to_path_buf();
-    let before = send_messages(&home, &[("work/a", "before the outage")])[0];
-    eventually(Duration::from_secs(5), "the first work is on disk", || {
-        (created_for(&home, before) == 1).then_some(())
-    });
     let actions = home.join("actions.jsonl");
-    if !immutable(&actions, true) {
-        return skip("`chattr +i` is refused here");
-    }
-    let guard = Immutable(&actions);
-    let seqs = send_messages(
-        &home,
-        &[("alerts/db", "db down"), ("work/b", "during the outage")],
-    );
-    eventually(Duration::from_secs(5), "stats says failing", || {
-        let s = stats(&home);
-        s["delivery"]["actions_journal"]
-            .as_str()
-            .unwrap()
-            .starts_with("failing: ")
-            .then_some(())
-    });
+    let Some(outage) = actions_outage(&mut sb, &actions) else {
+        return;
+    };
+    let (before, seqs) = (outage.before, outage.seqs);
     sb.kill9();
-    drop(guard);
+    drop(outage.guard);
 
     sb.spawn();
     let shown = eventually(Duration::from_secs(5), "the confirm is made again", || {
