@@ -20,6 +20,8 @@
 //! is in [`offer`](Lifecycle::offer): a confirm request becomes visible only once its creation
 //! record is written, so an id a person was shown survives a crash; nudges and work are visible
 //! at once (a crash before their record is written re-evaluates the message: at least once).
+//! While the journal fails, its writer holds the records until they land, and the evaluation
+//! mark waits for them.
 
 mod confirms;
 mod event;
