@@ -29,7 +29,9 @@ use tokio_util::task::TaskTracker;
 use crate::actions::journal::ActionLog;
 use crate::actions::lifecycle::{LifecycleStats, PendingConfirm};
 use crate::actions::writer::JournalWriter;
-use crate::actions::{ActionId, ActionState, ConfirmError, Event, ExecReport, Item, Lifecycle};
+use crate::actions::{
+    ActionId, ActionSettings, ActionState, ConfirmError, Event, ExecReport, Item, Lifecycle,
+};
 use crate::config::InboxSettings;
 use crate::engine::{Engine, Prepared};
 use crate::home::Home;
@@ -43,8 +45,8 @@ use crate::rules::{LoadError, RuleError, RuleSet};
 pub struct CoreSettings {
     /// The inbox: ring, journal, limits.
     pub inbox: InboxSettings,
-    /// Each action queue's capacity (`actions.queueCapacity`).
-    pub queue_capacity: usize,
+    /// The action queues: capacity, held nudges (`actions`).
+    pub actions: ActionSettings,
     /// The server-side cap of a wait (`mcp.maxWaitS`).
     pub max_wait: Duration,
 }
@@ -53,7 +55,7 @@ impl Default for CoreSettings {
     fn default() -> Self {
         CoreSettings {
             inbox: InboxSettings::default(),
-            queue_capacity: 64,
+            actions: ActionSettings::default(),
             max_wait: Duration::from_secs(55),
         }
     }
@@ -190,7 +192,7 @@ impl Core {
             _ => inbox.last_seq(),
         };
         let writer = JournalWriter::start(log, settings.inbox.fsync)?;
-        let lifecycle = Lifecycle::new(settings.queue_capacity, writer);
+        let lifecycle = Lifecycle::with_settings(&settings.actions, writer);
         let restored = replay.live.len();
         lifecycle.restore(replay.live.into_values());
         let core = Core::assemble(
@@ -227,7 +229,7 @@ impl Core {
     /// An in-memory core with the given rules (tests, benches).
     pub fn memory(settings: CoreSettings, rules: RuleSet) -> Arc<Core> {
         let inbox = Inbox::memory(&settings.inbox);
-        let lifecycle = Lifecycle::new(settings.queue_capacity, JournalWriter::memory());
+        let lifecycle = Lifecycle::with_settings(&settings.actions, JournalWriter::memory());
         let core = Core::assemble(
             None,
             settings,
@@ -770,6 +772,8 @@ impl Core {
 
     /// The dispatcher: evaluates committed messages after `mark`, in seq order, in batches,
     /// and offers the actions with the new mark to the lifecycle (one journal write per batch).
+    /// While the actions journal fails it waits for its batch to be written, so it never runs
+    /// ahead of what is on disk.
     fn spawn_dispatcher(self: &Arc<Core>, mark: Seq) {
         let core = self.clone();
         self.tasks.spawn(async move {
@@ -793,8 +797,11 @@ impl Core {
                         }
                     }
                     evaluated = last.seq;
-                    core.lifecycle.offer(actions, Some(evaluated), now).await;
-                    core.state.set_evaluated(evaluated);
+                    // Waits while the actions journal fails (see `Lifecycle::offer`).
+                    tokio::select! {
+                        _ = core.shutdown.cancelled() => break,
+                        _ = core.lifecycle.offer(actions, Some(evaluated), now) => {}
+                    }
                     backoff = UNREADABLE_BACKOFF_MIN;
                     continue;
                 }
@@ -874,10 +881,12 @@ impl Core {
         });
     }
 
-    /// The resolve pass: follows the dispatcher's mark (so the confirms a message created are
-    /// visible before a later message is checked against them) and closes the pending
-    /// confirms that a message resolves ([`crate::engine::resolve`]). It reads no message
-    /// while no live rule has a resolve key, and while paused it closes nothing.
+    /// The resolve pass: follows the lifecycle's evaluation mark (so the confirms a message
+    /// created are visible before a later message is checked against them) and closes the
+    /// pending confirms that a message resolves ([`crate::engine::resolve`]). It reads no
+    /// message while no live rule has a resolve key, and while paused it closes nothing. It
+    /// also keeps the mark in `state.json`, which so says a message was evaluated only once
+    /// its actions are written.
     fn spawn_resolver(self: &Arc<Core>, mark: Seq) {
         let core = self.clone();
         self.tasks.spawn(async move {
@@ -885,6 +894,7 @@ impl Core {
             let mut done = mark;
             loop {
                 let upto = *evaluated.borrow_and_update();
+                core.state.set_evaluated(upto);
                 while done < upto {
                     let rules = core.rules();
                     if !crate::engine::resolve::any(&rules) || core.is_paused() {

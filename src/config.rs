@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::home::FsyncPolicy;
 
+pub use crate::actions::ActionSettings;
 pub use crate::control::PushPolicy;
 pub use crate::delivery::exec::{ExecKind, ExecSettings};
 pub use crate::delivery::mcp::McpSettings;
@@ -203,20 +204,6 @@ impl Default for InboxSettings {
             dedup_ids: 4096,
             limits: crate::message::MessageLimits::default(),
         }
-    }
-}
-
-/// Action queue settings.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct ActionSettings {
-    /// Pending deliveries per kind before the newest is refused.
-    pub queue_capacity: usize,
-}
-
-impl Default for ActionSettings {
-    fn default() -> Self {
-        ActionSettings { queue_capacity: 64 }
     }
 }
 

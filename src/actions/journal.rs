@@ -7,6 +7,11 @@
 //! fsync, so after a crash either both are on disk or neither is: no message is evaluated
 //! twice, none is skipped.
 //!
+//! A failed write cuts away what part of it landed; the writer keeps the records and writes
+//! them again. Should the cut fail too, the next write first ends the partial line, which
+//! replay then skips. A record written twice (its sync failed, so it was written again)
+//! replays to the same state: each line sets an action's state, and the same lines follow.
+//!
 //! At boot the file is replayed into [`Replay`] (live actions, next id, evaluation mark) and
 //! compacted: rewritten (tmp + rename) with only what is still live, so it does not grow
 //! across restarts. A torn last line (crash mid-write) is skipped.
@@ -17,7 +22,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -53,7 +58,7 @@ pub struct Record {
     pub evaluated: Option<Seq>,
     /// The end of an exec run: kind, duration, tool calls, usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exec: Option<crate::delivery::exec::event::ExecReport>,
+    pub exec: Option<super::ExecReport>,
 }
 
 impl Record {
@@ -111,9 +116,12 @@ pub struct Replay {
 pub struct ActionLog {
     path: PathBuf,
     file: Mutex<Option<File>>,
-    /// Write failures so far.
+    /// Write failures so far (each failed attempt, retries included).
     pub errors: AtomicU64,
     failing: Mutex<Option<String>>,
+    /// A failed write may have left part of a line that could not be cut away: the next
+    /// write ends it first, so the records after it stay readable.
+    torn: AtomicBool,
 }
 
 impl ActionLog {
@@ -132,21 +140,26 @@ impl ActionLog {
                 file: Mutex::new(Some(file)),
                 errors: AtomicU64::new(0),
                 failing: Mutex::new(None),
+                torn: AtomicBool::new(false),
             },
             replay,
         ))
     }
 
-    /// Appends `records` with one write, then one fsync when `sync`. A failure is logged once
-    /// per outage, counted and returned; the caller carries on in memory.
+    /// Appends `records` with one write, then one fsync when `sync`; see [`ActionLog::write`].
     pub fn append(&self, records: &[Record], sync: bool) -> Result<(), String> {
-        if records.is_empty() {
+        let mut lines = Vec::new();
+        encode(records, &mut lines);
+        self.write(&lines, sync)
+    }
+
+    /// Appends `lines` (whole JSON lines, from [`encode`]) with one write, then one fsync when
+    /// `sync`. A failure is logged once per outage (and the recovery once), counted and
+    /// returned; what part of `lines` landed is cut away where the file allows it, so the
+    /// caller keeps them and writes them again.
+    pub fn write(&self, lines: &[u8], sync: bool) -> Result<(), String> {
+        if lines.is_empty() {
             return Ok(());
-        }
-        let mut bytes = Vec::with_capacity(records.len() * 256);
-        for r in records {
-            serde_json::to_writer(&mut bytes, r).expect("records serialize");
-            bytes.push(b'\n');
         }
         let mut guard = self.file.lock().unwrap();
         let result = (|| {
@@ -160,9 +173,17 @@ impl ActionLog {
                 );
             }
             let file = guard.as_mut().expect("opened above");
+            if self.torn.load(Ordering::Relaxed) {
+                file.write_all(b"\n")?;
+                self.torn.store(false, Ordering::Relaxed);
+            }
             let len = file.metadata()?.len();
-            if let Err(e) = file.write_all(&bytes) {
-                let _ = file.set_len(len);
+            if let Err(e) = file.write_all(lines) {
+                let cut =
+                    file.set_len(len).is_ok() || file.metadata().is_ok_and(|m| m.len() == len);
+                if !cut {
+                    self.torn.store(true, Ordering::Relaxed);
+                }
                 return Err(e);
             }
             if sync { file.sync_data() } else { Ok(()) }
@@ -182,7 +203,7 @@ impl ActionLog {
                 if failing.is_none() {
                     tracing::error!(
                         journal = %self.path.display(),
-                        "actions journal write failed: {cause}; actions kept in memory"
+                        "actions journal write failed: {cause}; retrying with backoff, actions kept in memory"
                     );
                 }
                 *failing = Some(cause.clone());
@@ -199,12 +220,26 @@ impl ActionLog {
         }
     }
 
+    /// Whether the last write failed.
+    pub fn is_failing(&self) -> bool {
+        self.failing.lock().unwrap().is_some()
+    }
+
     /// `ok`, or `failing: CAUSE`.
     pub fn status(&self) -> String {
         match &*self.failing.lock().unwrap() {
             None => "ok".into(),
             Some(cause) => format!("failing: {cause}"),
         }
+    }
+}
+
+/// Appends `records` to `out` as JSON lines, ready for [`ActionLog::write`].
+pub fn encode(records: &[Record], out: &mut Vec<u8>) {
+    out.reserve(records.len() * 256);
+    for r in records {
+        serde_json::to_writer(&mut *out, r).expect("records serialize");
+        out.push(b'\n');
     }
 }
 

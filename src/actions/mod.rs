@@ -4,13 +4,17 @@
 //! [`lifecycle`], the one owner of its state from then on and the only writer of
 //! `actions.jsonl` (through the [`writer`] thread).
 
+pub mod exec;
+#[cfg(test)]
+mod fault;
 pub mod journal;
 pub mod lifecycle;
+pub mod settings;
 pub mod writer;
 
+pub use exec::{ExecFailure, ExecReport};
 pub use lifecycle::{ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId};
-
-pub use crate::delivery::exec::event::{ExecFailure, ExecReport};
+pub use settings::ActionSettings;
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -71,7 +75,7 @@ pub enum Delivery {
     /// Queued for the in-session agent's `wait_for_inbound_message` (and push).
     #[default]
     Wait,
-    /// Run in a fresh headless host by the exec runner ([`crate::delivery::exec`]).
+    /// Run in a fresh headless host by the exec runner (`delivery::exec`).
     Exec,
 }
 

@@ -6,6 +6,13 @@
 //! (group commit), then acknowledges whoever asked to be told. No fsync ever runs under a lock
 //! that a wait or an ingest request needs, nor on the async runtime's threads.
 //!
+//! A failed write (disk full, an unwritable file) loses nothing: the records stay here, in
+//! order, and newer ones queue behind them; the thread tries again after 100 ms, doubling the
+//! wait up to 2 s, until they land. Only then is anyone told they are written, so a confirm
+//! request is not shown and the evaluation mark does not move past them meanwhile. The log
+//! says `failing: CAUSE` (for `stats`) and logs one line when the outage starts and one when
+//! it ends.
+//!
 //! The sync policy follows the home's `inbox.fsync`: `always` syncs every group before it is
 //! acknowledged; `interval` syncs at most once a second and within a second of the last write;
 //! `never` leaves it to the kernel.
@@ -16,15 +23,27 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::journal::{ActionLog, Record};
+use super::journal::{ActionLog, Record, encode};
 use crate::home::FsyncPolicy;
 
 /// How long an `interval` journal may hold written records unsynced.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The first wait before a failed write is tried again; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(100);
+
+/// The longest wait between two tries of a failed write.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// The most buffer capacity kept between writes.
+const KEEP_CAPACITY: usize = 1024 * 1024;
+
+/// What runs once a write's records are written.
+type Then = Box<dyn FnOnce() + Send>;
+
 enum Job {
-    Write(Vec<Record>, Option<oneshot::Sender<()>>),
-    Flush(oneshot::Sender<()>),
+    Write(Vec<Record>, Option<Then>),
+    Flush(oneshot::Sender<bool>),
 }
 
 /// A handle on the writer thread (none in memory: writes are dropped, acks immediate).
@@ -65,33 +84,48 @@ impl JournalWriter {
         }
     }
 
-    /// Queues `records` and returns a receiver that fires once they are written (and synced
-    /// under `always`). A failed write still fires: the failure is logged and counted.
-    pub fn submit_acked(&self, records: Vec<Record>) -> oneshot::Receiver<()> {
-        let (ack, done) = oneshot::channel();
+    /// Queues `records`; `then` runs once they are written (and synced under `always`), in
+    /// the order of submission, on the writer's thread, or at once in memory. A failed write
+    /// keeps them and tries again until they land, so `then` may run much later: it must be
+    /// quick and must not take a lock its caller holds. Never blocks.
+    pub fn submit_then(&self, records: Vec<Record>, then: impl FnOnce() + Send + 'static) {
         match &self.tx {
             Some(tx) => {
-                let _ = tx.send(Job::Write(records, Some(ack)));
+                if let Err(mpsc::SendError(Job::Write(_, Some(then)))) =
+                    tx.send(Job::Write(records, Some(Box::new(then))))
+                {
+                    // The thread is gone: nothing will be written.
+                    drop(then);
+                }
             }
-            None => {
-                let _ = ack.send(());
-            }
+            None => then(),
         }
+    }
+
+    /// Queues `records` and returns a receiver that fires once they are written (and synced
+    /// under `always`). A failed write keeps them and tries again: it fires when they land.
+    pub fn submit_acked(&self, records: Vec<Record>) -> oneshot::Receiver<()> {
+        let (ack, done) = oneshot::channel();
+        self.submit_then(records, move || {
+            let _ = ack.send(());
+        });
         done
     }
 
-    /// Completes once everything queued before the call is written and synced.
-    pub async fn flush(&self) {
+    /// Writes and syncs everything queued before the call, at once even while a failed write
+    /// waits for its next try. True once it is on disk; false when the write failed (the
+    /// records stay queued and are tried again).
+    pub async fn flush(&self) -> bool {
         let (ack, done) = oneshot::channel();
         match &self.tx {
             Some(tx) => {
                 if tx.send(Job::Flush(ack)).is_err() {
-                    return;
+                    return false;
                 }
             }
-            None => return,
+            None => return true,
         }
-        let _ = done.await;
+        done.await.unwrap_or(false)
     }
 
     /// `ok`, `failing: CAUSE`, or `memory`.
@@ -101,7 +135,12 @@ impl JournalWriter {
             .map_or_else(|| "memory".to_string(), |l| l.status())
     }
 
-    /// Failed writes so far.
+    /// Whether writes fail now (records wait in memory for the next try).
+    pub fn is_failing(&self) -> bool {
+        self.log.as_ref().is_some_and(|l| l.is_failing())
+    }
+
+    /// Failed writes so far (each try counts).
     pub fn errors(&self) -> u64 {
         self.log
             .as_ref()
@@ -109,68 +148,123 @@ impl JournalWriter {
     }
 }
 
+/// Records taken from the queue and not written yet, in order, with what runs once they are.
+#[derive(Default)]
+struct Held {
+    lines: Vec<u8>,
+    then: Vec<Then>,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.lines.is_empty() && self.then.is_empty()
+    }
+
+    /// Writes what is held; on success runs the `then`s in order and empties it. A failure
+    /// (logged and counted by the log) keeps everything for the next try.
+    fn write(&mut self, log: &ActionLog, sync: bool) -> Result<(), String> {
+        log.write(&self.lines, sync)?;
+        self.lines.clear();
+        if self.lines.capacity() > KEEP_CAPACITY {
+            // A burst (or an outage) grew it: give the memory back.
+            self.lines = Vec::new();
+        }
+        for then in self.then.drain(..) {
+            then();
+        }
+        Ok(())
+    }
+}
+
 fn run(log: &ActionLog, policy: FsyncPolicy, rx: &mpsc::Receiver<Job>) {
+    let mut held = Held::default();
+    // After a failed write: when to try again, and the wait after that one.
+    let mut retry: Option<Instant> = None;
+    let mut backoff = RETRY_MIN;
     // Under `interval`: when the oldest unsynced write happened.
     let mut unsynced: Option<Instant> = None;
     loop {
-        let first = match unsynced {
-            Some(since) => {
-                let left = SYNC_INTERVAL.saturating_sub(since.elapsed());
-                match rx.recv_timeout(left) {
-                    Ok(job) => job,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        let _ = log.sync();
-                        unsynced = None;
-                        continue;
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            }
+        let wake_at = match (retry, unsynced.map(|t| t + SYNC_INTERVAL)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let first = match wake_at {
+            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(job) => Some(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            },
             None => match rx.recv() {
-                Ok(job) => job,
+                Ok(job) => Some(job),
                 Err(_) => break,
             },
         };
-        let mut records = Vec::new();
-        let mut acks = Vec::new();
-        let mut flush = false;
-        let mut take = |job: Job| match job {
-            Job::Write(r, ack) => {
-                records.extend(r);
-                acks.extend(ack);
+        let mut flushes = Vec::new();
+        for job in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+        {
+            match job {
+                Job::Write(records, then) => {
+                    encode(&records, &mut held.lines);
+                    held.then.extend(then);
+                }
+                Job::Flush(ack) => flushes.push(ack),
             }
-            Job::Flush(ack) => {
-                flush = true;
-                acks.push(ack);
-            }
-        };
-        take(first);
-        while let Ok(job) = rx.try_recv() {
-            take(job);
         }
-        let sync = match policy {
-            FsyncPolicy::Always => true,
-            FsyncPolicy::Never => flush,
-            FsyncPolicy::Interval => {
-                flush || unsynced.is_some_and(|since| since.elapsed() >= SYNC_INTERVAL)
+        let now = Instant::now();
+        let flush = !flushes.is_empty();
+        // While a failed write waits for its next try, new records wait with it; a flush
+        // tries at once.
+        let mut synced = false;
+        if !held.is_empty() && (retry.is_none_or(|at| now >= at) || flush) {
+            let sync = match policy {
+                FsyncPolicy::Always => true,
+                FsyncPolicy::Never => flush,
+                FsyncPolicy::Interval => {
+                    flush || unsynced.is_some_and(|t| now >= t + SYNC_INTERVAL)
+                }
+            };
+            match held.write(log, sync) {
+                Ok(()) => {
+                    retry = None;
+                    backoff = RETRY_MIN;
+                    synced = sync;
+                    if !sync && policy == FsyncPolicy::Interval {
+                        unsynced.get_or_insert(now);
+                    }
+                }
+                Err(_) => {
+                    retry = Some(now + backoff);
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                }
             }
-        };
-        // A failure is logged and counted by the log; the lifecycle carries on in memory.
-        let _ = log.append(&records, sync);
-        if sync {
-            if records.is_empty() {
-                let _ = log.sync();
-            }
+        }
+        if synced {
             unsynced = None;
-        } else if policy == FsyncPolicy::Interval && !records.is_empty() && unsynced.is_none() {
-            unsynced = Some(Instant::now());
         }
-        for ack in acks {
-            let _ = ack.send(());
+        // What was written before: synced once the interval is up, or for a flush.
+        let sync_due = unsynced.is_some_and(|t| now >= t + SYNC_INTERVAL);
+        if sync_due || (flush && !synced && held.is_empty() && policy != FsyncPolicy::Always) {
+            let _ = log.sync();
+            unsynced = None;
+        }
+        for ack in flushes {
+            let _ = ack.send(held.is_empty());
         }
     }
-    if unsynced.is_some() {
-        let _ = log.sync();
+    // Every handle is gone: one last try for what is held.
+    if held.is_empty() {
+        if unsynced.is_some() {
+            let _ = log.sync();
+        }
+    } else if held.write(log, true).is_err() {
+        tracing::error!(
+            bytes = held.lines.len(),
+            "actions journal: records not written before the stop: {}; actions created among \
+             them are made again at the next start, later changes of state are lost",
+            log.status()
+        );
     }
 }
 
@@ -199,5 +293,51 @@ mod tests {
         let acked = writer.submit_acked(vec![Record::transition(501, ActionState::Queued, now)]);
         acked.await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 501);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_keeps_its_records_in_order_until_the_file_takes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("actions.jsonl");
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let writer = JournalWriter::start(log, FsyncPolicy::Always).unwrap();
+        let now = chrono::Utc::now();
+        let record = |id| vec![Record::transition(id, ActionState::Delivered, now)];
+        writer.submit(record(1));
+        assert!(writer.flush().await);
+        let Some(guard) = crate::actions::fault::Immutable::set(&path) else {
+            return;
+        };
+        let mut acked = writer.submit_acked(record(2));
+        writer.submit(record(3));
+        assert!(
+            !writer.flush().await,
+            "not on disk while the file refuses it"
+        );
+        assert!(
+            writer.status().starts_with("failing: "),
+            "{}",
+            writer.status()
+        );
+        assert!(writer.is_failing());
+        assert!(
+            acked.try_recv().is_err(),
+            "not acknowledged before it is written"
+        );
+        writer.submit(record(4));
+
+        drop(guard);
+        tokio::time::timeout(Duration::from_secs(10), &mut acked)
+            .await
+            .expect("written by a retry once the file takes writes again")
+            .unwrap();
+        assert!(writer.flush().await);
+        assert_eq!(writer.status(), "ok");
+        let ids: Vec<u64> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Record>(l).unwrap().id.unwrap())
+            .collect();
+        assert_eq!(ids, [1, 2, 3, 4], "each once, in order");
     }
 }

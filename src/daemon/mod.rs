@@ -335,7 +335,7 @@ pub fn port_taken(addr: &str, e: &std::io::Error) -> String {
 pub fn core_settings(config: &Config) -> CoreSettings {
     CoreSettings {
         inbox: config.inbox.clone(),
-        queue_capacity: config.actions.queue_capacity,
+        actions: config.actions.clone(),
         max_wait: config.mcp.max_wait(),
     }
 }

@@ -425,3 +425,176 @@ fn under_fsync_never_a_crash_hands_out_no_seq_twice() {
     let seq = send_messages(&home, &[("faults", "after the crash")])[0];
     assert!(seq > shown, "seq {seq} was acknowledged before the crash");
 }
+
+/// `switchboard pending --json`: the open confirm requests as the operator sees them.
+fn pending(sb: &Switchboard) -> Vec<Value> {
+    let out = sb.cli(&["pending", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str::<Value>(&stdout(&out))
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The `result` of `stats` over the control socket.
+fn stats(home: &Path) -> Value {
+    control(home, json!({"op": "stats"}))["result"].clone()
+}
+
+/// How many creation records `actions.jsonl` holds for message `seq`.
+fn created_for(home: &Path, seq: u64) -> usize {
+    action_records(home)
+        .iter()
+        .filter(|r| r["action"]["seq"] == seq)
+        .count()
+}
+
+const CONFIRM_AND_AUTO: &str = r#"{"rules": [
+  {"name": "ask", "channel": "alerts/*", "mode": "confirm", "prompt": "look at {{content}}",
+   "confirmTimeout": "1h"},
+  {"name": "triage", "channel": "work/*", "mode": "auto", "prompt": "triage {{content}}",
+   "tools": ["view"]}
+]}"#;
+
+/// An outage of `actions.jsonl` with actions decided during it.
+struct ActionsOutage<'a> {
+    /// Ends the outage when dropped.
+    guard: Immutable<'a>,
+    /// A message whose work was on disk before the outage.
+    before: u64,
+    /// An alert (a confirm) and work, sent during the outage.
+    seqs: Vec<u64>,
+    /// `stats` once it says the journal fails.
+    failing: Value,
+}
+
+/// Starts `sb` with [`CONFIRM_AND_AUTO`], lands one piece of work, makes `actions` (its
+/// `actions.jsonl`) refuse writes, sends an alert and work, and waits for `stats` to say the
+/// journal fails. `None` (after the notice) where `chattr +i` is refused.
+fn actions_outage<'a>(sb: &mut Switchboard, actions: &'a Path) -> Option<ActionsOutage<'a>> {
+    sb.write("triggers.json", CONFIRM_AND_AUTO);
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    let before = send_messages(&home, &[("work/a", "before the outage")])[0];
+    eventually(Duration::from_secs(5), "the first work is on disk", || {
+        (created_for(&home, before) == 1).then_some(())
+    });
+    if !immutable(actions, true) {
+        skip("`chattr +i` is refused here");
+        return None;
+    }
+    let guard = Immutable(actions);
+    let seqs = send_messages(
+        &home,
+        &[("alerts/db", "db down"), ("work/b", "during the outage")],
+    );
+    let failing = eventually(Duration::from_secs(5), "stats says failing", || {
+        let s = stats(&home);
+        s["delivery"]["actions_journal"]
+            .as_str()
+            .unwrap()
+            .starts_with("failing: ")
+            .then_some(s)
+    });
+    Some(ActionsOutage {
+        guard,
+        before,
+        seqs,
+        failing,
+    })
+}
+
+/// Actions decided while `actions.jsonl` cannot be written are held and written once it
+/// recovers: a confirm request is shown only then, the evaluation mark waits for them, and a
+/// restart finds the confirm and the work, each evaluated once.
+#[test]
+fn actions_decided_while_the_actions_journal_is_unwritable_land_when_it_recovers() {
+    let mut sb = Switchboard::new();
+    let home = sb.home.path().to_path_buf();
+    let actions = home.join("actions.jsonl");
+    let Some(outage) = actions_outage(&mut sb, &actions) else {
+        return;
+    };
+    let (before, seqs, failing) = (outage.before, outage.seqs, outage.failing);
+    assert!(
+        pending(&sb).is_empty(),
+        "a confirm request is shown only once its record is on disk"
+    );
+    assert!(
+        failing["evaluated"].as_u64() < Some(seqs[1]),
+        "the evaluation mark does not pass records that are not on disk: {failing}"
+    );
+
+    drop(outage.guard);
+    let shown = eventually(Duration::from_secs(10), "the confirm is shown", || {
+        let p = pending(&sb);
+        (p.len() == 1).then_some(p)
+    });
+    assert_eq!(shown[0]["seq"], seqs[0]);
+    for seq in &seqs {
+        assert_eq!(created_for(&home, *seq), 1, "seq {seq} written once");
+    }
+    let after = eventually(Duration::from_secs(5), "stats says ok again", || {
+        let s = stats(&home);
+        (s["delivery"]["actions_journal"] == "ok" && s["evaluated"] == seqs[1]).then_some(s)
+    });
+    assert_eq!(after["delivery"]["queued_work"], 2, "{after}");
+    let log = sb.log();
+    assert_eq!(
+        log.matches("actions journal write failed").count(),
+        1,
+        "one line when the outage starts:\n{log}"
+    );
+    assert_eq!(
+        log.matches("actions journal writes recovered").count(),
+        1,
+        "one line when it ends:\n{log}"
+    );
+
+    assert!(sb.terminate().success());
+    sb.spawn();
+    assert_eq!(pending(&sb), shown, "the confirm survives the restart");
+    let s = stats(&home);
+    assert_eq!(s["delivery"]["queued_work"], 2, "both pieces of work: {s}");
+    let next = send_messages(&home, &[("work/c", "after the restart")])[0];
+    eventually(
+        Duration::from_secs(5),
+        "the next message is evaluated",
+        || (created_for(&home, next) == 1).then_some(()),
+    );
+    for seq in [before, seqs[0], seqs[1]] {
+        assert_eq!(created_for(&home, seq), 1, "seq {seq} evaluated once");
+    }
+}
+
+/// A crash while actions wait for an unwritable `actions.jsonl` loses none of them: the
+/// messages that made them are evaluated again at the next start, once, and nothing that was
+/// on disk before is made twice.
+#[test]
+fn a_crash_while_actions_wait_for_the_journal_evaluates_their_messages_again_once() {
+    let mut sb = Switchboard::new();
+    let home = sb.home.path().to_path_buf();
+    let actions = home.join("actions.jsonl");
+    let Some(outage) = actions_outage(&mut sb, &actions) else {
+        return;
+    };
+    let (before, seqs) = (outage.before, outage.seqs);
+    sb.kill9();
+    drop(outage.guard);
+
+    sb.spawn();
+    let shown = eventually(Duration::from_secs(5), "the confirm is made again", || {
+        let p = pending(&sb);
+        (p.len() == 1).then_some(p)
+    });
+    assert_eq!(shown[0]["seq"], seqs[0]);
+    let s = eventually(Duration::from_secs(5), "both messages evaluated", || {
+        let s = stats(&home);
+        (s["evaluated"] == seqs[1]).then_some(s)
+    });
+    assert_eq!(s["delivery"]["queued_work"], 2, "{s}");
+    for seq in [before, seqs[0], seqs[1]] {
+        assert_eq!(created_for(&home, seq), 1, "seq {seq} made once");
+    }
+}

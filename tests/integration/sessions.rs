@@ -805,3 +805,48 @@ fn a_deleted_home_is_told_to_the_agent_and_eof_still_exits_at_once() {
     );
     assert!(status.success(), "{status:?}");
 }
+
+/// The overnight warning: a nudge that fires while no session is open is held, and the first
+/// session that opens gets it at its first wait; `stats` says where it stands meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nudge_that_fired_while_no_session_was_open_reaches_the_first_session() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "warn", "channel": "alerts/*"}]}"#,
+    );
+    sb.spawn();
+    let home = sb.home.path().to_path_buf();
+    let seq = send_messages(&home, &[("alerts/disk", "disk at 91% overnight")])[0];
+    let delivery = eventually_async(Duration::from_secs(5), "the nudge is held", || {
+        let d = control(&home, json!({"op": "stats"}))["result"]["delivery"].clone();
+        (d["nudges_held"] == 1).then_some(d)
+    })
+    .await;
+    assert_eq!(delivery["nudges_undelivered"], 1, "{delivery}");
+    assert_eq!(delivery["nudges_waiting"], 0, "{delivery}");
+
+    let morning = rmcp_client(&sb, "copilot-cli").await;
+    let r = tool(
+        &morning,
+        "wait_for_inbound_message",
+        json!({"timeout_s": 5}),
+    )
+    .await;
+    let items = r["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{r}");
+    assert_eq!(items[0]["kind"], "nudge");
+    assert_eq!(items[0]["message"]["seq"], seq);
+    assert_eq!(items[0]["message"]["content"], "disk at 91% overnight");
+    let delivery = control(&home, json!({"op": "stats"}))["result"]["delivery"].clone();
+    assert_eq!(
+        (
+            &delivery["nudges_undelivered"],
+            &delivery["nudges_held"],
+            &delivery["nudges_waiting"]
+        ),
+        (&json!(0), &json!(0), &json!(0)),
+        "{delivery}"
+    );
+    morning.cancel().await.unwrap();
+}

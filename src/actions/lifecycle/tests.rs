@@ -1,7 +1,8 @@
 use super::*;
 use crate::actions::journal::ActionLog;
-use crate::inbox::FsyncPolicy;
-use crate::message::NewMessage;
+use crate::actions::{Action, ActionSettings};
+use crate::home::FsyncPolicy;
+use crate::message::{Message, NewMessage};
 use chrono::TimeDelta;
 
 fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>) {
@@ -69,6 +70,8 @@ async fn each_session_sees_each_nudge_work_goes_to_one() {
 #[tokio::test]
 async fn a_new_session_gets_open_confirms_and_work_but_nudges_only_from_its_start() {
     let lc = Lifecycle::default();
+    // A session is open: the nudges are not held for the first one to open (see below).
+    lc.open_session("early#1", false, None);
     let now = Utc::now();
     lc.offer(
         vec![
@@ -537,5 +540,213 @@ async fn exec_work_goes_to_the_runner_never_to_a_wait_and_a_crash_mid_run_is_int
         again.live.keys().copied().collect::<Vec<_>>(),
         vec![3],
         "the failed run is recorded once; only the claimed wait work stays live"
+    );
+}
+
+#[tokio::test]
+async fn while_the_journal_fails_confirms_stay_hidden_and_the_mark_waits_for_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("actions.jsonl");
+    let now = Utc::now();
+    let (log, _) = ActionLog::open(&path).unwrap();
+    let lc = Lifecycle::new(64, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+    let mut mark = lc.evaluated();
+    let s = lc.open_session("a", false, None);
+    lc.offer(vec![action(1, Mode::Notify, now)], Some(1), now)
+        .await;
+    assert!(lc.flush().await);
+    assert_eq!(*mark.borrow_and_update(), 1, "the mark follows the write");
+    let Some(guard) = crate::actions::fault::Immutable::set(&path) else {
+        return;
+    };
+
+    // Nudges are visible at once; the mark waits for their record.
+    lc.offer(vec![action(2, Mode::Notify, now)], Some(2), now)
+        .await;
+    assert_eq!(
+        ids(&lc.take(s, "a", 10)),
+        [(ItemKind::Nudge, 1), (ItemKind::Nudge, 2)]
+    );
+    assert!(!lc.flush().await, "not on disk");
+    assert!(lc.stats().actions_journal.starts_with("failing: "));
+    assert_eq!(*mark.borrow_and_update(), 1);
+
+    // A confirm request is not shown, and the offer (the dispatcher) waits for the disk.
+    let offer = tokio::spawn({
+        let lc = lc.clone();
+        async move {
+            lc.offer(vec![action(3, Mode::Confirm, now)], Some(3), now)
+                .await
+        }
+    });
+    // The offer decides and hands its records over, then the writer tries them and fails.
+    tokio::task::yield_now().await;
+    assert!(!lc.flush().await);
+    tokio::task::yield_now().await;
+    assert!(
+        !offer.is_finished(),
+        "the offer returned before its records were written"
+    );
+    assert!(lc.pending_confirms().is_empty());
+    assert_eq!(*mark.borrow_and_update(), 1);
+
+    drop(guard);
+    let offered = tokio::time::timeout(Duration::from_secs(10), offer)
+        .await
+        .expect("written once the file takes writes again")
+        .unwrap();
+    assert_eq!(ids(&offered.queued), [(ItemKind::ConfirmRequest, 3)]);
+    assert_eq!(ids(&lc.take(s, "a", 10)), [(ItemKind::ConfirmRequest, 3)]);
+    assert_eq!(*mark.borrow_and_update(), 3);
+    assert!(lc.flush().await);
+    assert_eq!(lc.stats().actions_journal, "ok");
+    let (_, replay) = ActionLog::open(&path).unwrap();
+    assert_eq!(replay.evaluated, Some(3));
+    assert_eq!(
+        replay.live.keys().copied().collect::<Vec<_>>(),
+        [3],
+        "the nudges' deliveries were held and written too"
+    );
+}
+
+#[tokio::test]
+async fn nudges_that_fired_while_no_session_was_open_go_to_the_first_session_to_open() {
+    let lc = Lifecycle::default();
+    let now = Utc::now();
+    lc.offer(
+        vec![action(1, Mode::Notify, now), action(2, Mode::Notify, now)],
+        None,
+        now,
+    )
+    .await;
+    let stats = lc.stats();
+    assert_eq!(
+        (
+            stats.nudges_undelivered,
+            stats.nudges_held,
+            stats.nudges_waiting
+        ),
+        (2, 2, 0),
+        "held for the next session"
+    );
+
+    let first = lc.open_session_numbered("copilot");
+    let stats = lc.stats();
+    assert_eq!(
+        (stats.nudges_held, stats.nudges_waiting),
+        (0, 2),
+        "handed to the first session, waiting for its wait"
+    );
+    let second = lc.open_session_numbered("copilot");
+    assert!(
+        lc.take(second, &format!("copilot#{second}"), 10).is_empty(),
+        "a session that opens while another is open starts from its start"
+    );
+    let never = CancellationToken::new();
+    let items = lc
+        .wait(
+            first,
+            &format!("copilot#{first}"),
+            10,
+            Duration::from_secs(5),
+            &never,
+        )
+        .await;
+    assert_eq!(
+        ids(&items),
+        [(ItemKind::Nudge, 1), (ItemKind::Nudge, 2)],
+        "the first wait returns them"
+    );
+    let stats = lc.stats();
+    assert_eq!(
+        (
+            stats.nudges_undelivered,
+            stats.nudges_held,
+            stats.nudges_waiting
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(stats.counters.delivered, 2);
+}
+
+#[tokio::test]
+async fn the_hold_keeps_the_newest_unseen_nudges_no_older_than_its_age_until_a_session_takes_them()
+{
+    let settings = ActionSettings {
+        held_nudges: 2,
+        held_nudge_max_age: Duration::from_secs(3600),
+        ..ActionSettings::default()
+    };
+    let lc = Lifecycle::with_settings(&settings, JournalWriter::memory());
+    let now = Utc::now();
+    let (mut stale, m) = action(1, Mode::Notify, now);
+    stale.created = now - TimeDelta::hours(2);
+    lc.offer(
+        vec![
+            (stale, m),
+            action(2, Mode::Notify, now),
+            action(3, Mode::Notify, now),
+            action(4, Mode::Notify, now),
+        ],
+        None,
+        now,
+    )
+    .await;
+    let stats = lc.stats();
+    assert_eq!(
+        (stats.nudges_undelivered, stats.nudges_held),
+        (4, 2),
+        "the newest 2 are held; the rest are left behind"
+    );
+    // A first session that ends before it waits takes nothing: the next first one gets them.
+    let gone = lc.open_session_numbered("a");
+    lc.close_session(gone, now);
+    let s = lc.open_session_numbered("b");
+    assert_eq!(
+        ids(&lc.take(s, &format!("b#{s}"), 10)),
+        [(ItemKind::Nudge, 3), (ItemKind::Nudge, 4)]
+    );
+    lc.close_session(s, now);
+    assert_eq!(lc.stats().nudges_held, 0, "the stale ones are not held");
+    let s = lc.open_session_numbered("c");
+    assert!(lc.take(s, &format!("c#{s}"), 10).is_empty());
+
+    let none = Lifecycle::with_settings(
+        &ActionSettings {
+            held_nudges: 0,
+            ..ActionSettings::default()
+        },
+        JournalWriter::memory(),
+    );
+    none.offer(vec![action(1, Mode::Notify, now)], None, now)
+        .await;
+    assert_eq!(none.stats().nudges_held, 0);
+    let s = none.open_session_numbered("d");
+    assert!(
+        none.take(s, &format!("d#{s}"), 10).is_empty(),
+        "`heldNudges: 0` holds none"
+    );
+}
+
+#[tokio::test]
+async fn nudges_nobody_saw_before_a_restart_are_held_for_the_first_session_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("actions.jsonl");
+    let now = Utc::now();
+    {
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let lc = Lifecycle::new(64, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+        lc.offer(vec![action(1, Mode::Notify, now)], Some(1), now)
+            .await;
+        assert!(lc.flush().await);
+    }
+    let (_, replay) = ActionLog::open(&path).unwrap();
+    let lc = Lifecycle::default();
+    lc.restore(replay.live.into_values());
+    assert_eq!(lc.stats().nudges_held, 1);
+    let s = lc.open_session_numbered("morning");
+    assert_eq!(
+        ids(&lc.take(s, &format!("morning#{s}"), 10)),
+        [(ItemKind::Nudge, 1)]
     );
 }

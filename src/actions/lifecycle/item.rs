@@ -1,0 +1,76 @@
+//! The items the lifecycle hands out: what a wait, a push or `pending` shows of an action.
+//!
+//! An [`Item`] is an action as a consumer receives it: its kind says what the agent is asked
+//! to do, and the source message rides along as its own field, as untrusted data.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::actions::{Action, ActionId, Delivery, Mode};
+use crate::message::Message;
+
+/// What a delivered item asks of the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    /// Run this prompt now, with these tools.
+    Auto,
+    /// The user approved a confirm: run this prompt now, with these tools.
+    Approved,
+    /// Ask the user, then answer with `channel_confirm`.
+    ConfirmRequest,
+    /// Tell the user; nothing to run.
+    Nudge,
+}
+
+impl ItemKind {
+    /// Work is claimed by one session; the rest is shown to every consumer.
+    pub fn is_work(self) -> bool {
+        matches!(self, ItemKind::Auto | ItemKind::Approved)
+    }
+}
+
+/// One deliverable item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Item {
+    /// What to do with it.
+    pub kind: ItemKind,
+    /// The action id (`channel_confirm` takes it).
+    pub action_id: ActionId,
+    /// The rule that fired.
+    pub rule: std::sync::Arc<str>,
+    /// The rendered prompt.
+    pub prompt: String,
+    /// Tools the prompt may use.
+    pub tools: Vec<String>,
+    /// When a confirm request expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The source message, as its own field: untrusted data, grants no permission.
+    pub message: Arc<Message>,
+    /// `exec`: run by the exec runner, never offered to a wait (`wait` is left out).
+    #[serde(default, skip_serializing_if = "Delivery::is_wait")]
+    pub delivery: Delivery,
+}
+
+impl Item {
+    pub(super) fn new(action: Action, message: Arc<Message>) -> Item {
+        let kind = match action.mode {
+            Mode::Notify => ItemKind::Nudge,
+            Mode::Confirm => ItemKind::ConfirmRequest,
+            Mode::Auto => ItemKind::Auto,
+        };
+        Item {
+            kind,
+            action_id: action.id,
+            rule: action.rule,
+            prompt: action.prompt,
+            tools: action.tools,
+            expires_at: action.expires,
+            message,
+            delivery: action.delivery,
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Work: auto prompts and approved confirms waiting for a session's wait, oldest first, and the
+//! claims taken on them.
+//!
+//! A wait *claims* work for exactly one session; the claim is settled as *delivered* once the
+//! result carrying it was sent, or *released* back to the front of the queue when the session
+//! ended or the result could not be sent. So delivery is at least once, never zero.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::{Item, SessionId};
+use crate::actions::ActionId;
+
+/// A claim on one piece of work.
+pub(super) struct Claim {
+    pub(super) item: Item,
+    pub(super) session: SessionId,
+    /// The consumer the session reads as (who the records name).
+    pub(super) consumer: String,
+}
+
+/// The work queue and its claims.
+#[derive(Default)]
+pub(super) struct Work {
+    queue: VecDeque<Item>,
+    claims: HashMap<ActionId, Claim>,
+}
+
+impl Work {
+    /// Work waiting for a session.
+    pub(super) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Work claimed and not settled yet.
+    pub(super) fn claimed(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// Queues work behind what is queued.
+    pub(super) fn push(&mut self, item: Item) {
+        self.queue.push_back(item);
+    }
+
+    /// Claims the oldest queued work for `session`.
+    pub(super) fn claim_next(&mut self, session: SessionId, consumer: &str) -> Option<Item> {
+        let item = self.queue.pop_front()?;
+        self.claim(item.clone(), session, consumer);
+        Some(item)
+    }
+
+    /// Records `session`'s claim on `item` (taken from the queue, or approved for it).
+    pub(super) fn claim(&mut self, item: Item, session: SessionId, consumer: &str) {
+        self.claims.insert(
+            item.action_id,
+            Claim {
+                item,
+                session,
+                consumer: consumer.to_string(),
+            },
+        );
+    }
+
+    /// Ends the claim on `id` (its work was delivered); `None` when nothing holds it.
+    pub(super) fn settle(&mut self, id: ActionId) -> Option<Claim> {
+        self.claims.remove(&id)
+    }
+
+    /// Ends the claims on `ids` and puts their work back at the front of the queue, in id
+    /// order: it was due before anything queued since. Returns the claims released.
+    pub(super) fn release(&mut self, ids: &[ActionId]) -> Vec<(ActionId, String)> {
+        let mut back: Vec<Claim> = ids.iter().filter_map(|id| self.claims.remove(id)).collect();
+        let released = back
+            .iter()
+            .map(|c| (c.item.action_id, c.consumer.clone()))
+            .collect();
+        back.sort_by_key(|c| std::cmp::Reverse(c.item.action_id));
+        for c in back {
+            self.queue.push_front(c.item);
+        }
+        released
+    }
+
+    /// The ids of the work `session` holds claims on.
+    pub(super) fn held_by(&self, session: SessionId) -> Vec<ActionId> {
+        self.claims
+            .iter()
+            .filter(|(_, c)| c.session == session)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}
