@@ -26,6 +26,7 @@
 pub mod cursor;
 pub mod journal;
 pub mod seq_watch;
+mod settings;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,13 +36,14 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::config::{Home, InboxSettings};
+use crate::home::Home;
 use crate::message::{LimitError, Message, MessageLimits, NewMessage, Seq};
 
 pub use crate::home::FsyncPolicy;
 pub use cursor::StateStore;
 use journal::{Batch, Files, Job, MAX_BACKLOG, Marks, Writer};
 pub use seq_watch::{SeqReceiver, SeqWatch};
+pub use settings::InboxSettings;
 
 /// Bytes reserved per message for its journal record (a 120-byte message encodes to ~220).
 const RECORD_BYTES_HINT: usize = 320;
