@@ -1,8 +1,17 @@
 //! The journal's writer: group commit, the sync thread of `always`, rotation, failure and
 //! retry, and the seq reservation ahead.
+//!
+//! The [`Writer`] is shared, behind one lock, by the appending tasks and two threads. Appenders
+//! write (`always`, `interval`) or queue (`never`) under it. The writer thread ([`Writer::run`])
+//! writes what is queued, retries after a failure, keeps `channels.seq` ahead of the assigned
+//! seqs, syncs on `interval`'s timer and rotates. The sync thread of `always` syncs once for
+//! everything written since its last sync. No `fsync` and no rename runs under the lock, and
+//! none runs on an appending task: an appender that fills the file only asks the writer thread
+//! to rotate it.
 
 use std::fs::File;
 use std::io::Write;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -13,15 +22,21 @@ use super::{FLUSH_INTERVAL, Files, Marks, RESERVE_BLOCK, Reservation, open_for_a
 use crate::inbox::FsyncPolicy;
 use crate::message::Seq;
 
-/// With `interval` (and `never`, at rotation only), the longest a write stays unsynced.
+/// With `interval`, the longest a write stays unsynced; after a failed rotation, the wait
+/// before the next attempt.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// The largest emptied buffer the writer keeps for the next backlog (a millisecond of a busy
 /// stream is far less).
 const SPARE_MAX: usize = 1024 * 1024;
+/// The first wait before a retry after a failure; it doubles with every failure in a row.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between two retries.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// What the writer thread has written under `always`, for the sync thread.
+/// What has been written under `always`, for the sync thread.
 struct SyncJob {
-    /// The file it was written to (after a rotation the new one: the rotation synced the old).
+    /// The file it was written to: the old one until a rotation has switched files, so the
+    /// sync thread syncs every file its jobs name.
     file: Option<Arc<File>>,
     /// The highest seq written.
     upto: Seq,
@@ -40,15 +55,23 @@ fn sync_loop(shared: &Mutex<Writer>, marks: &Marks, rx: mpsc::Receiver<SyncJob>)
             let _ = gate.recv();
         }
         let upto = jobs.iter().map(|j| j.upto).max().unwrap_or(0);
-        let file = jobs.iter().rev().find_map(|j| j.file.clone());
-        let result = match file.map(|f| f.sync_data()) {
-            Some(Err(e)) => Err(shared.lock().unwrap().failed(e)),
-            _ => {
-                marks.synced.fetch_max(upto, Ordering::AcqRel);
-                marks.publish(upto);
-                Ok(())
+        // Jobs come in write order, so the files they name change at most once per rotation.
+        let mut result = Ok(());
+        let mut last: Option<&Arc<File>> = None;
+        for file in jobs.iter().filter_map(|j| j.file.as_ref()) {
+            if last.is_some_and(|l| Arc::ptr_eq(l, file)) {
+                continue;
             }
-        };
+            last = Some(file);
+            if let Err(e) = file.sync_data() {
+                result = Err(shared.lock().unwrap().failed(e));
+                break;
+            }
+        }
+        if result.is_ok() {
+            marks.synced.fetch_max(upto, Ordering::AcqRel);
+            marks.publish(upto);
+        }
         for ack in jobs.into_iter().flat_map(|j| j.acks) {
             let _ = ack.send(result.clone());
         }
@@ -75,7 +98,7 @@ pub struct Batch {
 pub enum Job {
     /// Write (and sync) a batch, then acknowledge it.
     Commit(Batch),
-    /// Look at the backlog, the sync timer and the reservation now.
+    /// Look at the backlog, the sync timer, the reservation and the file's size now.
     Wake,
     /// Reserve seqs beyond everything assigned, then acknowledge.
     Reserve {
@@ -106,6 +129,13 @@ pub struct Writer {
     backlog_last: Seq,
     /// The thread waits with a timeout, so an appender need not wake it.
     armed: bool,
+    /// The file a rotation renamed to the backup, until a sync of it succeeds: every sync
+    /// syncs it first, so no seq it holds counts as synced before it is.
+    retiring: Option<Arc<File>>,
+    /// The writer thread has been asked to rotate: appenders need not wake it again for that.
+    rotate_asked: bool,
+    /// After a failed rotation, the time of the next attempt.
+    rotate_retry: Option<Instant>,
     /// `always`: the sync thread's queue, for appenders that write their batch themselves
     /// ([`Writer::append_then_sync`]). None before the writer thread starts it, after it
     /// stops, and when it could not be spawned.
@@ -136,6 +166,9 @@ impl Writer {
             spare: Vec::new(),
             backlog_last: 0,
             armed: false,
+            retiring: None,
+            rotate_asked: false,
+            rotate_retry: None,
             sync_tx: None,
             marks,
         }
@@ -152,13 +185,15 @@ impl Writer {
     }
 
     /// `interval`: writes `bytes` now, from the appending task, after any backlog. Also says
-    /// whether the caller must wake the thread: for its sync timer, or to retry after a failure.
+    /// whether the caller must wake the thread: for its sync timer, to retry after a failure,
+    /// or to rotate the file this write filled.
     pub fn append_now(&mut self, bytes: &[u8], last: Seq) -> (Result<(), String>, bool) {
         self.enqueue(bytes, last);
         let result = self.commit();
-        let wake = (result.is_err() || self.dirty_since.is_some())
+        let arm = (result.is_err() || self.dirty_since.is_some())
             && !std::mem::replace(&mut self.armed, true);
-        (result, wake)
+        let rotate = self.ask_rotation();
+        (result, arm || rotate)
     }
 
     /// `always`: writes `bytes` now, from the appending task, and shows them (as far as the
@@ -166,10 +201,11 @@ impl Writer {
     /// fsync for everything written since its last (group commit). So the message a wait is
     /// woken for never waits for another thread to be scheduled first.
     ///
-    /// A failed write answers `ack` with the cause at once and keeps the bytes for the writer
-    /// thread's retries; the result then says whether the caller must wake that thread.
-    /// `Err(ack)` when there is no sync thread: the caller hands the batch to the writer
-    /// thread instead ([`Job::Commit`]).
+    /// `Ok(wake)`: whether the caller must wake the writer thread, to rotate the file this
+    /// write filled or, after a failed write, to retry it. A failed write answers `ack` with
+    /// the cause at once and keeps the bytes for the writer thread's retries. `Err(ack)` when
+    /// there is no sync thread: the caller hands the batch to the writer thread instead
+    /// ([`Job::Commit`]).
     pub fn append_then_sync(
         &mut self,
         bytes: &[u8],
@@ -202,7 +238,7 @@ impl Writer {
                 let _ = ack.send(result.clone());
             }
         }
-        Ok(false)
+        Ok(self.ask_rotation())
     }
 
     /// `never`: the backlog, for an appender to encode its records into straight away (then
@@ -217,6 +253,12 @@ impl Writer {
     pub fn queued(&mut self, bytes: &[u8], last: Seq) -> bool {
         self.enqueue(bytes, last);
         !std::mem::replace(&mut self.armed, true)
+    }
+
+    /// After an appender's write: true, once, when the file has reached its size, for the
+    /// caller to wake the writer thread, which rotates it.
+    fn ask_rotation(&mut self) -> bool {
+        self.size >= self.rotate_bytes && !std::mem::replace(&mut self.rotate_asked, true)
     }
 
     /// `always`: starts the sync thread and hands its queue to appenders. Called before the
@@ -252,74 +294,23 @@ impl Writer {
             let w = shared.lock().unwrap();
             (w.marks.clone(), w.policy)
         };
-        let syncer = syncer.map(|s| (s.tx, s.thread));
-        let mut backoff = Duration::from_millis(100);
-        let mut reserve_failing = false;
-        let mut reserve_acks: Vec<oneshot::Sender<()>> = Vec::new();
-        // Seqs may be shown before they are written: always with `never`, and from the first
-        // reservation asked for a message the journal failed to take (for the rest of the run).
-        let mut unwritten = policy == FsyncPolicy::Never;
-        // `never`: the last round wrote something, so more is likely coming; stay on the
-        // flush timer one more round rather than have the next appender wake the thread.
-        let mut streaming = false;
+        let mut thread = WriterThread {
+            reserver: Reserver {
+                file: reservation,
+                failing: false,
+                acks: Vec::new(),
+                unwritten: policy == FsyncPolicy::Never,
+            },
+            shared,
+            marks,
+            policy,
+            syncer,
+            backoff: BACKOFF_MIN,
+            streaming: false,
+        };
         loop {
-            // Reserve ahead (every policy: `always` shows a record once written, before its
-            // sync) or on demand, outside the writer's lock.
-            let assigned = marks.assigned.load(Ordering::Acquire);
-            let reserved = marks.reserved.load(Ordering::Acquire);
-            let ahead = assigned + RESERVE_BLOCK / 2 > reserved;
-            let asked = !reserve_acks.is_empty()
-                && (assigned > reserved
-                    || (unwritten && assigned > marks.reserved_unwritten.load(Ordering::Acquire)));
-            // A failed write or sync may leave shown records out of the page cache too: from
-            // now on, a restart must not count on it.
-            let degraded = !unwritten && marks.is_failing.load(Ordering::Acquire);
-            unwritten |= degraded;
-            if ahead || asked || degraded {
-                let upto = assigned + RESERVE_BLOCK;
-                let floor = marks.written.load(Ordering::Acquire);
-                match Reservation::now(upto, floor, !unwritten).write(&reservation) {
-                    Ok(()) => {
-                        marks.reserved.fetch_max(upto, Ordering::AcqRel);
-                        if unwritten {
-                            marks.reserved_unwritten.fetch_max(upto, Ordering::AcqRel);
-                        }
-                        // `always`: what an appender wrote past the old reservation may show
-                        // now, before its sync.
-                        marks.publish(marks.written.load(Ordering::Acquire));
-                        if std::mem::take(&mut reserve_failing) {
-                            tracing::info!("seq reservation written again");
-                        }
-                    }
-                    Err(e) if !std::mem::replace(&mut reserve_failing, true) => {
-                        tracing::error!(
-                            cause = %e,
-                            "cannot reserve seqs in channels.seq; messages not on disk are held back"
-                        );
-                    }
-                    Err(_) => {}
-                }
-                marks.reserve_asked.store(false, Ordering::Release);
-            }
-            for ack in reserve_acks.drain(..) {
-                let _ = ack.send(());
-            }
-            let wait = {
-                let mut w = shared.lock().unwrap();
-                let wait = if !w.backlog.is_empty() && marks.is_failing.load(Ordering::Acquire) {
-                    Some(backoff)
-                } else if !w.backlog.is_empty() || streaming {
-                    Some(FLUSH_INTERVAL)
-                } else if reserve_failing {
-                    Some(backoff)
-                } else {
-                    w.dirty_since
-                        .map(|t| SYNC_INTERVAL.saturating_sub(t.elapsed()))
-                };
-                w.armed = wait.is_some();
-                wait
-            };
-            let first = match wait {
+            thread.reserver.step(&thread.marks);
+            let first = match thread.wait() {
                 Some(wait) => match rx.recv_timeout(wait) {
                     Ok(job) => Some(job),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -330,116 +321,11 @@ impl Writer {
                     Err(_) => break,
                 },
             };
-            let mut w = shared.lock().unwrap();
-            let mut acks = Vec::new();
-            let mut take = |job: Job, w: &mut Writer| match job {
-                Job::Commit(b) => {
-                    w.enqueue(&b.bytes, b.last);
-                    acks.push(b.ack);
-                }
-                Job::Wake => {}
-                Job::Reserve { unwritten: u, ack } => {
-                    unwritten |= u;
-                    reserve_acks.push(ack);
-                }
-            };
-            if let Some(job) = first {
-                take(job, &mut w);
-                while let Ok(job) = rx.try_recv() {
-                    take(job, &mut w);
-                }
-            }
-            let written_before = marks.written.load(Ordering::Acquire);
-            let result = if policy == FsyncPolicy::Never {
-                // Appenders queue under this lock: write without holding it.
-                drop(w);
-                let result = Writer::flush_unlocked(&shared);
-                w = shared.lock().unwrap();
-                result
-            } else {
-                w.commit()
-            };
-            let wrote = marks.written.load(Ordering::Acquire) > written_before;
-            // `always`: what was written, and the appenders waiting for it, go to the sync
-            // thread; they are acknowledged once it has synced.
-            let to_sync =
-                (policy == FsyncPolicy::Always && result.is_ok() && (wrote || !acks.is_empty()))
-                    .then(|| SyncJob {
-                        file: w.file.clone(),
-                        upto: marks.written.load(Ordering::Acquire),
-                        acks: std::mem::take(&mut acks),
-                    });
-            streaming = policy == FsyncPolicy::Never && wrote;
-            let sync = w
-                .dirty_since
-                .filter(|t| t.elapsed() >= SYNC_INTERVAL)
-                .and_then(|_| w.file.clone())
-                .map(|file| (file, marks.written.load(Ordering::Acquire)));
-            drop(w);
-            backoff = match result {
-                Ok(()) => Duration::from_millis(100),
-                Err(_) => (backoff * 2).min(Duration::from_secs(30)),
-            };
-            for ack in acks {
-                let _ = ack.send(result.clone());
-            }
-            let unsent = to_sync.and_then(|job| match &syncer {
-                Some((tx, _)) => tx.send(job).err().map(|mpsc::SendError(job)| job),
-                None => Some(job),
-            });
-            if let Some(job) = unsent {
-                // No sync thread (it could not be spawned, or it is gone): sync here.
-                let mut w = shared.lock().unwrap();
-                let result = w.sync().map_err(|e| w.failed(e));
-                drop(w);
-                for ack in job.acks {
-                    let _ = ack.send(result.clone());
-                }
-            }
-            if let Some((file, upto)) = sync {
-                // The timer's sync runs outside the lock: appenders keep writing meanwhile.
-                let synced = file.sync_data();
-                let mut w = shared.lock().unwrap();
-                match synced {
-                    Ok(()) => {
-                        marks.synced.fetch_max(upto, Ordering::AcqRel);
-                        let more = marks.written.load(Ordering::Acquire) > upto;
-                        w.unsynced = more;
-                        w.dirty_since = more.then(Instant::now);
-                        marks.publish(upto);
-                    }
-                    Err(e) => {
-                        w.failed(e);
-                    }
-                }
-            }
+            thread.round(first.into_iter().chain(rx.try_iter()));
+            Writer::rotate_if_due(&thread.shared);
+            thread.sync_if_due();
         }
-        if let Some((tx, thread)) = syncer {
-            // Every appender gets its answer before the last sync below. No appender is left
-            // to send (every sender of `rx` is gone), so the appenders' handle goes too.
-            shared.lock().unwrap().sync_tx = None;
-            drop(tx);
-            let _ = thread.join();
-        }
-        let mut w = shared.lock().unwrap();
-        match w
-            .commit()
-            .and_then(|()| w.sync().map_err(|e| e.to_string()))
-        {
-            Ok(()) => {
-                // Everything handed out is synced: no seq needs reserving past it, so a clean
-                // restart continues without a gap.
-                let synced = marks.synced.load(Ordering::Acquire);
-                if synced >= marks.assigned.load(Ordering::Acquire)
-                    && Reservation::now(synced, synced, true)
-                        .write(&reservation)
-                        .is_ok()
-                {
-                    marks.reserved.store(synced, Ordering::Release);
-                }
-            }
-            Err(cause) => tracing::error!("journal not flushed at shutdown: {cause}"),
-        }
+        thread.finish();
     }
 
     /// `never`: writes the backlog with the lock released during the `write(2)`, so appenders
@@ -469,11 +355,6 @@ impl Writer {
                 w.unsynced = true;
                 w.marks.written.fetch_max(last, Ordering::AcqRel);
                 w.marks.bytes.store(w.size, Ordering::Relaxed);
-                if w.size >= w.rotate_bytes
-                    && let Err(e) = w.rotate()
-                {
-                    return Err(w.failed(e));
-                }
                 w.marks.publish(last);
                 if bytes.capacity() <= SPARE_MAX {
                     let mut bytes = bytes;
@@ -495,7 +376,7 @@ impl Writer {
         }
     }
 
-    /// Writes the backlog (syncing for `always`), rotates when due.
+    /// Writes the backlog; on success the journal is no longer failing.
     fn commit(&mut self) -> Result<(), String> {
         if self.backlog.is_empty() {
             return Ok(());
@@ -547,13 +428,16 @@ impl Writer {
             FsyncPolicy::Never => {}
         }
         self.marks.bytes.store(self.size, Ordering::Relaxed);
-        if self.size >= self.rotate_bytes {
-            self.rotate()?;
-        }
         Ok(())
     }
 
+    /// Syncs what is written, under the lock (the writer thread's fallbacks and its last
+    /// sync): the retiring file first, then the active one.
     fn sync(&mut self) -> std::io::Result<()> {
+        if let Some(old) = &self.retiring {
+            old.sync_all()?;
+            self.retiring = None;
+        }
         if let Some(file) = &self.file
             && self.unsynced
         {
@@ -567,27 +451,112 @@ impl Writer {
         Ok(())
     }
 
-    fn rotate(&mut self) -> std::io::Result<()> {
-        if let Some(file) = &self.file {
-            file.sync_all()?;
+    /// Syncs everything written so far with the lock released during the syncs (the retiring
+    /// file first, then the active one), so appenders go on writing meanwhile; then marks it
+    /// synced and shows it. Nothing is synced while the file is closed after a failure.
+    fn sync_unlocked(shared: &Mutex<Writer>) -> Result<(), String> {
+        let (retiring, file, upto) = {
+            let w = shared.lock().unwrap();
+            if w.unsynced && w.file.is_none() {
+                return Ok(());
+            }
+            let file = w.file.clone().filter(|_| w.unsynced);
+            (
+                w.retiring.clone(),
+                file,
+                w.marks.written.load(Ordering::Acquire),
+            )
+        };
+        let synced = retiring
+            .as_deref()
+            .map_or(Ok(()), File::sync_all)
+            .and_then(|()| file.as_deref().map_or(Ok(()), File::sync_data));
+        let mut w = shared.lock().unwrap();
+        match synced {
+            Ok(()) => {
+                if let (Some(synced), Some(old)) = (&retiring, &w.retiring)
+                    && Arc::ptr_eq(synced, old)
+                {
+                    w.retiring = None;
+                }
+                w.marks.synced.fetch_max(upto, Ordering::AcqRel);
+                let more = w.marks.written.load(Ordering::Acquire) > upto;
+                w.unsynced = more;
+                w.dirty_since = (more && w.policy == FsyncPolicy::Interval).then(Instant::now);
+                w.marks.publish(upto);
+                Ok(())
+            }
+            Err(e) => Err(w.failed(e)),
         }
-        self.unsynced = false;
-        self.sync()?;
-        self.file = None;
+    }
+
+    /// On the writer thread: rotates the active file to the backup once it has reached its
+    /// size. The writer's lock is held only for the rename and the open; the old file is
+    /// synced before (most of it, while appenders still write to it) and after (the rest,
+    /// while they write to the new one), outside the lock. A failed rotation is reported like
+    /// a failed write and tried again [`SYNC_INTERVAL`] later.
+    pub(super) fn rotate_if_due(shared: &Mutex<Writer>) {
+        let file = {
+            let w = shared.lock().unwrap();
+            let due =
+                w.size >= w.rotate_bytes && w.rotate_retry.is_none_or(|t| Instant::now() >= t);
+            match &w.file {
+                Some(file) if due => file.clone(),
+                _ => return,
+            }
+        };
+        let _ = file.sync_data();
+        let switched = {
+            let mut w = shared.lock().unwrap();
+            let switched = w.switch_files();
+            match &switched {
+                Ok(_) => {
+                    w.rotate_asked = false;
+                    w.rotate_retry = None;
+                }
+                Err(_) => {
+                    // The next appender to write asks again, and the thread waits for the
+                    // retry's time.
+                    w.rotate_asked = false;
+                    w.rotate_retry = Some(Instant::now() + SYNC_INTERVAL);
+                }
+            }
+            switched.map_err(|e| w.failed(e))
+        };
+        if let Ok(Some(dir)) = switched {
+            let _ = Writer::sync_unlocked(shared);
+            if let Ok(dir) = File::open(&dir) {
+                let _ = dir.sync_all();
+            }
+        }
+    }
+
+    /// Renames the active file to the backup and opens a new active file; no sync. The old
+    /// file becomes `retiring`. Returns the directory to sync, or None when there is nothing
+    /// to rotate (the file is closed, or not full).
+    fn switch_files(&mut self) -> std::io::Result<Option<std::path::PathBuf>> {
+        let Some(old) = self.file.clone().filter(|_| self.size >= self.rotate_bytes) else {
+            return Ok(None);
+        };
         std::fs::rename(&self.files.active, &self.files.backup)?;
+        // The old handle now writes into the backup: nothing goes through it again.
+        self.file = None;
+        self.retiring = Some(old);
         let (file, _) = open_for_append(&self.files.active)?;
-        if let Some(Ok(dir)) = self.files.active.parent().map(File::open) {
-            let _ = dir.sync_all();
-        }
         self.file = Some(Arc::new(file));
         self.size = 0;
         self.marks.bytes.store(0, Ordering::Relaxed);
         tracing::info!(backup = %self.files.backup.display(), "journal rotated");
-        Ok(())
+        Ok(Some(
+            self.files
+                .active
+                .parent()
+                .map_or_else(|| Path::new(".").to_owned(), Path::to_owned),
+        ))
     }
 
     /// Records a failure: logged once per outage, counted, reported. The backlog is kept
-    /// whole (the inbox refuses new messages while it is over [`MAX_BACKLOG`]).
+    /// whole (the inbox refuses new messages while it is over [`super::MAX_BACKLOG`]).
     fn failed(&mut self, e: std::io::Error) -> String {
         self.marks.errors.fetch_add(1, Ordering::Relaxed);
         let cause = e.to_string();
@@ -602,6 +571,223 @@ impl Writer {
         // The file handle may be bad (e.g. it was replaced); reopen on retry.
         self.file = None;
         cause
+    }
+}
+
+/// The writer thread's own state ([`Writer::run`]).
+struct WriterThread {
+    shared: Arc<Mutex<Writer>>,
+    marks: Arc<Marks>,
+    policy: FsyncPolicy,
+    syncer: Option<Syncer>,
+    reserver: Reserver,
+    /// The wait before the next retry of a failed write.
+    backoff: Duration,
+    /// `never`: the last round wrote something, so more is likely coming; stay on the
+    /// flush timer one more round rather than have the next appender wake the thread.
+    streaming: bool,
+}
+
+impl WriterThread {
+    /// How long to wait for a job before looking again; None: until one comes. Appenders
+    /// need not wake a thread that waits with a timeout (`armed`).
+    fn wait(&self) -> Option<Duration> {
+        let mut w = self.shared.lock().unwrap();
+        let failing = self.marks.is_failing.load(Ordering::Acquire);
+        let wait = if !w.backlog.is_empty() && failing {
+            Some(self.backoff)
+        } else if !w.backlog.is_empty() || self.streaming {
+            Some(FLUSH_INTERVAL)
+        } else if self.reserver.failing {
+            Some(self.backoff)
+        } else {
+            w.dirty_since
+                .map(|t| SYNC_INTERVAL.saturating_sub(t.elapsed()))
+        };
+        // A failed rotation is tried again on time, as long as there is a full file to rotate.
+        let retry = w
+            .rotate_retry
+            .filter(|_| w.file.is_some() && w.size >= w.rotate_bytes)
+            .map(|t| t.saturating_duration_since(Instant::now()));
+        let wait = match (wait, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        w.armed = wait.is_some();
+        wait
+    }
+
+    /// Takes `jobs`, writes the backlog, and answers or hands to the sync thread whoever
+    /// waits for it.
+    fn round(&mut self, jobs: impl Iterator<Item = Job>) {
+        let mut w = self.shared.lock().unwrap();
+        let mut acks = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Commit(b) => {
+                    w.enqueue(&b.bytes, b.last);
+                    acks.push(b.ack);
+                }
+                Job::Wake => {}
+                Job::Reserve { unwritten, ack } => {
+                    self.reserver.unwritten |= unwritten;
+                    self.reserver.acks.push(ack);
+                }
+            }
+        }
+        let marks = &self.marks;
+        let written_before = marks.written.load(Ordering::Acquire);
+        let result = if self.policy == FsyncPolicy::Never {
+            // Appenders queue under this lock: write without holding it.
+            drop(w);
+            let result = Writer::flush_unlocked(&self.shared);
+            w = self.shared.lock().unwrap();
+            result
+        } else {
+            w.commit()
+        };
+        let wrote = marks.written.load(Ordering::Acquire) > written_before;
+        // `always`: what was written, and the appenders waiting for it, go to the sync
+        // thread; they are acknowledged once it has synced.
+        let to_sync =
+            (self.policy == FsyncPolicy::Always && result.is_ok() && (wrote || !acks.is_empty()))
+                .then(|| SyncJob {
+                    file: w.file.clone(),
+                    upto: marks.written.load(Ordering::Acquire),
+                    acks: std::mem::take(&mut acks),
+                });
+        self.streaming = self.policy == FsyncPolicy::Never && wrote;
+        drop(w);
+        self.backoff = match result {
+            Ok(()) => BACKOFF_MIN,
+            Err(_) => (self.backoff * 2).min(BACKOFF_MAX),
+        };
+        for ack in acks {
+            let _ = ack.send(result.clone());
+        }
+        let unsent = to_sync.and_then(|job| match &self.syncer {
+            Some(syncer) => syncer.tx.send(job).err().map(|mpsc::SendError(job)| job),
+            None => Some(job),
+        });
+        if let Some(job) = unsent {
+            // No sync thread (it could not be spawned, or it is gone): sync here.
+            let mut w = self.shared.lock().unwrap();
+            let result = w.sync().map_err(|e| w.failed(e));
+            drop(w);
+            for ack in job.acks {
+                let _ = ack.send(result.clone());
+            }
+        }
+    }
+
+    /// `interval`: syncs, outside the lock, once the oldest unsynced write is a second old.
+    fn sync_if_due(&self) {
+        let due = self
+            .shared
+            .lock()
+            .unwrap()
+            .dirty_since
+            .is_some_and(|t| t.elapsed() >= SYNC_INTERVAL);
+        if due {
+            let _ = Writer::sync_unlocked(&self.shared);
+        }
+    }
+
+    /// Stops the sync thread, then writes and syncs what is left, and shrinks the reservation
+    /// back when everything handed out is synced.
+    fn finish(self) {
+        let WriterThread {
+            shared,
+            marks,
+            syncer,
+            reserver,
+            ..
+        } = self;
+        if let Some(Syncer { tx, thread }) = syncer {
+            // Every appender gets its answer before the last sync below. No appender is left
+            // to send (every sender of `rx` is gone), so the appenders' handle goes too.
+            shared.lock().unwrap().sync_tx = None;
+            drop(tx);
+            let _ = thread.join();
+        }
+        let mut w = shared.lock().unwrap();
+        match w
+            .commit()
+            .and_then(|()| w.sync().map_err(|e| e.to_string()))
+        {
+            Ok(()) => {
+                // Everything handed out is synced: no seq needs reserving past it, so a clean
+                // restart continues without a gap.
+                let synced = marks.synced.load(Ordering::Acquire);
+                if synced >= marks.assigned.load(Ordering::Acquire)
+                    && Reservation::now(synced, synced, true)
+                        .write(&reserver.file)
+                        .is_ok()
+                {
+                    marks.reserved.store(synced, Ordering::Release);
+                }
+            }
+            Err(cause) => tracing::error!("journal not flushed at shutdown: {cause}"),
+        }
+    }
+}
+
+/// The writer thread's hold on `channels.seq`: it reserves ahead of the assigned seqs, and on
+/// demand before an append shows seqs past the reservation.
+struct Reserver {
+    file: File,
+    /// The last write of the reservation failed.
+    failing: bool,
+    /// Appenders waiting for a reservation.
+    acks: Vec<oneshot::Sender<()>>,
+    /// Seqs may be shown before they are written: always with `never`, and from the first
+    /// reservation asked for a message the journal failed to take (for the rest of the run).
+    unwritten: bool,
+}
+
+impl Reserver {
+    /// Reserves ahead (every policy: `always` shows a record once written, before its sync)
+    /// or on demand, outside the writer's lock; then answers whoever asked.
+    fn step(&mut self, marks: &Marks) {
+        let assigned = marks.assigned.load(Ordering::Acquire);
+        let reserved = marks.reserved.load(Ordering::Acquire);
+        let ahead = assigned + RESERVE_BLOCK / 2 > reserved;
+        let asked = !self.acks.is_empty()
+            && (assigned > reserved
+                || (self.unwritten && assigned > marks.reserved_unwritten.load(Ordering::Acquire)));
+        // A failed write or sync may leave shown records out of the page cache too: from
+        // now on, a restart must not count on it.
+        let degraded = !self.unwritten && marks.is_failing.load(Ordering::Acquire);
+        self.unwritten |= degraded;
+        if ahead || asked || degraded {
+            let upto = assigned + RESERVE_BLOCK;
+            let floor = marks.written.load(Ordering::Acquire);
+            match Reservation::now(upto, floor, !self.unwritten).write(&self.file) {
+                Ok(()) => {
+                    marks.reserved.fetch_max(upto, Ordering::AcqRel);
+                    if self.unwritten {
+                        marks.reserved_unwritten.fetch_max(upto, Ordering::AcqRel);
+                    }
+                    // `always`: what an appender wrote past the old reservation may show
+                    // now, before its sync.
+                    marks.publish(marks.written.load(Ordering::Acquire));
+                    if std::mem::take(&mut self.failing) {
+                        tracing::info!("seq reservation written again");
+                    }
+                }
+                Err(e) if !std::mem::replace(&mut self.failing, true) => {
+                    tracing::error!(
+                        cause = %e,
+                        "cannot reserve seqs in channels.seq; messages not on disk are held back"
+                    );
+                }
+                Err(_) => {}
+            }
+            marks.reserve_asked.store(false, Ordering::Release);
+        }
+        for ack in self.acks.drain(..) {
+            let _ = ack.send(());
+        }
     }
 }
 
@@ -740,5 +926,57 @@ mod tests {
         assert!(!marks.is_failing.load(Ordering::Acquire));
         assert_eq!(marks.committed.get(), 2);
         assert_eq!(sync_rx.try_recv().unwrap().upto, 2);
+    }
+
+    #[test]
+    fn an_appender_that_fills_the_file_only_asks_the_writer_thread_to_rotate() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path().join("channels.jsonl"));
+        let (file, _) = open_for_append(&files.active).unwrap();
+        let marks = Arc::new(Marks::new(0, 0, &Reservation::now(10, 0, true)));
+        // The second record fills the file.
+        let rotate_bytes = record(1).len() as u64 + 1;
+        let shared = Arc::new(Mutex::new(Writer::new(
+            files.clone(),
+            file,
+            FsyncPolicy::Interval,
+            rotate_bytes,
+            marks.clone(),
+        )));
+        let append = |seq| {
+            shared
+                .lock()
+                .unwrap()
+                .append_now(record(seq).as_bytes(), seq)
+        };
+        assert!(matches!(append(1), (Ok(()), true)), "arms the sync timer");
+        assert!(matches!(append(2), (Ok(()), true)), "asks for the rotation");
+        assert!(matches!(append(3), (Ok(()), false)), "asked already");
+        // Nothing was synced or renamed on the appending side.
+        assert!(!files.backup.exists());
+        assert_eq!(
+            std::fs::read_to_string(&files.active).unwrap(),
+            record(1) + &record(2) + &record(3)
+        );
+        assert_eq!(marks.synced.load(Ordering::Acquire), 0);
+
+        // The writer thread rotates: the old file, synced, becomes the backup.
+        Writer::rotate_if_due(&shared);
+        assert_eq!(
+            std::fs::read_to_string(&files.backup).unwrap(),
+            record(1) + &record(2) + &record(3)
+        );
+        assert_eq!(std::fs::read_to_string(&files.active).unwrap(), "");
+        assert_eq!(marks.synced.load(Ordering::Acquire), 3);
+        assert!(shared.lock().unwrap().retiring.is_none());
+        assert!(matches!(append(4), (Ok(()), false)), "armed, and not full");
+        assert!(
+            matches!(append(5), (Ok(()), true)),
+            "asks for the next rotation"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&files.active).unwrap(),
+            record(4) + &record(5)
+        );
     }
 }
