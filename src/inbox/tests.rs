@@ -1,6 +1,7 @@
 //! Inbox tests on a real temporary home.
 
 use super::*;
+use journal::{Files, Marks};
 
 fn settings() -> InboxSettings {
     InboxSettings {
@@ -21,6 +22,11 @@ async fn on_disk(settings: &InboxSettings) -> (tempfile::TempDir, Home, Inbox) {
     let (dir, home) = temp_home();
     let inbox = Inbox::open(&home, settings).await.unwrap();
     (dir, home, inbox)
+}
+
+/// The journal's progress marks of an inbox on disk.
+fn marks(inbox: &Inbox) -> &Marks {
+    inbox.inner.log.marks().expect("an inbox on a journal")
 }
 
 fn journal_seqs(path: &std::path::Path) -> Vec<Seq> {
@@ -161,7 +167,12 @@ async fn rotation_keeps_exactly_one_backup() {
     assert_eq!(names, vec!["channels.jsonl", "channels.jsonl.1"]);
     let backup = journal_seqs(&dir.path().join("channels.jsonl.1"));
     let active = journal_seqs(&home.journal());
-    assert_eq!(*active.last().unwrap(), 300);
+    // The writer thread rotates once the file is full, which may be after the last append.
+    assert_eq!(
+        active.last().or(backup.last()),
+        Some(&300),
+        "the newest record is kept"
+    );
     assert_eq!(
         backup.last().unwrap() + 1,
         active.first().copied().unwrap_or(301)
@@ -436,7 +447,7 @@ async fn a_crash_of_the_process_leaves_no_gap_unless_seqs_were_shown_unwritten()
                 .unwrap();
         }
         // Wait until the writer has taken its reservation ahead and written every record.
-        let marks = &inbox.inner.marks;
+        let marks = marks(&inbox);
         let start = std::time::Instant::now();
         while marks.written.load(Ordering::Acquire) < 20
             || marks.reserved.load(Ordering::Acquire) < journal::RESERVE_BLOCK
@@ -490,7 +501,7 @@ async fn a_crash_of_the_process_leaves_no_gap_unless_seqs_were_shown_unwritten()
 #[tokio::test(flavor = "multi_thread")]
 async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() {
     let (_dir, home, inbox) = on_disk(&policy(FsyncPolicy::Always)).await;
-    let marks = &inbox.inner.marks;
+    let marks = marks(&inbox);
     let (release, gate) = std::sync::mpsc::channel();
     *marks.sync_gate.lock().unwrap() = Some(gate);
     let committed = inbox.committed();
@@ -547,7 +558,7 @@ async fn always_shows_a_written_record_before_its_sync_and_acknowledges_after() 
 #[tokio::test(flavor = "multi_thread")]
 async fn interval_syncs_a_lone_write_within_about_a_second() {
     let (_dir, _home, inbox) = on_disk(&policy(FsyncPolicy::Interval)).await;
-    let marks = &inbox.inner.marks;
+    let marks = marks(&inbox);
     // Let the writer thread finish its boot work (the seq reservation) and go idle first.
     let start = std::time::Instant::now();
     while marks.reserved.load(Ordering::Acquire) < journal::RESERVE_BLOCK {
@@ -711,7 +722,7 @@ async fn never_writes_what_it_queued_in_seq_order_without_a_later_append() {
     for t in tasks {
         t.await.unwrap();
     }
-    let marks = &inbox.inner.marks;
+    let marks = marks(&inbox);
     let start = std::time::Instant::now();
     while marks.written.load(Ordering::Acquire) < 2000 {
         assert!(

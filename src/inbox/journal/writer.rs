@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use super::{FLUSH_INTERVAL, Files, Marks, RESERVE_BLOCK, Reservation, open_for_append};
 use crate::inbox::FsyncPolicy;
+use crate::inbox::log::Batch;
 use crate::message::Seq;
 
 /// With `interval`, the longest a write stays unsynced; after a failed rotation, the wait
@@ -84,20 +85,10 @@ pub struct Syncer {
     thread: std::thread::JoinHandle<()>,
 }
 
-/// A batch of encoded records for the writer.
-pub struct Batch {
-    /// JSON lines, each ending in `\n`; may be empty (then the writer only retries its backlog).
-    pub bytes: Vec<u8>,
-    /// The highest seq in `bytes`.
-    pub last: Seq,
-    /// Told once the batch is written (and synced, per policy), or why not.
-    pub ack: oneshot::Sender<Result<(), String>>,
-}
-
 /// What the writer thread is asked to do.
 pub enum Job {
-    /// Write (and sync) a batch, then acknowledge it.
-    Commit(Batch),
+    /// Write (and sync) the backlog, then answer here.
+    Commit(oneshot::Sender<Result<(), String>>),
     /// Look at the backlog, the sync timer, the reservation and the file's size now.
     Wake,
     /// Reserve seqs beyond everything assigned, then acknowledge.
@@ -137,7 +128,7 @@ pub struct Writer {
     /// After a failed rotation, the time of the next attempt.
     rotate_retry: Option<Instant>,
     /// `always`: the sync thread's queue, for appenders that write their batch themselves
-    /// ([`Writer::append_then_sync`]). None before the writer thread starts it, after it
+    /// ([`Writer::write_then_sync`]). None before the writer thread starts it, after it
     /// stops, and when it could not be spawned.
     sync_tx: Option<mpsc::Sender<SyncJob>>,
     marks: Arc<Marks>,
@@ -174,8 +165,18 @@ impl Writer {
         }
     }
 
-    /// Adds `bytes` to the backlog, which then holds the records up to `last` (0: none new, as
-    /// for an append that only repeats ids; records encoded through [`Writer::backlog`] count).
+    /// Encodes `batch` straight into the backlog, after what is there already (an appender
+    /// then writes or queues it).
+    pub fn take(&mut self, batch: &Batch<'_>) {
+        batch.encode(&mut self.backlog);
+        self.backlog_last = self.backlog_last.max(batch.last());
+        self.marks
+            .backlog_bytes
+            .store(self.backlog.len(), Ordering::Relaxed);
+    }
+
+    /// Adds encoded records to the backlog, which then holds the records up to `last`.
+    #[cfg(test)]
     fn enqueue(&mut self, bytes: &[u8], last: Seq) {
         self.backlog.extend_from_slice(bytes);
         self.backlog_last = self.backlog_last.max(last);
@@ -184,11 +185,10 @@ impl Writer {
             .store(self.backlog.len(), Ordering::Relaxed);
     }
 
-    /// `interval`: writes `bytes` now, from the appending task, after any backlog. Also says
-    /// whether the caller must wake the thread: for its sync timer, to retry after a failure,
-    /// or to rotate the file this write filled.
-    pub fn append_now(&mut self, bytes: &[u8], last: Seq) -> (Result<(), String>, bool) {
-        self.enqueue(bytes, last);
+    /// `interval` (and `never` while the journal fails): writes the backlog now, from the
+    /// appending task. Also says whether the caller must wake the thread: for its sync timer,
+    /// to retry after a failure, or to rotate the file this write filled.
+    pub fn write_now(&mut self) -> (Result<(), String>, bool) {
         let result = self.commit();
         let arm = (result.is_err() || self.dirty_since.is_some())
             && !std::mem::replace(&mut self.armed, true);
@@ -196,26 +196,23 @@ impl Writer {
         (result, arm || rotate)
     }
 
-    /// `always`: writes `bytes` now, from the appending task, and shows them (as far as the
-    /// reservation covers them); the sync thread answers `ack` once they are synced, with one
+    /// `always`: writes the backlog now, from the appending task, and shows it (as far as the
+    /// reservation covers it); the sync thread answers `ack` once they are synced, with one
     /// fsync for everything written since its last (group commit). So the message a wait is
     /// woken for never waits for another thread to be scheduled first.
     ///
     /// `Ok(wake)`: whether the caller must wake the writer thread, to rotate the file this
     /// write filled or, after a failed write, to retry it. A failed write answers `ack` with
     /// the cause at once and keeps the bytes for the writer thread's retries. `Err(ack)` when
-    /// there is no sync thread: the caller hands the batch to the writer thread instead
+    /// there is no sync thread: the caller leaves the backlog to the writer thread instead
     /// ([`Job::Commit`]).
-    pub fn append_then_sync(
+    pub fn write_then_sync(
         &mut self,
-        bytes: &[u8],
-        last: Seq,
         ack: oneshot::Sender<Result<(), String>>,
     ) -> Result<bool, oneshot::Sender<Result<(), String>>> {
         if self.sync_tx.is_none() {
             return Err(ack);
         }
-        self.enqueue(bytes, last);
         if let Err(cause) = self.commit() {
             let _ = ack.send(Err(cause));
             return Ok(!std::mem::replace(&mut self.armed, true));
@@ -241,17 +238,9 @@ impl Writer {
         Ok(self.ask_rotation())
     }
 
-    /// `never`: the backlog, for an appender to encode its records into straight away (then
-    /// [`Writer::queued`]).
-    pub fn backlog(&mut self) -> &mut Vec<u8> {
-        &mut self.backlog
-    }
-
-    /// `never`: queues `bytes` for the thread, which writes within [`FLUSH_INTERVAL`], after
-    /// whatever was encoded into [`Writer::backlog`]; the records up to `last` are queued now.
+    /// `never`: leaves the backlog to the thread, which writes it within [`FLUSH_INTERVAL`].
     /// True when the caller must wake the thread.
-    pub fn queued(&mut self, bytes: &[u8], last: Seq) -> bool {
-        self.enqueue(bytes, last);
+    pub fn queued(&mut self) -> bool {
         !std::mem::replace(&mut self.armed, true)
     }
 
@@ -624,10 +613,7 @@ impl WriterThread {
         let mut acks = Vec::new();
         for job in jobs {
             match job {
-                Job::Commit(b) => {
-                    w.enqueue(&b.bytes, b.last);
-                    acks.push(b.ack);
-                }
+                Job::Commit(ack) => acks.push(ack),
                 Job::Wake => {}
                 Job::Reserve { unwritten, ack } => {
                     self.reserver.unwritten |= unwritten;
@@ -793,9 +779,29 @@ impl Reserver {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
     use std::path::{Path, PathBuf};
 
     use super::*;
+    use crate::message::Message;
+
+    impl Writer {
+        /// What an `interval` appender does with the record of `seq`.
+        fn appended(&mut self, seq: Seq) -> (Result<(), String>, bool) {
+            self.enqueue(record(seq).as_bytes(), seq);
+            self.write_now()
+        }
+
+        /// What an `always` appender does with the record of `seq`.
+        fn appended_always(
+            &mut self,
+            seq: Seq,
+            ack: oneshot::Sender<Result<(), String>>,
+        ) -> Result<bool, oneshot::Sender<Result<(), String>>> {
+            self.enqueue(record(seq).as_bytes(), seq);
+            self.write_then_sync(ack)
+        }
+    }
     use crate::inbox::journal::record;
 
     #[test]
@@ -808,9 +814,12 @@ mod tests {
         let (file, _) = open_for_append(&files.active).unwrap();
         let marks = Arc::new(Marks::new(0, 0, &Reservation::default()));
         let mut w = Writer::new(files, file, FsyncPolicy::Never, 1 << 20, marks.clone());
-        w.backlog().extend_from_slice(record(1).as_bytes());
-        assert!(w.queued(&[], 1), "the first queue wakes the thread");
-        assert!(!w.queued(&[], 0), "armed already");
+        let queued: VecDeque<Arc<Message>> =
+            VecDeque::from([Arc::new(serde_json::from_str(&record(1)).unwrap())]);
+        w.take(&Batch::new(queued.range(..), 1));
+        assert!(w.queued(), "the first queue wakes the thread");
+        w.take(&Batch::new(queued.range(1..), 0));
+        assert!(!w.queued(), "armed already");
         w.commit().unwrap();
         assert_eq!(marks.written.load(Ordering::Acquire), 1);
     }
@@ -843,10 +852,7 @@ mod tests {
         let (mut w, marks, active, sync_rx) =
             always_writer(dir.path(), |p| open_for_append(p).unwrap().0);
         let (ack, mut acked) = oneshot::channel();
-        assert!(matches!(
-            w.append_then_sync(record(1).as_bytes(), 1, ack),
-            Ok(false)
-        ));
+        assert!(matches!(w.appended_always(1, ack), Ok(false)));
         // Written and shown by the time the call returns, on the caller's thread...
         assert_eq!(std::fs::read_to_string(&active).unwrap(), record(1));
         assert_eq!(marks.committed.get(), 1);
@@ -865,7 +871,7 @@ mod tests {
         // Without a sync thread the batch is handed back, untouched, for the writer thread.
         w.sync_tx = None;
         let (ack, _acked) = oneshot::channel();
-        assert!(w.append_then_sync(record(2).as_bytes(), 2, ack).is_err());
+        assert!(w.appended_always(2, ack).is_err());
         assert_eq!(std::fs::read_to_string(&active).unwrap(), record(1));
     }
 
@@ -906,7 +912,7 @@ mod tests {
         let (mut w, marks, active, sync_rx) = always_writer(dir.path(), |p| File::open(p).unwrap());
         let (ack, mut acked) = oneshot::channel();
         assert!(
-            matches!(w.append_then_sync(record(1).as_bytes(), 1, ack), Ok(true)),
+            matches!(w.appended_always(1, ack), Ok(true)),
             "a failure wakes the writer thread, to retry with backoff"
         );
         assert!(matches!(acked.try_recv(), Ok(Err(_))), "told at once");
@@ -915,10 +921,7 @@ mod tests {
         assert!(sync_rx.try_recv().is_err(), "nothing to sync");
         // The next append writes the kept record first, through a handle opened again.
         let (ack, _acked) = oneshot::channel();
-        assert!(matches!(
-            w.append_then_sync(record(2).as_bytes(), 2, ack),
-            Ok(false)
-        ));
+        assert!(matches!(w.appended_always(2, ack), Ok(false)));
         assert_eq!(
             std::fs::read_to_string(&active).unwrap(),
             record(1) + &record(2)
@@ -943,12 +946,7 @@ mod tests {
             rotate_bytes,
             marks.clone(),
         )));
-        let append = |seq| {
-            shared
-                .lock()
-                .unwrap()
-                .append_now(record(seq).as_bytes(), seq)
-        };
+        let append = |seq| shared.lock().unwrap().appended(seq);
         assert!(matches!(append(1), (Ok(()), true)), "arms the sync timer");
         assert!(matches!(append(2), (Ok(()), true)), "asks for the rotation");
         assert!(matches!(append(3), (Ok(()), false)), "asked already");
