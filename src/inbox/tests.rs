@@ -2,6 +2,7 @@
 
 use super::*;
 use journal::{Files, Marks};
+use log::Batch;
 
 fn settings() -> InboxSettings {
     InboxSettings {
@@ -737,4 +738,99 @@ async fn never_writes_what_it_queued_in_seq_order_without_a_later_append() {
         (1..=2000).collect::<Vec<_>>()
     );
     inbox.close().await;
+}
+
+/// A log that keeps the seqs it is handed, in the order it gets them, and can read nothing
+/// back: what a second implementation of the boundary sees.
+struct Recording {
+    seqs: Arc<Mutex<Vec<Seq>>>,
+    committed: SeqWatch,
+}
+
+impl Log for Recording {
+    fn admit(&self) -> Result<(), InboxError> {
+        Ok(())
+    }
+
+    fn append(&self, batch: Batch<'_>) -> Landing {
+        let mut seqs = self.seqs.lock().unwrap();
+        seqs.extend(batch.messages().map(|m| m.seq));
+        assert_eq!(seqs.last().copied().unwrap_or(0), batch.last());
+        Landing::Now(Ok(()))
+    }
+
+    fn show(
+        &self,
+        upto: Seq,
+        _: Seq,
+        _: &Result<(), String>,
+    ) -> Option<futures::future::BoxFuture<'static, ()>> {
+        self.committed.advance(upto);
+        None
+    }
+
+    fn committed(&self) -> &SeqWatch {
+        &self.committed
+    }
+
+    fn durable(&self) -> Seq {
+        Seq::MAX
+    }
+
+    fn held(&self) -> Seq {
+        0
+    }
+
+    fn read_after(
+        &self,
+        _: Seq,
+        _: usize,
+        _: Option<&str>,
+    ) -> futures::future::BoxFuture<'static, std::io::Result<(Vec<Message>, Seq)>> {
+        Box::pin(std::future::ready(Ok((Vec::new(), 0))))
+    }
+
+    fn stats(&self) -> log::LogStats {
+        log::LogStats::default()
+    }
+
+    fn close(&self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_log_gets_batches_in_seq_order_and_the_ring_keeps_what_it_cannot_read_back() {
+    let recording = Recording {
+        seqs: Arc::default(),
+        committed: SeqWatch::new(0),
+    };
+    let seqs = recording.seqs.clone();
+    let opened = Opened {
+        log: Box::new(recording),
+        replayed: Vec::new(),
+        start: 0,
+        skipped: 0,
+    };
+    let inbox = Inbox::build(&settings(), opened);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let inbox = inbox.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                let batch = (0..3)
+                    .map(|j| NewMessage::new("t", "c", format!("{t}-{i}-{j}")))
+                    .collect();
+                inbox.append_batch(batch).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*seqs.lock().unwrap(), (1..=480).collect::<Vec<_>>());
+    assert_eq!(inbox.last_seq(), 480);
+    // Over the ring's 50, but the log can give nothing back: the ring keeps every message.
+    assert_eq!(inbox.stats().ring_depth, 480);
+    assert_eq!(inbox.read_after(0, 1000).await.len(), 480);
 }

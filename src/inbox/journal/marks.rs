@@ -7,18 +7,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use super::Reservation;
-use crate::inbox::FsyncPolicy;
 use crate::inbox::seq_watch::SeqWatch;
 use crate::message::Seq;
 
-/// The journal's progress, shared by the writer and the inbox: what is assigned, written,
-/// synced and reserved, and the `committed` watch that readers follow.
+/// The journal's progress, shared by its writer, its sync thread and its [`super::Journal`]
+/// handle: what is assigned, written, synced and reserved, and the `committed` watch that
+/// readers follow. What each fsync policy's answer promises is read from here
+/// ([`super::policy::Policy::durable`]).
 ///
 /// A seq becomes visible (published on `committed`) only when it can never be handed out
 /// again: it is synced in the journal, or at most the seq reserved in `channels.seq`.
 #[derive(Debug)]
 pub struct Marks {
-    /// The highest seq assigned (set by the inbox under its ring lock).
+    /// The highest seq assigned (set by each append, under the inbox's append lock).
     pub assigned: AtomicU64,
     /// The highest seq written to the journal file (records are written in seq order).
     pub written: AtomicU64,
@@ -75,14 +76,6 @@ impl Marks {
         }
     }
 
-    /// Marks with no journal: everything is as durable as it will ever be.
-    pub fn memory() -> Marks {
-        let marks = Marks::new(Seq::MAX, Seq::MAX, &Reservation::default());
-        marks.assigned.store(0, Ordering::Relaxed);
-        marks.committed.replace(0);
-        marks
-    }
-
     /// The highest seq that can never be handed out again: synced, or written and reserved,
     /// or reserved in mode `u`.
     pub fn safe(&self) -> Seq {
@@ -97,14 +90,6 @@ impl Marks {
     /// Makes seqs up to `upto` visible, as far as they are safe.
     pub fn publish(&self, upto: Seq) {
         self.committed.advance(upto.min(self.safe()));
-    }
-
-    /// The highest seq on disk as `policy` promises it: synced for `always`, written otherwise.
-    pub fn durable(&self, policy: FsyncPolicy) -> Seq {
-        match policy {
-            FsyncPolicy::Always => self.synced.load(Ordering::Acquire),
-            FsyncPolicy::Interval | FsyncPolicy::Never => self.written.load(Ordering::Acquire),
-        }
     }
 
     /// The cause of the current failure.

@@ -101,8 +101,9 @@ pub enum Job {
     },
 }
 
-/// The writer: group commit, rotation, failure and retry. Shared between the
-/// writer thread and (for `interval`/`never`) appending tasks.
+/// The writer: the backlog, the active file, failure and retry. Shared, behind one lock, by
+/// the appending tasks (which encode into the backlog and write or queue it), the writer
+/// thread and the sync thread.
 pub struct Writer {
     files: Files,
     file: Option<Arc<File>>,
