@@ -15,8 +15,8 @@
 //!   whether this very retry landed.
 //!
 //! Rotation (due once the active file passes its size) is the writer thread's: an appender
-//! that fills the file only asks for it, and no fsync runs under the writer's lock (see
-//! [`writer`]). A failed write is truncated away, logged once, reported and retried with
+//! that fills the file only asks for it, and the syncs around the rename run outside the
+//! writer's lock (see [`writer`]). A failed write is truncated away, logged once, reported and retried with
 //! backoff; the caller is told the batch is not durable, and the bytes are kept (up to
 //! [`MAX_BACKLOG`]) until a retry lands them.
 //!

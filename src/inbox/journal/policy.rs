@@ -3,8 +3,9 @@
 //!
 //! [`Policy::hand_off`] runs under the inbox's append lock (so batches reach the writer in
 //! seq order) and takes the writer's lock only to encode the batch into the writer's backlog
-//! and write or queue it; nothing here syncs or renames (the sync thread and the writer
-//! thread do). [`Policy::durable`] is what the policy's answer promises, as a seq.
+//! and write or queue it; the syncs and the rotation are the sync thread's and the writer
+//! thread's (see [`super::writer`] for the one fallback). [`Policy::durable`] is what the
+//! policy's answer promises, as a seq.
 
 use std::sync::atomic::Ordering;
 

@@ -2,12 +2,16 @@
 //! retry, and the seq reservation ahead.
 //!
 //! The [`Writer`] is shared, behind one lock, by the appending tasks and two threads. Appenders
-//! write (`always`, `interval`) or queue (`never`) under it. The writer thread ([`Writer::run`])
-//! writes what is queued, retries after a failure, keeps `channels.seq` ahead of the assigned
-//! seqs, syncs on `interval`'s timer and rotates. The sync thread of `always` syncs once for
-//! everything written since its last sync. No `fsync` and no rename runs under the lock, and
-//! none runs on an appending task: an appender that fills the file only asks the writer thread
-//! to rotate it.
+//! encode into its backlog and write it (`always`, `interval`) or leave it queued (`never`).
+//! The writer thread ([`Writer::run`]) writes what is queued, retries after a failure, keeps
+//! `channels.seq` ahead of the assigned seqs, syncs on `interval`'s timer and rotates. The
+//! sync thread of `always` syncs once for everything written since its last sync.
+//!
+//! Rotation is the writer thread's alone: an appender that fills the file only asks for it.
+//! The lock is held for the rename and the open, not for the syncs around them. Syncs run
+//! outside the lock and off the appending tasks, except in fallbacks: the writer thread's last
+//! sync at shutdown, its syncs when the sync thread could not be spawned, and an appender's
+//! when the sync thread has died (rather than never answer).
 
 use std::fs::File;
 use std::io::Write;
