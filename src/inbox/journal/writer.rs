@@ -315,9 +315,14 @@ impl Writer {
                     Err(_) => break,
                 },
             };
-            thread.round(first.into_iter().chain(rx.try_iter()));
-            Writer::rotate_if_due(&thread.shared);
-            thread.sync_if_due();
+            let due = thread.round(first.into_iter().chain(rx.try_iter()));
+            if due.rotation {
+                Writer::rotate_if_due(&thread.shared);
+            }
+            if due.sync {
+                // `interval`'s timer: appenders keep writing meanwhile.
+                let _ = Writer::sync_unlocked(&thread.shared);
+            }
         }
         thread.finish();
     }
@@ -612,8 +617,8 @@ impl WriterThread {
     }
 
     /// Takes `jobs`, writes the backlog, and answers or hands to the sync thread whoever
-    /// waits for it.
-    fn round(&mut self, jobs: impl Iterator<Item = Job>) {
+    /// waits for it. Says what else is due, as seen under the lock it holds anyway.
+    fn round(&mut self, jobs: impl Iterator<Item = Job>) -> Due {
         let mut w = self.shared.lock().unwrap();
         let mut acks = Vec::new();
         for job in jobs {
@@ -648,6 +653,10 @@ impl WriterThread {
                     acks: std::mem::take(&mut acks),
                 });
         self.streaming = self.policy == FsyncPolicy::Never && wrote;
+        let due = Due {
+            rotation: w.size >= w.rotate_bytes && w.file.is_some(),
+            sync: w.dirty_since.is_some_and(|t| t.elapsed() >= SYNC_INTERVAL),
+        };
         drop(w);
         self.backoff = match result {
             Ok(()) => BACKOFF_MIN,
@@ -669,19 +678,7 @@ impl WriterThread {
                 let _ = ack.send(result.clone());
             }
         }
-    }
-
-    /// `interval`: syncs, outside the lock, once the oldest unsynced write is a second old.
-    fn sync_if_due(&self) {
-        let due = self
-            .shared
-            .lock()
-            .unwrap()
-            .dirty_since
-            .is_some_and(|t| t.elapsed() >= SYNC_INTERVAL);
-        if due {
-            let _ = Writer::sync_unlocked(&self.shared);
-        }
+        due
     }
 
     /// Stops the sync thread, then writes and syncs what is left, and shrinks the reservation
@@ -721,6 +718,14 @@ impl WriterThread {
             Err(cause) => tracing::error!("journal not flushed at shutdown: {cause}"),
         }
     }
+}
+
+/// What is due after a round of the writer thread.
+struct Due {
+    /// The active file is full: rotate it (unless a failed rotation waits for its retry).
+    rotation: bool,
+    /// `interval`: the oldest unsynced write is a second old.
+    sync: bool,
 }
 
 /// The writer thread's hold on `channels.seq`: it reserves ahead of the assigned seqs, and on
