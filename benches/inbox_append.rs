@@ -20,8 +20,8 @@
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use switchboard::config::{Home, InboxSettings};
-use switchboard::inbox::{FsyncPolicy, Inbox, journal::Files};
+use switchboard::config::Home;
+use switchboard::inbox::{FsyncPolicy, Inbox, InboxSettings, journal::Files};
 use switchboard::message::{Message, NewMessage};
 
 /// A 120-byte message body, the size the targets are quoted for.

@@ -32,9 +32,9 @@ use crate::actions::writer::JournalWriter;
 use crate::actions::{
     ActionId, ActionSettings, ActionState, ConfirmError, Event, ExecReport, Item, Lifecycle,
 };
-use crate::config::InboxSettings;
 use crate::engine::{Engine, Prepared};
 use crate::home::Home;
+use crate::inbox::InboxSettings;
 use crate::inbox::{Appended, Inbox, InboxError, InboxStats, SeqReceiver, StateStore};
 use crate::message::{Message, NewMessage, Seq};
 use crate::metrics::{Metrics, ReloadResult, SuppressionWatch};

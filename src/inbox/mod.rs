@@ -2,15 +2,21 @@
 //!
 //! An [`Inbox`] is a cheap, cloneable handle. It owns
 //! - the **ring**: the newest messages in memory, for readers, bounded by count
-//!   (`inbox.ringSize`) and bytes (`inbox.ringBytes`). A message leaves it only once it is in
-//!   the journal, so a reader never finds a hole;
-//! - the **seq counter**, advanced under the same lock as the ring append, so
-//!   seqs are strictly increasing in ring and journal order alike;
+//!   (`inbox.ringSize`) and bytes (`inbox.ringBytes`). A message leaves it only once the log
+//!   holds it, so a reader never finds a hole;
+//! - the **seq counter**, advanced under the same lock as the ring append (the append
+//!   lock), so seqs are strictly increasing in ring and log order alike;
 //! - the **id window**: recent source ids, so a retried delivery is
 //!   acknowledged without a second record (and only once the original is durable);
 //! - the **limits** on one message ([`MessageLimits`]), checked before a seq is given;
-//! - the **journal** ([`journal`]), written by one group-commit task, and the seq
-//!   reservation in `channels.seq`.
+//! - its **settings** ([`InboxSettings`], `inbox` in `switchboard.json`);
+//! - the **log** ([`log::Log`]), the durable part behind a small trait: the journal
+//!   ([`journal`]: `channels.jsonl`, written under the fsync policy, and the seq reservation
+//!   in `channels.seq`), or nothing durable for [`Inbox::memory`].
+//!
+//! An append checks the limits, then under the append lock has the log admit the batch,
+//! gives seqs, fills the ring and hands the records to the log, in seq order. Outside the lock
+//! it waits for the log's answer, has the log show the seqs, and answers.
 //!
 //! `append`/`append_batch` return once the batch is durable under the fsync policy.
 //! `committed()` is a watch of the highest visible seq: readers and waiters are woken the
@@ -25,26 +31,25 @@
 
 pub mod cursor;
 pub mod journal;
+pub mod log;
 pub mod seq_watch;
+mod settings;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
 
-use crate::config::{Home, InboxSettings};
+use crate::home::Home;
 use crate::message::{LimitError, Message, MessageLimits, NewMessage, Seq};
 
 pub use crate::home::FsyncPolicy;
 pub use cursor::StateStore;
-use journal::{Batch, Files, Job, MAX_BACKLOG, Marks, Writer};
+use log::{Batch, Landing, Log, Opened};
 pub use seq_watch::{SeqReceiver, SeqWatch};
-
-/// Bytes reserved per message for its journal record (a 120-byte message encodes to ~220).
-const RECORD_BYTES_HINT: usize = 320;
+pub use settings::InboxSettings;
 
 /// The outcome of one append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,13 +165,91 @@ impl IdWindow {
     }
 }
 
-/// The journal's writer: its queue, its thread, and the writer itself, which appending tasks
-/// use directly for `interval` (write) and `never` (queue).
-struct Journal {
-    files: Files,
-    tx: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
-    done: Mutex<Option<std::thread::JoinHandle<()>>>,
-    writer: Arc<Mutex<Writer>>,
+/// What one batch did under the append lock.
+struct Assigned {
+    /// New messages: the ring's last `new`.
+    new: usize,
+    /// The highest new seq (0: none).
+    last: Seq,
+    /// The highest seq the answer depends on: its own, or a duplicate's original not durable
+    /// yet (0: none).
+    need: Seq,
+    /// The highest seq the answer reveals.
+    shown: Seq,
+}
+
+impl Ring {
+    /// Gives the batch's new messages their seqs and puts them in the ring; a source id seen
+    /// recently is answered as a duplicate of its original, which the answer then waits for
+    /// unless it is `durable` already.
+    fn assign<A: Answers>(
+        &mut self,
+        batch: impl Iterator<Item = NewMessage>,
+        now: DateTime<Utc>,
+        durable: Seq,
+        out: &mut A,
+        duplicates: &AtomicU64,
+    ) -> Assigned {
+        let mut a = Assigned {
+            new: 0,
+            last: 0,
+            need: 0,
+            shown: 0,
+        };
+        for new in batch {
+            if let Some(id) = new.id.as_deref().filter(|id| !id.is_empty())
+                && let Some(seq) = self.ids.get(id)
+            {
+                duplicates.fetch_add(1, Ordering::Relaxed);
+                if seq > durable {
+                    a.need = a.need.max(seq);
+                }
+                a.shown = a.shown.max(seq);
+                out.push(Appended {
+                    seq,
+                    duplicate: true,
+                });
+                continue;
+            }
+            self.last_seq += 1;
+            let seq = self.last_seq;
+            let msg = Message::from_new(new, seq, now);
+            if let Some(id) = &msg.id {
+                self.ids.insert(id.clone(), seq);
+            }
+            self.bytes += msg.mem_bytes();
+            self.messages.push_back(Arc::new(msg));
+            out.push(Appended {
+                seq,
+                duplicate: false,
+            });
+            a.new += 1;
+            a.last = seq;
+            a.need = seq;
+            a.shown = seq;
+        }
+        a
+    }
+
+    /// The records [`Ring::assign`] has just put in the ring, for the log.
+    fn batch(&self, a: &Assigned) -> Batch<'_> {
+        Batch::new(self.messages.range(self.messages.len() - a.new..), a.last)
+    }
+
+    /// Drops the oldest messages while the ring is over its count or its bytes, but only those
+    /// the log holds (`held`): a reader must find every message in one or the other.
+    fn evict(&mut self, capacity: usize, max_bytes: usize, held: Seq) {
+        while self.messages.len() > capacity || (self.bytes > max_bytes && self.messages.len() > 1)
+        {
+            match self.messages.front() {
+                Some(m) if m.seq <= held => {
+                    self.bytes -= m.mem_bytes();
+                    self.messages.pop_front();
+                }
+                _ => break,
+            }
+        }
+    }
 }
 
 /// Where [`Inbox::commit`] puts its answers: a `Vec` for a batch, one slot for a single
@@ -204,22 +287,14 @@ impl Answers for One {
     }
 }
 
-/// How an append learns that its batch is in the journal.
-enum Pending {
-    /// Decided already (direct write or queue), with this outcome.
-    Done(Result<(), String>),
-    /// Queued for group commit; the writer answers here.
-    Ack(oneshot::Receiver<Result<(), String>>),
-}
-
+/// What the handles share.
 struct Inner {
+    /// The append lock: the ring, the seq counter and the id window.
     ring: Mutex<Ring>,
     capacity: usize,
     ring_bytes: usize,
     limits: MessageLimits,
-    policy: FsyncPolicy,
-    marks: Arc<Marks>,
-    journal: Option<Journal>,
+    log: Box<dyn Log>,
     duplicates: AtomicU64,
     replay_skipped: u64,
 }
@@ -233,7 +308,13 @@ pub struct Inbox {
 impl Inbox {
     /// An inbox with no journal (tests, benches, `rules test`).
     pub fn memory(settings: &InboxSettings) -> Inbox {
-        Inbox::build(settings, Vec::new(), None, Arc::new(Marks::memory()), 0)
+        let opened = Opened {
+            log: Box::new(log::Memory::new()),
+            replayed: Vec::new(),
+            start: 0,
+            skipped: 0,
+        };
+        Inbox::build(settings, opened)
     }
 
     /// Opens the journal in `home`, replays its tail into the ring and starts the writer.
@@ -241,98 +322,12 @@ impl Inbox {
     /// `channels.seq` unless that says every seq shown was written first and the machine has
     /// not rebooted since: a seq shown before a crash is never handed out again.
     pub async fn open(home: &Home, settings: &InboxSettings) -> Result<Inbox, InboxError> {
-        let files = Files::new(home.journal());
-        let err = |path: &std::path::Path| {
-            let path = path.display().to_string();
-            move |source| InboxError::Journal { path, source }
-        };
-        let (file, cut) = journal::open_for_append(&files.active).map_err(err(&files.active))?;
-        let tail = files
-            .tail(settings.ring_size.max(1))
-            .map_err(err(&files.active))?;
-        let (reservation, old) =
-            journal::open_reservation(&files.reserved).map_err(err(&files.reserved))?;
-        let skipped = tail.skipped + u64::from(cut > 0);
-        if skipped > 0 {
-            tracing::warn!(skipped, "journal replay skipped truncated or corrupt lines");
-        }
-        let on_disk = tail.records.last().map_or(0, |m| m.seq);
-        let mut start = old.start_after(on_disk);
-        if start == on_disk && on_disk > 0 {
-            // Continuing right after the journal (see `journal::Reservation`): what a crashed
-            // process wrote is in the page cache; make it as durable as `synced` says below.
-            if let Err(e) = file.sync_data() {
-                tracing::warn!(cause = %e, "cannot sync the journal at boot");
-                start = on_disk.max(old.upto);
-            }
-        }
-        if start > on_disk {
-            tracing::warn!(
-                last_on_disk = on_disk,
-                reserved = old.upto,
-                "seqs up to {} may have been shown before the last stop without reaching the \
-                 journal; new seqs start at {}",
-                old.upto,
-                start + 1
-            );
-        }
-        // This run's own line, before any seq it covers is shown: its mode follows the policy.
-        let written_first = settings.fsync != FsyncPolicy::Never;
-        let mine = journal::Reservation::now(old.upto.max(start), on_disk, written_first);
-        let reserved = match mine.write(&reservation) {
-            Ok(()) => mine,
-            Err(e) => {
-                // Nothing is shown unsynced until the writer thread manages to write one.
-                tracing::error!(
-                    cause = %e,
-                    "cannot write the seq reservation in channels.seq; messages not on disk are held back"
-                );
-                journal::Reservation::default()
-            }
-        };
-        tracing::info!(
-            replayed = tail.records.len(),
-            bytes_read = tail.bytes_read,
-            last_seq = start,
-            "inbox replayed"
-        );
-        let marks = Arc::new(Marks::new(on_disk, start, &reserved));
-        let writer = Arc::new(Mutex::new(Writer::new(
-            files.clone(),
-            file,
-            settings.fsync,
-            settings.rotate_bytes,
-            marks.clone(),
-        )));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread_writer = writer.clone();
-        let syncer = Writer::start_syncer(&writer);
-        let done = std::thread::Builder::new()
-            .name("journal-writer".into())
-            .spawn(move || Writer::run(thread_writer, rx, reservation, syncer))
-            .map_err(err(&files.active))?;
-        let journal = Journal {
-            files,
-            tx: Mutex::new(Some(tx)),
-            done: Mutex::new(Some(done)),
-            writer,
-        };
-        Ok(Inbox::build(
-            settings,
-            tail.records,
-            Some(journal),
-            marks,
-            skipped,
-        ))
+        let opened = journal::open(home.journal(), settings)?;
+        Ok(Inbox::build(settings, opened))
     }
 
-    fn build(
-        settings: &InboxSettings,
-        replayed: Vec<Message>,
-        journal: Option<Journal>,
-        marks: Arc<Marks>,
-        replay_skipped: u64,
-    ) -> Inbox {
+    /// An inbox on the log `opened`, with the records it replayed in the ring.
+    fn build(settings: &InboxSettings, opened: Opened) -> Inbox {
         let capacity = settings.ring_size.max(1);
         let mut ids = IdWindow {
             capacity: settings.dedup_ids,
@@ -340,7 +335,7 @@ impl Inbox {
         };
         let mut messages = VecDeque::with_capacity(capacity + 1);
         let mut bytes = 0;
-        for m in replayed {
+        for m in opened.replayed {
             if let Some(id) = &m.id {
                 ids.insert(id.clone(), m.seq);
             }
@@ -350,21 +345,19 @@ impl Inbox {
         let mut ring = Ring {
             messages,
             bytes,
-            last_seq: marks.assigned.load(Ordering::Acquire),
+            last_seq: opened.start,
             ids,
         };
-        evict(&mut ring, capacity, settings.ring_bytes, Seq::MAX);
+        ring.evict(capacity, settings.ring_bytes, Seq::MAX);
         Inbox {
             inner: Arc::new(Inner {
                 ring: Mutex::new(ring),
                 capacity,
                 ring_bytes: settings.ring_bytes,
                 limits: settings.limits.clone(),
-                policy: settings.fsync,
-                marks,
-                journal,
+                log: opened.log,
                 duplicates: AtomicU64::new(0),
-                replay_skipped,
+                replay_skipped: opened.skipped,
             }),
         }
     }
@@ -410,191 +403,47 @@ impl Inbox {
         n: usize,
     ) -> Result<A, InboxError> {
         let inner = &*self.inner;
-        let marks = &*inner.marks;
-        let policy = inner.policy;
+        let log = &*inner.log;
         let now = Utc::now();
         let mut out = A::with_capacity(n);
-        // `never`, while the journal is fine: records are encoded straight into the writer's
-        // backlog, under its lock. Otherwise into `bytes`, with room for a typical record per
-        // message so that encoding does not grow it.
-        let direct = policy == FsyncPolicy::Never && !marks.is_failing.load(Ordering::Acquire);
-        let mut bytes = Vec::with_capacity(match &inner.journal {
-            Some(_) if !direct => RECORD_BYTES_HINT * n,
-            _ => 0,
-        });
-        let mut shown = 0;
-        // The highest seq this answer depends on: its own, or a duplicate's original.
-        let mut need = 0;
-        let mut last_new = 0;
-        let pending = {
+        // Under the append lock: admission, seqs, the ring, and the hand-off to the log, so
+        // that the log takes batches in seq order.
+        let (assigned, landing) = {
             let mut ring = inner.ring.lock().unwrap();
-            let backlog = marks.backlog_bytes.load(Ordering::Relaxed);
-            if inner.journal.is_some() && backlog >= MAX_BACKLOG {
-                return Err(InboxError::Unavailable {
-                    cause: format!(
-                        "{backlog} bytes wait for the journal already; retry once it recovers"
-                    ),
-                });
-            }
-            let durable = marks.durable(policy);
-            // Appends hold the ring lock, then the writer's queue, then the writer.
-            let tx = inner.journal.as_ref().map(|j| j.tx.lock().unwrap());
-            if tx.as_ref().is_some_and(|tx| tx.is_none()) {
-                return Err(InboxError::Closed);
-            }
-            let mut backlog = match &inner.journal {
-                Some(journal) if direct => Some(journal.writer.lock().unwrap()),
-                _ => None,
+            log.admit()?;
+            let assigned = ring.assign(batch, now, log.durable(), &mut out, &inner.duplicates);
+            let landing = match assigned.need {
+                0 => Landing::Now(Ok(())),
+                _ => log.append(ring.batch(&assigned)),
             };
-            for new in batch {
-                if let Some(id) = new.id.as_deref().filter(|id| !id.is_empty())
-                    && let Some(seq) = ring.ids.get(id)
-                {
-                    inner.duplicates.fetch_add(1, Ordering::Relaxed);
-                    if seq > durable {
-                        need = need.max(seq);
-                    }
-                    shown = shown.max(seq);
-                    out.push(Appended {
-                        seq,
-                        duplicate: true,
-                    });
-                    continue;
-                }
-                ring.last_seq += 1;
-                let seq = ring.last_seq;
-                let msg = Message::from_new(new, seq, now);
-                if let Some(id) = &msg.id {
-                    ring.ids.insert(id.clone(), seq);
-                }
-                if let Some(writer) = backlog.as_mut() {
-                    let buf = writer.backlog();
-                    msg.write_json(buf);
-                    buf.push(b'\n');
-                } else if inner.journal.is_some() {
-                    msg.write_json(&mut bytes);
-                    bytes.push(b'\n');
-                }
-                ring.bytes += msg.mem_bytes();
-                ring.messages.push_back(Arc::new(msg));
-                out.push(Appended {
-                    seq,
-                    duplicate: false,
-                });
-                last_new = seq;
-                need = seq;
-                shown = seq;
-            }
-            evict(
-                &mut ring,
-                inner.capacity,
-                inner.ring_bytes,
-                marks.written.load(Ordering::Acquire),
-            );
-            marks.assigned.store(ring.last_seq, Ordering::Release);
-            // Writing or queueing under the ring lock keeps journal order = seq order.
-            match &inner.journal {
-                None => Pending::Done(Ok(())),
-                Some(_) if need == 0 => Pending::Done(Ok(())),
-                Some(journal) => {
-                    let tx = tx
-                        .as_ref()
-                        .and_then(|tx| tx.as_ref())
-                        .expect("checked above");
-                    if ring.last_seq + journal::RESERVE_BLOCK / 2
-                        > marks.reserved.load(Ordering::Acquire)
-                        && !marks.reserve_asked.swap(true, Ordering::AcqRel)
-                    {
-                        let _ = tx.send(Job::Wake);
-                    }
-                    // While the journal fails, `never` writes inline like `interval`: the
-                    // answer must say whether this very retry landed.
-                    let inline = policy == FsyncPolicy::Interval
-                        || (!direct && marks.is_failing.load(Ordering::Acquire));
-                    match policy {
-                        FsyncPolicy::Always => {
-                            let (ack, rx) = oneshot::channel();
-                            let written = journal
-                                .writer
-                                .lock()
-                                .unwrap()
-                                .append_then_sync(&bytes, last_new, ack);
-                            match written {
-                                // Retries the kept backlog with backoff.
-                                Ok(true) => {
-                                    let _ = tx.send(Job::Wake);
-                                }
-                                Ok(false) => {}
-                                // No sync thread: the writer thread writes and syncs.
-                                Err(ack) => tx
-                                    .send(Job::Commit(Batch {
-                                        bytes,
-                                        last: last_new,
-                                        ack,
-                                    }))
-                                    .map_err(|_| InboxError::Closed)?,
-                            }
-                            Pending::Ack(rx)
-                        }
-                        FsyncPolicy::Interval | FsyncPolicy::Never if inline => {
-                            let (result, wake) =
-                                journal.writer.lock().unwrap().append_now(&bytes, last_new);
-                            if wake {
-                                // Arms the sync timer, or retries the kept backlog with backoff.
-                                let _ = tx.send(Job::Wake);
-                            }
-                            Pending::Done(result)
-                        }
-                        FsyncPolicy::Interval | FsyncPolicy::Never => {
-                            let mut writer = match backlog.take() {
-                                Some(writer) => writer,
-                                None => journal.writer.lock().unwrap(),
-                            };
-                            if writer.queued(&bytes, last_new) {
-                                let _ = tx.send(Job::Wake);
-                            }
-                            Pending::Done(Ok(()))
-                        }
-                    }
-                }
-            }
+            ring.evict(inner.capacity, inner.ring_bytes, log.held());
+            (assigned, landing)
         };
-        let result = match pending {
-            Pending::Ack(rx) => rx.await.map_err(|_| InboxError::Closed)?,
-            Pending::Done(result) => result,
-        };
-        let Some(journal) = &inner.journal else {
-            marks.publish(last_new);
-            return Ok(out);
-        };
-        // Show nothing that could be handed out again after a crash: past the reservation
-        // (used up, or an outage under `always`), have the writer reserve more first.
-        if shown > marks.safe() && (policy != FsyncPolicy::Always || result.is_err()) {
-            let (ack, rx) = oneshot::channel();
-            let sent = journal.tx.lock().unwrap().as_ref().is_some_and(|tx| {
-                tx.send(Job::Reserve {
-                    unwritten: policy == FsyncPolicy::Never || result.is_err(),
-                    ack,
-                })
-                .is_ok()
-            });
-            if sent {
-                let _ = rx.await;
-            }
+        let landed = landing.outcome().await?;
+        if let Some(showing) = log.show(assigned.last, assigned.shown, &landed) {
+            showing.await;
         }
-        marks.publish(last_new);
-        let failing = marks.is_failing.load(Ordering::Acquire);
-        let durable = need == 0
-            || marks.durable(policy) >= need
-            || (policy == FsyncPolicy::Never && !failing && result.is_ok());
-        if durable {
+        self.answer(out, &assigned, landed)
+    }
+
+    /// The answer to a batch that has landed and shown: stored, or why not. Shown but not
+    /// durable, it is `NotDurable` (readers have it, the log retries it); not even shown, it is
+    /// `Unavailable`.
+    fn answer<A: Answers>(
+        &self,
+        out: A,
+        assigned: &Assigned,
+        landed: Result<(), String>,
+    ) -> Result<A, InboxError> {
+        let log = &*self.inner.log;
+        if assigned.need == 0 || log.durable() >= assigned.need {
             return Ok(out);
         }
-        let cause = result
+        let cause = landed
             .err()
-            .or_else(|| marks.failure())
+            .or_else(|| log.stats().failing)
             .unwrap_or_else(|| "not written yet".into());
-        if shown <= self.last_seq() {
+        if assigned.shown <= self.last_seq() {
             Err(InboxError::NotDurable {
                 appended: out.into_vec(),
                 cause,
@@ -606,12 +455,12 @@ impl Inbox {
 
     /// A watch of the highest committed seq; changes the moment a commit lands.
     pub fn committed(&self) -> SeqReceiver {
-        self.inner.marks.committed.subscribe()
+        self.inner.log.committed().subscribe()
     }
 
     /// The highest committed seq (0 when empty).
     pub fn last_seq(&self) -> Seq {
-        self.inner.marks.committed.get()
+        self.inner.log.committed().get()
     }
 
     /// The message `seq`, if the ring still holds it and it is committed.
@@ -671,9 +520,6 @@ impl Inbox {
                 .cloned()
                 .collect()
         };
-        let Some(journal) = &self.inner.journal else {
-            return from_ring(after, limit);
-        };
         {
             let ring = self.inner.ring.lock().unwrap();
             let first = ring.messages.front().map_or(Seq::MAX, |m| m.seq);
@@ -682,35 +528,25 @@ impl Inbox {
                 return from_ring(after, limit);
             }
         }
-        let files = journal.files.clone();
-        let filter = channel.map(str::to_owned);
-        let read = tokio::task::spawn_blocking(move || {
-            files.after(after, limit, |m| {
-                filter
-                    .as_deref()
-                    .is_none_or(|c| channel_filter(c, &m.channel))
-            })
-        })
-        .await;
+        let read = self.inner.log.read_after(after, limit, channel).await;
         match read {
-            Ok(Ok((records, newest))) => {
+            Ok((records, newest)) => {
                 let mut out: Vec<_> = records
                     .into_iter()
                     .filter(|m| m.seq <= committed)
                     .map(Arc::new)
                     .collect();
-                // What the journal does not hold yet is in the ring.
+                // What the log does not hold yet is in the ring.
                 if out.len() < limit {
                     let more = from_ring(newest.max(after), limit - out.len());
                     out.extend(more);
                 }
                 out
             }
-            Ok(Err(err)) => {
-                tracing::warn!(cause = %err, after, "cannot read the journal behind the ring");
+            Err(err) => {
+                tracing::warn!(cause = %err, after, "cannot read the log behind the ring");
                 Vec::new()
             }
-            Err(_) => Vec::new(),
         }
     }
 
@@ -720,12 +556,7 @@ impl Inbox {
             let ring = self.inner.ring.lock().unwrap();
             (ring.messages.len(), ring.bytes)
         };
-        let marks = &self.inner.marks;
-        let journal_status = match (&self.inner.journal, marks.failure()) {
-            (None, _) => "memory".to_string(),
-            (Some(_), None) => "ok".to_string(),
-            (Some(_), Some(cause)) => format!("failing: {cause}"),
-        };
+        let log = self.inner.log.stats();
         InboxStats {
             ring_depth,
             ring_capacity: self.inner.capacity,
@@ -733,37 +564,21 @@ impl Inbox {
             last_seq: self.last_seq(),
             duplicates: self.inner.duplicates.load(Ordering::Relaxed),
             replay_skipped: self.inner.replay_skipped,
-            journal_status,
-            journal_errors: marks.errors.load(Ordering::Relaxed),
-            journal_bytes: marks.bytes.load(Ordering::Relaxed),
-            journal_backlog_bytes: marks.backlog_bytes.load(Ordering::Relaxed),
+            journal_status: log.status,
+            journal_errors: log.errors,
+            journal_bytes: log.bytes,
+            journal_backlog_bytes: log.backlog_bytes,
         }
     }
 
-    /// Flushes and stops the writer; later appends fail with [`InboxError::Closed`].
+    /// Flushes and stops the log; later appends fail with [`InboxError::Closed`].
     pub async fn close(&self) {
-        let Some(journal) = &self.inner.journal else {
-            return;
+        // Under the append lock: no append is between its admission and its hand-off.
+        let closing = {
+            let _appends = self.inner.ring.lock().unwrap();
+            self.inner.log.close()
         };
-        journal.tx.lock().unwrap().take();
-        let done = journal.done.lock().unwrap().take();
-        if let Some(done) = done {
-            let _ = tokio::task::spawn_blocking(move || done.join()).await;
-        }
-    }
-}
-
-/// Drops the oldest messages while the ring is over its count or its bytes, but only those
-/// the journal holds (`written`): a reader must find every message in one or the other.
-fn evict(ring: &mut Ring, capacity: usize, max_bytes: usize, written: Seq) {
-    while ring.messages.len() > capacity || (ring.bytes > max_bytes && ring.messages.len() > 1) {
-        match ring.messages.front() {
-            Some(m) if m.seq <= written => {
-                ring.bytes -= m.mem_bytes();
-                ring.messages.pop_front();
-            }
-            _ => break,
-        }
+        closing.await;
     }
 }
 
