@@ -39,6 +39,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod delivery;
+pub mod duration;
 pub mod engine;
 pub mod frontend;
 pub mod fuzzing;
@@ -50,28 +51,6 @@ pub mod metrics;
 pub mod rules;
 pub mod sources;
 pub mod watch;
-
-/// Logs to stderr (stdout is the MCP channel in stdio mode), or to `log_file` (rotated by
-/// size) for a daemon started in the background. `RUST_LOG` sets the level.
-pub fn init_tracing(log_file: Option<&std::path::Path>) {
-    // rmcp logs every request it handles at INFO (the whole `initialize` params among them):
-    // into a host's MCP log that is noise, so it speaks at WARN unless RUST_LOG says more.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false);
-    if let Some(path) = log_file {
-        match daemon::log::Rotating::open(path) {
-            Ok(file) => {
-                let _ = builder.with_writer(std::sync::Mutex::new(file)).try_init();
-                return;
-            }
-            Err(e) => eprintln!("error: cannot open the log file {}: {e}", path.display()),
-        }
-    }
-    let _ = builder.with_writer(std::io::stderr).try_init();
-}
 
 /// The JSON type of `v` with its article (`a string`, `an object`, `null`), for error messages.
 pub(crate) fn json_kind(v: &serde_json::Value) -> &'static str {

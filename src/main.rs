@@ -6,7 +6,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = switchboard::cli::Cli::parse();
-    switchboard::init_tracing(cli.log_file());
+    switchboard::daemon::log::init_tracing(cli.log_file());
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {

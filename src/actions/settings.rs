@@ -19,7 +19,7 @@ pub struct ActionSettings {
     pub held_nudges: usize,
     /// The oldest a held nudge may be when the first session opens (`heldNudgeMaxAge`, default
     /// `"24h"`): an older warning is no longer news.
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::duration::text")]
     pub held_nudge_max_age: Duration,
 }
 
@@ -30,31 +30,6 @@ impl Default for ActionSettings {
             held_nudges: 20,
             held_nudge_max_age: Duration::from_secs(24 * 60 * 60),
         }
-    }
-}
-
-/// A duration written as text (`"24h"`, `"90m"`), in the rules' duration syntax; zero is
-/// refused.
-mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_duration(*d))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        crate::rules::duration::parse(&text)
-            .and_then(|d| {
-                (!d.is_zero())
-                    .then_some(d)
-                    .ok_or_else(|| "must be longer than zero".to_string())
-            })
-            .map_err(|reason| {
-                serde::de::Error::custom(format!("invalid duration \"{text}\": {reason}"))
-            })
     }
 }
 

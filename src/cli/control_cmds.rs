@@ -17,7 +17,7 @@ use clap::{Args, ValueEnum};
 use super::show::{message_line, pending_line};
 use crate::backend::Client;
 use crate::control::PendingView;
-use crate::control::ops::{Confirm, GetStats, List, Pause, Pending, Reload, Rules, Stats};
+use crate::control::ops::{Confirm, GetStats, List, Pause, Pending, Reload, Stats};
 use crate::delivery::exec::ExecStats;
 use crate::message::MessageView;
 
@@ -102,11 +102,6 @@ pub enum Host {
     Copilot,
     /// Claude Code (project `.mcp.json`).
     Claude,
-}
-
-fn print_json(value: &serde_json::Value) -> std::io::Result<()> {
-    let text = serde_json::to_string_pretty(value).unwrap_or_default();
-    writeln!(std::io::stdout().lock(), "{text}")
 }
 
 /// `switchboard list`.
@@ -324,17 +319,6 @@ pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
         anyhow::bail!(report.message);
     }
     writeln!(std::io::stdout().lock(), "{}", report.message)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `switchboard rules list`: one line per rule, or JSON.
-pub async fn rules_list(home: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
-    let rules = Client::connect(&home).await?.call(Rules {}).await?;
-    if !json {
-        super::rules::print_list(&rules)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    print_json(&serde_json::Value::Array(rules))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -22,7 +22,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::show::print_json;
 use crate::actions::Mode;
+use crate::backend::Client;
+use crate::control::ops::Rules;
 use crate::engine::{Decision, Engine};
 use crate::message::{Message, NewMessage, format_timestamp};
 use crate::rules::{LoadError, RuleSet};
@@ -103,7 +106,7 @@ pub async fn execute(home: PathBuf, command: RulesCommand) -> anyhow::Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         RulesCommand::Reload => super::control_cmds::reload(home).await,
-        RulesCommand::List(args) => super::control_cmds::rules_list(home, args.json).await,
+        RulesCommand::List(args) => rules_list(home, args.json).await,
     }
 }
 
@@ -667,6 +670,17 @@ fn check_expectation(
         (None, None) => (got.mode.is_some(), "to fire".to_string()),
     };
     (!holds).then(|| format!("{head}: expected {wanted}, got {}", got.describe()))
+}
+
+/// `switchboard rules list`: one line per rule, or JSON.
+pub async fn rules_list(home: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
+    let rules = Client::connect(&home).await?.call(Rules {}).await?;
+    if !json {
+        print_list(&rules)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_json(&serde_json::Value::Array(rules))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `rules list` for people: one line per rule with its name, mode, what it matches and its

@@ -108,6 +108,13 @@ pub fn upstream_line(u: &UpstreamState) -> String {
     line
 }
 
+/// Pretty JSON on stdout, for `--json`.
+pub fn print_json(value: &serde_json::Value) -> std::io::Result<()> {
+    use std::io::Write;
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    writeln!(std::io::stdout().lock(), "{text}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,5 @@
-//! The log file of a daemon started in the background: `daemon.log` in the home, rotated
+//! Where the process logs: [`init_tracing`] sends tracing to stderr (never stdout, the MCP
+//! channel in stdio mode) or to the log file of a daemon started in the background: `daemon.log` in the home, rotated
 //! by size to `daemon.log.1`, so that a daemon that runs for months does not fill the disk.
 //!
 //! The daemon's stderr goes to the same file (a panic message lands there); after a rotation
@@ -77,6 +78,28 @@ impl Write for Rotating {
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
     }
+}
+
+/// Logs to stderr (stdout is the MCP channel in stdio mode), or to `log_file` (rotated by
+/// size) for a daemon started in the background. `RUST_LOG` sets the level.
+pub fn init_tracing(log_file: Option<&std::path::Path>) {
+    // rmcp logs every request it handles at INFO (the whole `initialize` params among them):
+    // into a host's MCP log that is noise, so it speaks at WARN unless RUST_LOG says more.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    if let Some(path) = log_file {
+        match Rotating::open(path) {
+            Ok(file) => {
+                let _ = builder.with_writer(std::sync::Mutex::new(file)).try_init();
+                return;
+            }
+            Err(e) => eprintln!("error: cannot open the log file {}: {e}", path.display()),
+        }
+    }
+    let _ = builder.with_writer(std::io::stderr).try_init();
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::error::{ErrorCode, RuleError, suggest};
+use super::error::{ErrorCode, RuleError, regex_reason, suggest};
 use super::file::{
     INTERVAL_KEYS, KeyPos, Locator, Pos, RULE_KEYS, RawRule, RawTimeInterval, TOP_KEYS,
 };
@@ -17,8 +17,9 @@ use super::interval::{NamedIntervals, TimeInterval};
 use super::matcher::Matcher;
 use super::pattern::{NamePattern, compile_glob};
 use super::template::Template;
-use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet, duration};
+use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet};
 use crate::actions::{Delivery, Mode};
+use crate::duration;
 
 /// Compiles the text of a rules file.
 pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
@@ -870,17 +871,6 @@ impl RuleCx<'_> {
             }
         }
     }
-}
-
-/// The one-line reason of a regex error (its last `error:` line).
-pub(crate) fn regex_reason(e: &regex::Error) -> String {
-    let text = e.to_string();
-    text.lines()
-        .rev()
-        .find_map(|l| l.trim().strip_prefix("error: "))
-        .unwrap_or(text.lines().last().unwrap_or(""))
-        .trim()
-        .to_string()
 }
 
 /// `"0"`: none; `"5m"`: cooldown; `"10/1h"` (or `"10/h"`): quota.

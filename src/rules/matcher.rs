@@ -23,7 +23,7 @@ use std::fmt;
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 use super::ContentRegex;
-use super::compile::regex_reason;
+use super::error::regex_reason;
 
 /// The operator of a matcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,6 @@
 
 mod compile;
 mod content;
-pub mod duration;
 mod error;
 pub mod file;
 pub mod interval;

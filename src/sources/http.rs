@@ -42,9 +42,9 @@ use serde_json::{Value, json};
 use super::{PayloadError, SourceContext, alertmanager, github};
 use crate::auth::Bearer;
 use crate::control::StoreError;
+use crate::duration;
 use crate::inbox::Appended;
 use crate::message::NewMessage;
-use crate::rules::duration;
 
 /// Every route, for the 404 message.
 const ROUTES: &str =

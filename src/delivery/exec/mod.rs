@@ -83,10 +83,10 @@ pub struct ExecSettings {
     /// Runs at once (default 2); more exec work waits in its queue.
     pub max_concurrent: usize,
     /// The longest one run may take (default `"10m"`); then it is stopped as `timeout`.
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::duration::text")]
     pub turn_timeout: Duration,
     /// The longest a run may print nothing (default `"2m"`); then it is stopped as `stalled`.
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::duration::text")]
     pub stall_timeout: Duration,
     /// Extra arguments for the host, after switchboard's own.
     pub args: Vec<String>,
@@ -107,31 +107,6 @@ impl Default for ExecSettings {
             stall_timeout: Duration::from_secs(120),
             args: Vec::new(),
             env: Default::default(),
-        }
-    }
-}
-
-/// A duration written as text (`"10m"`, `"90s"`), with the rules' duration syntax; zero is
-/// refused.
-pub(crate) mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        match crate::rules::duration::parse(&text) {
-            Ok(d) if !d.is_zero() => Ok(d),
-            Ok(_) => Err(serde::de::Error::custom(format!(
-                "invalid duration \"{text}\": must be longer than zero"
-            ))),
-            Err(reason) => Err(serde::de::Error::custom(format!(
-                "invalid duration \"{text}\": {reason}"
-            ))),
         }
     }
 }

@@ -67,7 +67,7 @@ pub struct McpSettings {
     pub allowed_origins: Vec<String>,
     /// An HTTP session with nothing in progress for this long ends (`sessionIdleTimeout`,
     /// default `"3m"`); a wait in flight is not idle.
-    #[serde(with = "crate::delivery::exec::duration_text")]
+    #[serde(with = "crate::duration::text")]
     pub session_idle_timeout: std::time::Duration,
     /// The most HTTP sessions open at once (`maxSessions`, default 256).
     pub max_sessions: usize,

@@ -409,7 +409,7 @@ impl Cx<'_> {
         let Some(text) = self.string(obj, "callTimeout") else {
             return DEFAULT_CALL_TIMEOUT;
         };
-        let problem = match crate::rules::duration::parse(&text) {
+        let problem = match crate::duration::parse(&text) {
             Ok(d) if d.is_zero() => "a call needs some time to answer; use e.g. \"30s\"".into(),
             Ok(d) if d > MAX_CALL_TIMEOUT => format!(
                 "longer than {}, after which a front end stops waiting for the call anyway",

@@ -1,5 +1,6 @@
-//! Durations as rules files write them: Go's syntax (so chatcli files load unchanged) and
-//! humantime's longer forms.
+//! Durations as switchboard's files write them (`triggers.json`, `switchboard.json`): Go's
+//! syntax (so chatcli files load unchanged) and humantime's longer forms. A ground-floor module:
+//! the rules, the action settings, exec, HTTP ingest and the upstreams all read durations here.
 //!
 //! Go: `0`, `250ms`, `1.5s`, `1h30m`, units `ns us µs ms s m h`. humantime: `5 minutes`, `1d`,
 //! `2h 30m`. `"0"` means zero (no limit); any other bare number is an error, because `"30"` could
@@ -101,6 +102,33 @@ fn parse_go(s: &str) -> Option<Duration> {
         return None;
     }
     Some(Duration::from_nanos(total.round() as u64))
+}
+
+/// Serde for a setting written as a duration (`"10m"`, `"90s"`), in this syntax; zero is
+/// refused. Written back in humantime's form. Use as `#[serde(with = "crate::duration::text")]`.
+pub mod text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `d` as humantime text (`"10m"`).
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    /// Reads a duration longer than zero.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        match super::parse(&text) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            Ok(_) => Err(serde::de::Error::custom(format!(
+                "invalid duration \"{text}\": must be longer than zero"
+            ))),
+            Err(reason) => Err(serde::de::Error::custom(format!(
+                "invalid duration \"{text}\": {reason}"
+            ))),
+        }
+    }
 }
 
 #[cfg(test)]
