@@ -1,6 +1,7 @@
-//! Where the process logs: [`init_tracing`] sends tracing to stderr (never stdout, the MCP
-//! channel in stdio mode) or to the log file of a daemon started in the background: `daemon.log` in the home, rotated
-//! by size to `daemon.log.1`, so that a daemon that runs for months does not fill the disk.
+//! Where the process logs. [`init_tracing`] sends tracing to stderr (never stdout, the MCP
+//! channel in stdio mode), or, for a daemon started in the background, to `daemon.log` in the
+//! home, rotated by size to `daemon.log.1` so that a daemon that runs for months does not fill
+//! the disk.
 //!
 //! The daemon's stderr goes to the same file (a panic message lands there); after a rotation
 //! it keeps writing to the rotated file until the daemon restarts.
