@@ -2,7 +2,8 @@
 //!
 //! What a host launches. It holds no state of its own: every tool call goes to the daemon
 //! through a [`Remote`], which starts the daemon when none runs and re-attaches when it
-//! restarts. Every task it starts runs on one tracker and is stopped before it exits. Each front end is its own MCP session, so N host windows are N consumers of one
+//! restarts. Every task it starts runs on one tracker and is stopped before it exits.
+//! Each front end is its own MCP session, so N host windows are N consumers of one
 //! inbox. The front end ends when the host closes stdin (or on SIGINT/SIGTERM); the daemon
 //! keeps running, so webhooks keep landing.
 

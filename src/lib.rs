@@ -1,34 +1,69 @@
 //! switchboard: a rules-driven trigger engine around channel messages, and an MCP server.
 //!
+//! # The path of a message
+//!
 //! ```text
-//!  sources                 inbox                  engine                   delivery
-//!  HTTP webhooks ─┐                                                     ┌─ wait_for_inbound_message
-//!  upstream MCP  ─┼─► NewMessage ─► ring + journal ─► rules → Action ───┼─ notifications/claude/channel
-//!  switchboard send┘     (seq)        (durable)        (pure, clocked)  ├─ notifications/message, resource
-//!                                                          │            └─ `switchboard watch`
-//!                                                   actions journal
+//!  sources                  inbox                   engine                   delivery
+//!  HTTP webhooks ─┐                                                      ┌─ wait_for_inbound_message
+//!  upstream MCP  ─┼─► NewMessage ─► ring + Log ───► rules → decisions ─►  ├─ notifications/claude/channel
+//!  switchboard send┘     (seq)      (journal)      (pure, clocked)   │    ├─ notifications/message
+//!                                                                    ▼    └─ `switchboard watch`, exec
+//!                                                          actions: lifecycle + journal
 //! ```
+//!
+//! A webhook `POST /alertmanager` is read by [`sources::http`], turned into one
+//! [`message::NewMessage`] per alert by [`sources::alertmanager`], and handed to the
+//! `append` operation ([`control::ops`]). The [`app::Core`] behind it gives each message its
+//! seq in the [`inbox`] (ring in memory, durable in the [`inbox::Log`], the journal) and
+//! answers `202` once the message is durable. The dispatcher then runs the [`engine`] over it
+//! with the live [`rules`] and the time; each decision becomes an action in the [`actions`]
+//! lifecycle (a nudge, a confirm request, or work), recorded in its own journal. A session
+//! blocked in `wait_for_inbound_message` ([`delivery::mcp`]) is woken through the `wait`
+//! operation, takes the item (claimed exactly once) and settles it when the result is written.
+//!
+//! # Floors
+//!
+//! Each module imports only modules on its own floor or below; nothing imports upward and
+//! there is no import circle. From the ground up:
+//!
+//! 1. Ground: [`message`], [`home`], [`duration`], [`listener`], [`auth`].
+//! 2. Stores: [`inbox`] (every message, numbered and kept) and [`actions`] (the action
+//!    lifecycle and its journal). They never import config, the core or anything above.
+//! 3. [`rules`] (`triggers.json` parsed, checked, compiled), then [`engine`] (pure: message +
+//!    rules + now → decisions).
+//! 4. The core: [`metrics`] and [`app`], the running switchboard behind the operations.
+//! 5. [`control`]: the operations, one file each, and the versioned control socket; the one
+//!    way into the core. [`backend`]: the front ends' side of them (local or remote).
+//! 6. [`sources`] and [`delivery`]: the edges. They reach the core only through operations.
+//! 7. [`config`]: composes each component's own settings into `switchboard.json`.
+//! 8. Processes: [`watch`], [`daemon`], [`frontend`]; then [`cli`] and `main.rs`.
 //!
 //! # Layout
 //!
-//! - [`message`]: `Message` (the journal record) and `NewMessage` (what sources produce).
-//! - [`config`]: the home directory (paths, lock) and `switchboard.json`.
-//! - [`sources`]: HTTP ingest (generic, Alertmanager, GitHub) and upstream MCP servers.
-//! - [`inbox`]: ring + group-commit journal, consumer cursors and `state.json`.
-//! - [`rules`]: `triggers.json` parsed, validated, compiled.
-//! - [`engine`]: pure evaluation of a message against the rules at a given time.
+//! - [`message`]: `Message` (the journal record), `NewMessage` (what sources produce),
+//!   `MessageView` (the one JSON shape tools, resources and the CLI show).
+//! - [`home`]: the home directory's paths, its lock, `write_atomic`, `FsyncPolicy`.
+//! - [`duration`]: durations as the files write them (`"90s"`, `"1h30m"`).
+//! - [`inbox`]: ring + `Log` (the group-commit journal), consumer cursors and `state.json`.
 //! - [`actions`]: actions and their lifecycle (queues, claims, sessions, `actions.jsonl`).
-//! - [`delivery`]: the MCP server (tools, long-poll wait, push) over stdio and HTTP.
+//! - [`rules`]: `triggers.json` parsed, validated, compiled (matchers, time intervals).
+//! - [`engine`]: pure evaluation of a message against the rules at a given time.
+//! - [`metrics`]: process counters rendered for `GET /metrics`.
+//! - [`app`]: `Core`, the running whole, and the dispatcher.
+//! - [`control`]: the operations and the control socket (protocol, handshake, deadlines).
+//! - [`backend`]: `Api` (local or remote) for MCP sessions, `Client` for the CLI and hooks.
+//! - [`sources`]: HTTP ingest (generic, Alertmanager, GitHub) and upstream MCP servers.
+//! - [`delivery`]: the MCP server (tools, long-poll wait, push) and the headless exec runner.
 //! - [`auth`]: the bearer token and `Origin` checks of HTTP ingest and `/mcp`.
-//! - [`app`]: the running whole, shared by every front end; the dispatcher.
-//! - [`backend`]: the one interface front ends call: local (the daemon) or remote (a front end).
-//! - [`watch`]: reloads `triggers.json` when it is saved.
-//! - [`control`]: the control socket between the CLI and the running server.
+//! - [`listener`]: HTTP connections: the cap, header/body/idle timeouts.
+//! - [`config`]: `switchboard.json`, composed from each component's settings.
+//! - [`watch`]: reloads `triggers.json` and `switchboard.json` when they are saved.
 //! - [`daemon`]: the daemon (one per home, the only writer): wiring, start, log, shutdown.
 //! - [`frontend`]: `serve`, an MCP front end on stdio attached to the daemon.
-//! - [`listener`]: HTTP connections: the cap, header/body/idle timeouts.
 //! - [`cli`]: the command line.
 //! - [`fuzzing`]: the entry points of the `fuzz/` targets, and the corpus replay test.
+//!
+//! `ARCHITECTURE.md` at the top of the repository says the same for readers of the source tree.
 
 pub mod actions;
 pub mod app;
