@@ -381,6 +381,32 @@ impl Metrics {
 }
 
 /// The `# HELP` and `# TYPE` lines that open a metric family.
+/// `switchboard_regex_budget_total`: searches of each rule's content or resolve regex that its
+/// budget stopped (see [`crate::rules::ContentRegex::check`]); the rule did not fire for those
+/// messages.
+/// Counted since the rules loaded.
+pub fn render_regex_budget(rules: &crate::rules::RuleSet) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "switchboard_regex_budget_total",
+        "counter",
+        "Content regex searches stopped by their budget (the rule did not fire), by rule.",
+    );
+    for rule in rules.rules() {
+        let n = rule.content_regex.as_ref().map_or(0, |re| re.over_budget())
+            + rule.resolve.as_ref().map_or(0, |r| r.regex.over_budget());
+        if n > 0 {
+            let _ = writeln!(
+                out,
+                "switchboard_regex_budget_total{{rule=\"{}\"}} {n}",
+                escape(&rule.name)
+            );
+        }
+    }
+    out
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");

@@ -14,12 +14,28 @@
 //! regexes took seconds and hundreds of MiB to load. The engine's own literal scan
 //! ([`crate::engine::Index`]) already decides which regexes are worth running; the lazy DFA
 //! answers for those, and its cache only grows for the regexes that run.
+//!
+//! # The budget
+//!
+//! One rule must not hold up every other: the dispatcher evaluates a message against all the
+//! rules in turn. The lazy DFA runs in time linear in the message, but a pattern such as
+//! `[\s\S]{1,5000}ZZZ` makes it build new states on every byte until it gives up; `regex`
+//! then falls back to the PikeVM, whose cost is the NFA's size times the message's length
+//! (13-18 s for such a pattern on a 200 kB message). So the lazy DFA here gives up early
+//! (after [`GIVE_UP_AFTER_CLEARS`] cache clears at a low rate of bytes per state) and the
+//! fallback runs only while NFA states × bytes stays under [`FALLBACK_BUDGET`] (a few hundred
+//! milliseconds at most). Above it the search stops: [`ContentRegex::check`] answers
+//! [`OverBudget`], the rule does not fire for that message, and the regex counts it
+//! ([`ContentRegex::over_budget`], `switchboard_regex_budget_total` in `/metrics`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use regex_automata::nfa::thompson::WhichCaptures;
+use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::nfa::thompson::{self, WhichCaptures};
+use regex_automata::util::pool::Pool;
 use regex_automata::util::syntax;
-use regex_automata::{MatchKind, meta};
+use regex_automata::{Input, MatchKind, meta};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 /// The compiled size limit `regex::Regex` uses by default (10 MiB).
@@ -29,6 +45,18 @@ const LAZY_DFA_CACHE: usize = 2 * (1 << 20);
 /// A pattern whose compiled size may exceed this is built at load, to learn whether it fits
 /// [`NFA_SIZE_LIMIT`]; below it, it surely does.
 const BUILD_AT_LOAD_ABOVE: usize = NFA_SIZE_LIMIT / 4;
+/// The lazy DFA gives up after this many cache clears, when it also builds a state for fewer
+/// than [`MIN_BYTES_PER_STATE`] bytes searched: it is thrashing, not searching.
+pub const GIVE_UP_AFTER_CLEARS: usize = 3;
+/// See [`GIVE_UP_AFTER_CLEARS`].
+const MIN_BYTES_PER_STATE: usize = 10;
+/// The most NFA states × message bytes the fallback (the PikeVM) may cost one regex on one
+/// message. About 5-20 ns each in a release build: well under a second.
+pub const FALLBACK_BUDGET: usize = 20_000_000;
+
+/// A search stopped because it would have cost more than the budget (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverBudget;
 
 /// A compiled `contentRegex`.
 #[derive(Clone, Debug)]
@@ -47,7 +75,29 @@ pub const NEST_LIMIT: u32 = 50;
 struct Inner {
     hir: Hir,
     /// Built on first use; `None` only if building failed, which the load-time bound rules out.
-    matcher: OnceLock<Option<meta::Regex>>,
+    matcher: OnceLock<Option<Matcher>>,
+    /// Searches stopped by the budget.
+    over_budget: AtomicU64,
+}
+
+type CachePool = Pool<Cache, Box<dyn Fn() -> Cache + Send + Sync>>;
+
+/// The lazy DFA that answers first, and the fallback for when it gives up.
+struct Matcher {
+    dfa: Arc<DFA>,
+    caches: CachePool,
+    /// States of the forward NFA: the fallback's cost per byte.
+    nfa_states: usize,
+    /// `regex`'s meta regex, built the first time the lazy DFA gives up.
+    fallback: OnceLock<Option<meta::Regex>>,
+}
+
+impl std::fmt::Debug for Matcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Matcher")
+            .field("nfa_states", &self.nfa_states)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ContentRegex {
@@ -75,28 +125,59 @@ impl ContentRegex {
         };
         let matcher = OnceLock::new();
         if size_bound(&hir) > BUILD_AT_LOAD_ABOVE {
-            let built = build(&hir).map_err(|_| refused())?;
+            // `regex` decides what it refuses: the meta regex is built with its limits.
+            let fallback = build(&hir).map_err(|_| refused())?;
+            let built = Matcher::new(&hir, Some(fallback)).map_err(|_| refused())?;
             let _ = matcher.set(Some(built));
         }
         Ok(ContentRegex {
             source: source.into(),
-            inner: Arc::new(Inner { hir, matcher }),
+            inner: Arc::new(Inner {
+                hir,
+                matcher,
+                over_budget: AtomicU64::new(0),
+            }),
         })
     }
 
-    /// Whether the regex matches anywhere in `haystack`.
+    /// Whether the regex matches anywhere in `haystack`; a search over the budget counts as no
+    /// match (and is counted, see [`ContentRegex::over_budget`]).
     pub fn is_match(&self, haystack: &str) -> bool {
-        self.inner
+        self.check(haystack).unwrap_or(false)
+    }
+
+    /// Whether the regex matches anywhere in `haystack`, or [`OverBudget`] when finding out
+    /// would cost more than the budget.
+    pub fn check(&self, haystack: &str) -> Result<bool, OverBudget> {
+        let Some(matcher) = self
+            .inner
             .matcher
-            .get_or_init(|| match build(&self.inner.hir) {
-                Ok(re) => Some(re),
+            .get_or_init(|| match Matcher::new(&self.inner.hir, None) {
+                Ok(m) => Some(m),
                 Err(e) => {
                     tracing::error!(regex = %self.source, cause = %e, "content regex cannot be built; it matches nothing");
                     None
                 }
             })
             .as_ref()
-            .is_some_and(|re| re.is_match(haystack))
+        else {
+            return Ok(false);
+        };
+        let answer = matcher.check(&self.inner.hir, haystack);
+        if answer.is_err() && self.inner.over_budget.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                regex = %self.source,
+                bytes = haystack.len(),
+                "content regex over its budget: treated as not matching (regex_budget); \
+                 simplify the pattern (a large counted repetition such as {{1,5000}} is the usual cause)"
+            );
+        }
+        answer
+    }
+
+    /// How many searches the budget stopped since the rules loaded.
+    pub fn over_budget(&self) -> u64 {
+        self.inner.over_budget.load(Ordering::Relaxed)
     }
 
     /// The pattern as written.
@@ -112,6 +193,65 @@ impl ContentRegex {
     /// Whether its matcher has been built (it is on first use).
     pub fn is_built(&self) -> bool {
         self.inner.matcher.get().is_some()
+    }
+}
+
+impl Matcher {
+    fn new(hir: &Hir, fallback: Option<meta::Regex>) -> Result<Matcher, String> {
+        let nfa = thompson::Compiler::new()
+            .configure(
+                thompson::Config::new()
+                    .nfa_size_limit(Some(NFA_SIZE_LIMIT))
+                    .which_captures(WhichCaptures::None),
+            )
+            .build_from_hir(hir)
+            .map_err(|e| e.to_string())?;
+        let nfa_states = nfa.states().len();
+        let dfa = DFA::builder()
+            .configure(
+                DFA::config()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .cache_capacity(LAZY_DFA_CACHE)
+                    .skip_cache_capacity_check(true)
+                    .minimum_cache_clear_count(Some(GIVE_UP_AFTER_CLEARS))
+                    .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE))
+                    .unicode_word_boundary(true),
+            )
+            .build_from_nfa(nfa)
+            .map_err(|e| e.to_string())?;
+        let dfa = Arc::new(dfa);
+        let for_pool = Arc::clone(&dfa);
+        let caches: CachePool = Pool::new(Box::new(move || for_pool.create_cache()));
+        let lock = OnceLock::new();
+        if let Some(fallback) = fallback {
+            let _ = lock.set(Some(fallback));
+        }
+        Ok(Matcher {
+            dfa,
+            caches,
+            nfa_states,
+            fallback: lock,
+        })
+    }
+
+    fn check(&self, hir: &Hir, haystack: &str) -> Result<bool, OverBudget> {
+        let input = Input::new(haystack).earliest(true);
+        let searched = {
+            let mut cache = self.caches.get();
+            self.dfa.try_search_fwd(&mut cache, &input)
+        };
+        match searched {
+            Ok(found) => Ok(found.is_some()),
+            // Gave up (thrashing) or quit (a Unicode word boundary on non-ASCII text): the
+            // PikeVM answers, if it can within the budget.
+            Err(_) => {
+                if self.nfa_states.saturating_mul(haystack.len()) > FALLBACK_BUDGET {
+                    return Err(OverBudget);
+                }
+                let fallback = self.fallback.get_or_init(|| build(hir).ok());
+                Ok(fallback.as_ref().is_some_and(|re| re.is_match(haystack)))
+            }
+        }
     }
 }
 
@@ -287,5 +427,27 @@ mod tests {
                 );
             }
         }
+    }
+    #[test]
+    fn a_thrashing_pattern_stops_at_its_budget_and_is_counted() {
+        let re = ContentRegex::new(r"[\s\S]{1,5000}ZZZ").unwrap();
+        let mut message = "a".repeat(200_000);
+        message.push_str("ZZZ");
+        assert_eq!(re.check(&message), Err(OverBudget));
+        assert!(!re.is_match(&message), "over the budget counts as no match");
+        assert_eq!(re.over_budget(), 2);
+        // The same pattern on a short message is still answered.
+        assert_eq!(re.check("abcZZZ"), Ok(true));
+        assert_eq!(re.check("abc"), Ok(false));
+        assert_eq!(re.over_budget(), 2);
+    }
+
+    #[test]
+    fn the_fallback_answers_where_the_lazy_dfa_quits() {
+        // A Unicode word boundary makes the lazy DFA quit on non-ASCII text.
+        let re = ContentRegex::new(r"\bdisk\b").unwrap();
+        assert_eq!(re.check("é disk full"), Ok(true));
+        assert_eq!(re.check("éedisks"), Ok(false));
+        assert_eq!(re.over_budget(), 0);
     }
 }

@@ -848,3 +848,58 @@ async fn a_long_poll_outlives_the_header_timeout_and_an_idle_client_reconnects()
     client.cancel().await.unwrap();
     sb.terminate();
 }
+
+/// Issue 26.6: `[\s\S]{1,5000}ZZZ` passes `rules check` and took 13-18 s per 200 kB message
+/// that contains `ZZZ`; five such messages held an unrelated auto item back 97 s. The regex now
+/// stops at its budget: the other rule's work is recorded at once, and the stopped searches
+/// are counted for the slow rule.
+#[test]
+fn a_slow_regex_does_not_hold_up_another_rules_work() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [
+  {"name": "slow", "channel": "big", "contentRegex": "[\\s\\S]{1,5000}ZZZ", "mode": "auto",
+   "prompt": "slow {{content}}", "tools": ["shell"]},
+  {"name": "quick", "channel": "ops", "mode": "auto", "prompt": "deploy {{content}}",
+   "tools": ["shell"]}
+]}"#,
+    );
+    sb.spawn();
+    let check = sb.cli(&["rules", "check"]);
+    assert!(
+        check.status.success(),
+        "{}{}",
+        stdout(&check),
+        stderr(&check)
+    );
+
+    let mut big = "a".repeat(200_000);
+    big.push_str("ZZZ");
+    let batch: Vec<(&str, &str)> = (0..5).map(|_| ("big", big.as_str())).collect();
+    send_messages(sb.home.path(), &batch);
+    let started = Instant::now();
+    let seq = send_messages(sb.home.path(), &[("ops", "v2")])[0];
+    eventually(
+        Duration::from_secs(30),
+        "the quick rule's work is recorded",
+        || {
+            action_records(sb.home.path())
+                .iter()
+                .any(|r| r["action"]["seq"] == seq && r["action"]["rule"] == "quick")
+                .then_some(())
+        },
+    );
+    let waited = started.elapsed();
+    assert_eq!(
+        metric(&sb, "switchboard_regex_budget_total{rule=\"slow\"}"),
+        Some(5.0),
+        "each stopped search is counted for its rule"
+    );
+    assert!(
+        sb.log().contains("content regex over its budget"),
+        "the log says which regex and why:\n{}",
+        sb.log()
+    );
+    eprintln!("the quick rule's work was recorded {waited:?} after it was sent");
+}
