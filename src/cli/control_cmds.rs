@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::show::{message_line, pending_line};
+use super::show::{count, message_line, pending_line};
 use crate::backend::Client;
 use crate::control::PendingView;
 use crate::control::ops::{Confirm, GetStats, List, Pause, Pending, Reload, Stats};
@@ -226,12 +226,13 @@ fn stats_text(all: &Stats) -> String {
                 .unwrap_or_default()
         ),
         format!(
-            "delivery  {} nudges unseen, {} confirms pending, {} work queued, {} claimed, {} sessions, {} dropped",
-            d.nudges_undelivered,
-            d.pending_confirms,
+            "delivery  {} waiting, {} held for the next session, {} pending, {} work queued, {} claimed, {}, {} dropped",
+            count(d.nudges_waiting as u64, "nudge", "nudges"),
+            d.nudges_held,
+            count(d.pending_confirms as u64, "confirm", "confirms"),
             d.queued_work,
             d.claimed_work,
-            d.sessions,
+            count(d.sessions as u64, "session", "sessions"),
             dropped
         ),
         all.part::<ExecStats>("exec")

@@ -270,7 +270,9 @@ fn stats_is_a_summary_for_people_and_json_for_scripts() {
     );
     assert!(text.contains("rules     1 live"), "{text}");
     assert!(
-        text.contains("delivery  1 nudges unseen, 0 confirms pending"),
+        text.contains(
+            "delivery  0 nudges waiting, 1 held for the next session, 0 confirms pending"
+        ),
         "{text}"
     );
     let json: serde_json::Value =

@@ -952,3 +952,39 @@ async fn bench_upstream_latency_and_throughput() {
         summary(&mut baseline),
     );
 }
+
+/// Issue 27.9: an HTTP upstream that cannot be reached was shown with rmcp's transport type
+/// (`Ordered<rmcp::transport::worker::WorkerTransport<…>>`). `status` says what failed, why,
+/// and in the documented lowercase state.
+#[test]
+fn an_unreachable_http_upstream_says_why_without_rust_type_names() {
+    let port = free_port();
+    let mut sb = start(
+        json!({"down": {"url": format!("http://127.0.0.1:{port}/mcp")}}),
+        None,
+    );
+    let s = eventually(Duration::from_secs(30), "down has failed", || {
+        let s = state(&sb, "down");
+        s["last_error"].as_str().is_some().then_some(s)
+    });
+    let error = s["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!("cannot connect to http://127.0.0.1:{port}/mcp: ")),
+        "{error}"
+    );
+    assert!(
+        !error.contains("rmcp::") && !error.contains("Ordered<"),
+        "no Rust type names: {error}"
+    );
+    let status = stdout(&sb.cli(&["status"]));
+    let line = status
+        .lines()
+        .find(|l| l.contains("down (http)"))
+        .unwrap_or_else(|| panic!("no line for `down` in\n{status}"));
+    assert!(!line.contains("rmcp::"), "{line}");
+    assert!(
+        line.contains(": failed: ") || line.contains(": connecting") || line.contains(": retrying"),
+        "{line}"
+    );
+    assert!(sb.terminate().success(), "{}", sb.log());
+}

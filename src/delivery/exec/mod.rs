@@ -287,7 +287,7 @@ impl Exec {
             _ => self.ensure_ready().await,
         };
         if let Err((kind, reason)) = ready {
-            tracing::warn!(action_id = item.action_id, kind = %kind, "exec: {reason}");
+            tracing::warn!(action_id = item.action_id, kind = %kind, "{reason}");
             let report = ExecReport {
                 host,
                 kind: Some(kind),

@@ -707,7 +707,7 @@ async fn connection(
                 let running = Client
                     .serve(wrap(child, entry, tx))
                     .await
-                    .map_err(|e| format!("handshake failed: {e}"))?;
+                    .map_err(|e| format!("handshake failed: {}", init_error(&e)))?;
                 Ok((running, pid))
             }
             Transport::Http { url, headers } => {
@@ -730,7 +730,7 @@ async fn connection(
                 let running = Client
                     .serve(wrap(transport, entry, tx))
                     .await
-                    .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+                    .map_err(|e| format!("cannot connect to {url}: {}", init_error(&e)))?;
                 Ok((running, None))
             }
         }
@@ -868,6 +868,30 @@ fn spawn_child(
         });
     }
     Ok((child, pid))
+}
+
+/// An upstream's failed handshake for people: rmcp's transport errors start with the transport's
+/// Rust type name (`Ordered<rmcp::transport::worker::WorkerTransport<…>>`), which says nothing to
+/// the person reading `status`; this keeps the error itself, each cause it wraps, and when it
+/// happened.
+fn init_error(e: &rmcp::service::ClientInitializeError) -> String {
+    use rmcp::service::ClientInitializeError;
+    match e {
+        ClientInitializeError::TransportError { error, context } => {
+            let mut text = error.error.to_string();
+            let mut source = error.error.source();
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !text.contains(&cause_text) {
+                    text.push_str(": ");
+                    text.push_str(&cause_text);
+                }
+                source = cause.source();
+            }
+            format!("{text} (while {context})")
+        }
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
