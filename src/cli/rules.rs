@@ -135,6 +135,9 @@ fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
     match (result, args.format) {
         (Ok(_), Format::Json) => writeln!(out, "[]")?,
         (Ok(set), Format::Text) => {
+            for warning in placeholder_warnings(&set) {
+                eprintln!("{shown}: warning: {warning}");
+            }
             let names: Vec<_> = set.rules().iter().map(|r| &*r.name).collect();
             writeln!(
                 out,
@@ -163,6 +166,64 @@ fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Placeholders and matchers that read a metadata key no message of the rule's server carries:
+/// `{{meta.KEY}}` of a missing key renders as nothing and a matcher sees the empty string, so a
+/// typo (`{{meta.fingerprnt}}`) would make every dedup key empty without a word. Only rules on a
+/// built-in source's server are checked: other senders choose their own keys.
+fn placeholder_warnings(set: &RuleSet) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (i, rule) in set.rules().iter().enumerate() {
+        let crate::rules::NamePattern::Exact(server) = &rule.server else {
+            continue;
+        };
+        let Some((keys, prefixes)) = crate::sources::known_meta_keys(server) else {
+            continue;
+        };
+        let known = |k: &str| {
+            keys.contains(&k)
+                || prefixes
+                    .iter()
+                    .any(|p| k.starts_with(p) && k.len() > p.len())
+        };
+        let templates = [
+            ("prompt", rule.prompt.as_ref()),
+            ("dedupKey", rule.dedup_key.as_ref()),
+            ("resolveKey", rule.resolve.as_ref().map(|r| &r.key)),
+        ];
+        let mut seen = Vec::new();
+        for (field, template) in templates {
+            for key in template.into_iter().flat_map(|t| t.meta_keys()) {
+                if !known(key) && !seen.contains(&(field, key)) {
+                    seen.push((field, key));
+                    warnings.push(format!(
+                        "rule {i} `{}`: `{{{{meta.{key}}}}}` in `{field}` is set by no `{server}` message, so it renders empty{}",
+                        rule.name,
+                        suggestion(key, keys)
+                    ));
+                }
+            }
+        }
+        for m in &rule.matchers {
+            let key = m.key();
+            if !known(key) {
+                warnings.push(format!(
+                    "rule {i} `{}`: matcher key `{key}` is set by no `{server}` message, so it always sees \"\"{}",
+                    rule.name,
+                    suggestion(key, keys)
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// `; did you mean `KEY`?` for the closest known key, when one is close.
+fn suggestion(key: &str, keys: &[&str]) -> String {
+    crate::rules::suggest(key, keys)
+        .map(|k| format!("; did you mean `{k}`?"))
+        .unwrap_or_default()
 }
 
 /// One line of a `rules test` messages file. A `channels.jsonl` record also fits

@@ -23,6 +23,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 pub use content::ContentRegex;
+pub(crate) use error::suggest;
 pub use error::{ErrorCode, LoadError, RuleError};
 pub use file::{RawFile, RawRule};
 pub use interval::{NamedIntervals, TimeInterval};

@@ -159,6 +159,14 @@ impl Template {
         Ok(Template { parts })
     }
 
+    /// The metadata keys it reads (`{{meta.KEY}}`), in order of appearance.
+    pub fn meta_keys(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Var(Var::Meta(k)) => Some(k.as_str()),
+            _ => None,
+        })
+    }
+
     /// Renders the template for `msg`, at most [`MAX_RENDERED_BYTES`] long.
     pub fn render(&self, msg: &Message) -> String {
         let mut out = Capped::with_capacity(64 + msg.content.len());

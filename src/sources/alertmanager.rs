@@ -28,6 +28,24 @@ use crate::message::NewMessage;
 /// The `server` of every Alertmanager message.
 pub const SERVER: &str = "alertmanager";
 
+/// The metadata keys an Alertmanager message may carry, besides [`META_PREFIXES`] (for
+/// `rules check`, which warns about a placeholder no message can fill).
+pub const META_KEYS: &[&str] = &[
+    "alertname",
+    "severity",
+    "status",
+    "fingerprint",
+    "startsAt",
+    "endsAt",
+    "generatorURL",
+    "receiver",
+    "groupKey",
+    "externalURL",
+];
+
+/// Every label and annotation, by name.
+pub const META_PREFIXES: &[&str] = &["labels.", "annotations."];
+
 /// The webhook body, version 4.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]

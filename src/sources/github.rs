@@ -25,6 +25,24 @@ use crate::message::NewMessage;
 /// The `server` of every GitHub message.
 pub const SERVER: &str = "github";
 
+/// The metadata keys a GitHub message may carry (for `rules check`, which warns about a
+/// placeholder no message can fill).
+pub const META_KEYS: &[&str] = &[
+    "event",
+    "delivery",
+    "repo",
+    "action",
+    "sender",
+    "workflow",
+    "check",
+    "branch",
+    "sha",
+    "status",
+    "conclusion",
+    "author",
+    "url",
+];
+
 /// Whether `header` (the `X-Hub-Signature-256` value, `sha256=<hex>`) is the HMAC-SHA256 of
 /// `body` under `secret`. The comparison takes the same time wherever the first difference is.
 pub fn signature_matches(secret: &[u8], body: &[u8], header: &str) -> bool {

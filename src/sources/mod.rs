@@ -166,6 +166,17 @@ impl PayloadError {
 
 /// The shipped rule packs against what the sources really produce: a pack whose prompt names a
 /// metadata key the source does not set, or whose regex misses the source's content, fails here.
+/// The metadata keys the messages of built-in source `server` can carry: exact keys, then key
+/// prefixes (`labels.`). `None` for servers whose keys are the sender's own (generic webhooks,
+/// upstream MCP servers, `switchboard send`).
+pub fn known_meta_keys(server: &str) -> Option<(&'static [&'static str], &'static [&'static str])> {
+    match server {
+        alertmanager::SERVER => Some((alertmanager::META_KEYS, alertmanager::META_PREFIXES)),
+        github::SERVER => Some((github::META_KEYS, &[])),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,58 @@ fn shipped_examples_and_rule_packs_pass_check() {
         let out = cli_in(home.path(), &["rules", "check", file.to_str().unwrap()]);
         assert!(out.status.success(), "{}: {}", file.display(), stdout(&out));
         assert!(stdout(&out).contains(": ok, 3 rules"), "{}", stdout(&out));
+        assert!(
+            !stderr(&out).contains("warning"),
+            "{}: {}",
+            file.display(),
+            stderr(&out)
+        );
     }
+}
+
+/// Issue 27.8: `{{meta.KEY}}` of a key a message lacks renders empty, so a typo in a dedup key
+/// made every key the same without a word. `rules check` warns (and still passes) when a rule
+/// on a built-in source reads a key that source never sets, and says the closest one.
+#[test]
+fn check_warns_about_placeholders_no_source_sets() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("typo.json");
+    std::fs::write(
+        &file,
+        r#"{"rules": [
+  {"name": "am", "server": "alertmanager", "mode": "confirm",
+   "prompt": "{{meta.alertname}} on {{meta.labels.instance}} ({{meta.fingerprnt}})",
+   "dedupWindow": "1h", "dedupKey": "{{meta.fingerprint}}", "matchers": ["lables.team=\"db\""]},
+  {"name": "mine", "server": "my-bridge", "mode": "notify", "prompt": "{{meta.anything}}"}
+]}"#,
+    )
+    .unwrap();
+    let out = cli_in(home.path(), &["rules", "check", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "warnings do not fail: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let warnings: Vec<_> = stderr(&out)
+        .lines()
+        .filter(|l| l.contains(": warning: "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[0].ends_with(
+            "rule 0 `am`: `{{meta.fingerprnt}}` in `prompt` is set by no `alertmanager` message, \
+             so it renders empty; did you mean `fingerprint`?"
+        ),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        warnings[1].contains("matcher key `lables.team` is set by no `alertmanager` message"),
+        "{}",
+        warnings[1]
+    );
 }
 
 #[test]
