@@ -571,6 +571,11 @@ impl Core {
         (items, self.consumer_view(consumer))
     }
 
+    /// Whether `session` pushes queued work `id` (see [`Lifecycle::push_by`]).
+    pub fn push_by(&self, id: ActionId, session: u64) -> bool {
+        self.lifecycle.push_by(id, session)
+    }
+
     /// Settles claims: delivered once the result carrying them was sent, else released with
     /// `why` to the front of the queue.
     pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {

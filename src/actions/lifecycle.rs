@@ -370,6 +370,7 @@ impl Lifecycle {
         let mut s = self.lock();
         let (info, forgotten) = s.sessions.close(session)?;
         let held = s.work.held_by(session);
+        s.work.forget_pusher(session);
         s.release(&held, "the session ended", now, &mut changes);
         let released = !changes.events.is_empty();
         self.commit(s, changes);
@@ -390,6 +391,13 @@ impl Lifecycle {
         s.show_unseen(consumer, max, now, &mut out, &mut changes);
         self.commit(s, changes);
         out
+    }
+
+    /// Whether `session` is the one to push queued work `id` (to its host, as a channel
+    /// notification): the first session to ask while the work is queued. Work a wait already
+    /// claimed is pushed by nobody: the wait's result carries it.
+    pub fn push_by(&self, id: ActionId, session: SessionId) -> bool {
+        self.lock().work.push_by(id, session)
     }
 
     /// Settles claims: `delivered` once the result carrying them was sent, else they go back

@@ -932,3 +932,57 @@ async fn sigint_stops_a_stdio_front_end_cleanly() {
         (status["stats"]["delivery"]["sessions"] == 0).then_some(())
     });
 }
+
+/// Issue 27: an auto item was pushed to every Claude Code window though only one can take it.
+/// Work is pushed to one session; a nudge still goes to all.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_is_pushed_to_one_window_and_nudges_to_all() {
+    let h = Harness::new(
+        true,
+        Some(
+            r#"{"rules": [
+  {"name": "fix", "channel": "ci/*", "mode": "auto", "prompt": "fix {{content}}", "tools": ["shell"]},
+  {"name": "look", "channel": "alerts/*", "mode": "notify"}
+]}"#,
+        ),
+    );
+    let (a, a_seen) = h.connect("claude-code").await;
+    let (b, b_seen) = h.connect("claude-code").await;
+    let pushed = |seen: &Recorder, mode: &str| -> usize {
+        seen.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, p)| m == "notifications/claude/channel" && p["meta"]["mode"] == mode)
+            .count()
+    };
+    h.send("alerts/disk", "disk 91%");
+    eventually_async(
+        Duration::from_secs(10),
+        "both windows get the nudge",
+        || (pushed(&a_seen, "notify") == 1 && pushed(&b_seen, "notify") == 1).then_some(()),
+    )
+    .await;
+    h.send("ci/main", "build 7 failed");
+    eventually_async(Duration::from_secs(10), "one window gets the work", || {
+        (pushed(&a_seen, "auto") + pushed(&b_seen, "auto") == 1).then_some(())
+    })
+    .await;
+    // Every notification sent after the work's has arrived in both windows by the time a
+    // later nudge has: the other window got no late push of the work.
+    h.send("alerts/cpu", "cpu 99%");
+    eventually_async(
+        Duration::from_secs(10),
+        "both windows get the second nudge",
+        || (pushed(&a_seen, "notify") == 2 && pushed(&b_seen, "notify") == 2).then_some(()),
+    )
+    .await;
+    assert_eq!(pushed(&a_seen, "auto") + pushed(&b_seen, "auto"), 1);
+    // The work itself is still taken by one wait.
+    let taken = kinds(&wait(&a, 1.0).await)
+        .into_iter()
+        .chain(kinds(&wait(&b, 1.0).await))
+        .filter(|(kind, _)| kind == "auto")
+        .count();
+    assert_eq!(taken, 1);
+}

@@ -23,6 +23,9 @@ pub(super) struct Claim {
 pub(super) struct Work {
     queue: VecDeque<Item>,
     claims: HashMap<ActionId, Claim>,
+    /// Which session pushes each queued item: one window gets the push of a piece of work only
+    /// one of them can take. Entries leave with the item.
+    pushed_by: HashMap<ActionId, SessionId>,
 }
 
 impl Work {
@@ -41,15 +44,26 @@ impl Work {
         self.queue.push_back(item);
     }
 
+    /// Whether `session` is the one to push queued work `id`: the first to ask while it is
+    /// queued. Work already claimed (a wait took it) or gone is pushed by nobody.
+    pub(super) fn push_by(&mut self, id: ActionId, session: SessionId) -> bool {
+        if !self.queue.iter().any(|i| i.action_id == id) {
+            return false;
+        }
+        *self.pushed_by.entry(id).or_insert(session) == session
+    }
+
     /// Claims the oldest queued work for `session`.
     pub(super) fn claim_next(&mut self, session: SessionId, consumer: &str) -> Option<Item> {
         let item = self.queue.pop_front()?;
+        self.pushed_by.remove(&item.action_id);
         self.claim(item.clone(), session, consumer);
         Some(item)
     }
 
     /// Records `session`'s claim on `item` (taken from the queue, or approved for it).
     pub(super) fn claim(&mut self, item: Item, session: SessionId, consumer: &str) {
+        self.pushed_by.remove(&item.action_id);
         self.claims.insert(
             item.action_id,
             Claim {
@@ -78,6 +92,11 @@ impl Work {
             self.queue.push_front(c.item);
         }
         released
+    }
+
+    /// `session` ended: the work it was to push may be pushed by another.
+    pub(super) fn forget_pusher(&mut self, session: SessionId) {
+        self.pushed_by.retain(|_, s| *s != session);
     }
 
     /// The ids of the work `session` holds claims on.

@@ -113,6 +113,8 @@ ops! {
     ExecFinish => exec_finish::ExecFinish,
     /// Stop the daemon.
     Shutdown => shutdown::Shutdown,
+    /// Whether a session pushes queued work.
+    PushBy => push_by::PushBy,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

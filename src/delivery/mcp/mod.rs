@@ -375,12 +375,16 @@ impl ServerHandler for McpServer {
         upstream_tools::follow(&self.tasks, tools, context.peer.clone(), token.clone());
         push::spawn(
             &self.tasks,
-            self.api.settings().claude_channel,
             self.session.clone(),
             client,
             context.peer,
             token,
             feed,
+            push::Pusher {
+                policy: self.api.settings().claude_channel,
+                api: self.api.clone(),
+                own: self.own.clone(),
+            },
         );
     }
 

@@ -3,7 +3,9 @@
 //!
 //! - `notifications/claude/channel` for each new item, when the client is Claude Code
 //!   (`clientInfo.name` contains `claude`) or the config says `always`: `content` is the
-//!   prompt, `meta` a flat map of identifier keys to strings.
+//!   prompt, `meta` a flat map of identifier keys to strings. Work (auto, approved) runs once,
+//!   so only one session pushes it: the first to ask (`push_by`) while no wait has taken it.
+//!   Nudges and confirm requests go to every session.
 //! - `notifications/message` (logger `switchboard.inbox`) for each new item.
 //! - `notifications/resources/updated` for `switchboard://inbox` on each commit, when the
 //!   client subscribed to it.
@@ -27,8 +29,10 @@ use tokio_util::task::TaskTracker;
 
 use super::{INBOX_URI, Session};
 use crate::actions::Event;
+use crate::backend::Api;
 use crate::control::Feed;
 use crate::control::PushPolicy;
+use crate::control::ops::{PushBy, SessionInfo};
 use crate::delivery::{Item, ItemKind};
 
 /// The method of Claude Code's channel notification.
@@ -72,14 +76,14 @@ pub fn channel_meta(item: &Item) -> BTreeMap<&'static str, String> {
 /// Starts the push task of one session; it ends with `token` or when the client is gone.
 pub(super) fn spawn(
     tasks: &TaskTracker,
-    policy: PushPolicy,
     session: Arc<Mutex<Session>>,
     client: String,
     peer: Peer<RoleServer>,
     token: CancellationToken,
     feed: Feed,
+    pusher: Pusher,
 ) {
-    let claude = wants_claude_channel(policy, &client);
+    let claude = wants_claude_channel(pusher.policy, &client);
     let Feed {
         mut events,
         mut committed,
@@ -100,7 +104,9 @@ pub(super) fn spawn(
                     };
                     let quiet = session.lock().unwrap().quiet;
                     let sent = match event {
-                        Event::Queued { item } => push_item(&peer, &item, claude, quiet).await,
+                        Event::Queued { item } if pusher.is_mine(&item).await => {
+                            push_item(&peer, &item, claude, quiet).await
+                        }
                         Event::Resolved { id, rule, by_seq } => {
                             let text = format!(
                                 "Confirm #{id} ({rule}) was resolved by message #{by_seq} before \
@@ -137,6 +143,34 @@ pub(super) fn spawn(
         }
         tracing::debug!(client = %client, "push task ended");
     });
+}
+
+/// What this session pushes: the channel notification by `policy`, and work only when the
+/// daemon says this session is the one (`push_by`).
+pub(super) struct Pusher {
+    pub(super) policy: PushPolicy,
+    pub(super) api: Api,
+    pub(super) own: Arc<tokio::sync::OnceCell<SessionInfo>>,
+}
+
+impl Pusher {
+    /// Whether this session pushes `item`: always for nudges and confirm requests; for work,
+    /// when the daemon says this session is the one (see the module doc).
+    async fn is_mine(&self, item: &Item) -> bool {
+        if !matches!(item.kind, ItemKind::Auto | ItemKind::Approved) {
+            return true;
+        }
+        let Some(own) = self.own.get() else {
+            return false;
+        };
+        self.api
+            .call(PushBy {
+                session: own.id,
+                id: item.action_id,
+            })
+            .await
+            .unwrap_or(false)
+    }
 }
 
 /// Tells the session that confirm `id` closed without it (resolved by a later message, or
