@@ -337,7 +337,7 @@ pub async fn install(
     if is_build_output(&exe) {
         eprintln!(
             "warning: {exe_text} is a cargo build output: the next `cargo build` or `cargo clean` \
-             replaces or removes it under the host. Install the binary with `cargo install --path .` \
+             replaces or removes it under the host. Install the binary with `cargo install --locked --path .` \
              and run `switchboard install` from there"
         );
     }

@@ -1,5 +1,8 @@
 //! The operator CLI against a running server.
 
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
 use super::util::*;
 
 #[test]
@@ -379,4 +382,115 @@ fn completions_and_the_man_page_cover_every_command() {
     assert!(out.status.success(), "clap_complete's shells");
     let out = cli_in(home.path(), &["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
+}
+
+/// The README's quick start, run as written (but for `cargo install`, which the test build
+/// replaces, and the ingest port, which is a free one) against a temporary home: `HOME` is a
+/// temporary directory, so `~/.switchboard` is a new home, and `switchboard` on `PATH` is the
+/// binary under test. What the reader would see must show: the curl message in `watch`, the
+/// rules check, and the confirm in `pending`.
+#[test]
+fn the_readme_quick_start_runs_as_written() {
+    use std::os::unix::process::CommandExt;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let marker = "<!-- quick start:";
+    let block = readme[readme.find(marker).expect("the quick start marker")..]
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the quick start block");
+    let port = free_port();
+    let script: Vec<String> = block
+        .lines()
+        .filter(|l| !l.starts_with("cargo install"))
+        .map(|l| {
+            l.replace("8787", &port.to_string()).replacen(
+                "switchboard start",
+                &format!("switchboard start --listen 127.0.0.1:{port}"),
+                1,
+            )
+        })
+        .collect();
+    // The rules are reloaded a moment after the save; a reader typing the next line is slower
+    // than that, a script is not: run the lines after `send` once the reload shows.
+    let split = script
+        .iter()
+        .position(|l| l.starts_with("switchboard send"))
+        .expect("a send line");
+    let (setup, rest) = script.split_at(split);
+
+    let root = tempfile::tempdir().unwrap();
+    let bin_dir = root.path().join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    std::os::unix::fs::symlink(bin(), bin_dir.join("switchboard")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out_file = root.path().join("out.txt");
+    // Each run is its own process group, so that `watch &` can be stopped with it.
+    let run = |lines: &[String]| -> (std::process::ExitStatus, i32) {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&out_file)
+            .unwrap();
+        let mut child = Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &lines.join("\n")])
+            .current_dir(root.path())
+            .env("HOME", root.path())
+            .env("PATH", &path)
+            .env_remove("SWITCHBOARD_HOME")
+            .env_remove("SWITCHBOARD_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = child.id() as i32;
+        (child.wait().unwrap(), group)
+    };
+    let home = root.path().join(".switchboard");
+    let _daemon = DaemonGuard(home.clone());
+    struct Group(i32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            unsafe { libc::kill(-self.0, libc::SIGKILL) };
+        }
+    }
+    let shown = || std::fs::read_to_string(&out_file).unwrap_or_default();
+
+    let (status, group) = run(setup);
+    let watch = Group(group);
+    assert!(status.success(), "{}", shown());
+    assert!(
+        shown().contains(": ok, 1 rule: ci-failed"),
+        "rules check:\n{}",
+        shown()
+    );
+    assert!(
+        root.path().join(".mcp.json").exists(),
+        "install claude wrote .mcp.json"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "watch shows the curl message",
+        || shown().contains("hello from curl").then_some(()),
+    );
+    eventually(Duration::from_secs(10), "the new rules are live", || {
+        let list = stdout(&cli_in(&home, &["rules", "list", "--json"]));
+        list.contains("ci-failed").then_some(())
+    });
+    let (send, pending) = rest.split_at(1);
+    assert!(run(send).0.success(), "{}", shown());
+    eventually(Duration::from_secs(10), "pending shows the confirm", || {
+        let before = shown();
+        assert!(run(pending).0.success(), "{before}");
+        let after = shown();
+        after[before.len()..].contains("ci-failed").then_some(())
+    });
+    drop(watch);
 }
