@@ -43,9 +43,9 @@ class Session:
         conn.close()
         return result
 
-    def wait(self):
-        """`wait_for_inbound_message` (up to 20 s, 50 items); the items it returned."""
+    def wait(self, timeout_s=20):
+        """`wait_for_inbound_message` (up to `timeout_s`, 50 items); the items it returned."""
         r = self.rpc({"jsonrpc": "2.0", "id": next(self.ids), "method": "tools/call", "params": {
-            "name": "wait_for_inbound_message", "arguments": {"timeout_s": 20, "max_items": 50}}})
+            "name": "wait_for_inbound_message", "arguments": {"timeout_s": timeout_s, "max_items": 50}}})
         content = (r or {}).get("result", {}).get("structuredContent") or {}
         return content.get("items", [])

@@ -3,7 +3,7 @@
 # descriptors are sampled every SAMPLE seconds, with the server's CPU time. Prints the samples
 # and a summary: RSS, fds, CPU, and the ingest POST latency the sender saw.
 #
-#   benches/soak.sh                 # DURATION=600 RATE=300 SESSIONS=4 RELOAD=10 SAMPLE=10 SENDERS=4
+#   benches/soak.sh                 # DURATION=600 RATE=300 SESSIONS=4 CHURN=2 RELOAD=10 SAMPLE=10 SENDERS=4
 #
 # The load, all at once:
 # - ingest: POST /v1/messages at RATE messages/s in all, from SENDERS processes (one keep-alive
@@ -12,17 +12,24 @@
 #   `soak/alert`, which a notify rule turns into a nudge, one in fifty with a repeated id);
 # - SESSIONS MCP sessions over streamable HTTP, each calling `wait_for_inbound_message`
 #   (timeout 20 s) in a loop, so nudges are delivered and long-polls come and go;
+# - CHURN processes that each, in a loop, open an MCP session over HTTP (initialize), call one
+#   wait (timeout 1 s) and leave without a DELETE, as a host that crashes does: abandoned
+#   sessions must expire (`mcp.sessionIdleTimeout`) and be bounded (`mcp.maxSessions`);
 # - a rules reload every RELOAD seconds, alternating `switchboard rules reload` and a save of
 #   triggers.json (which the watcher reloads);
 # - every 30 s, a slow client that opens a connection, sends half a header and goes quiet.
+# At the end every seq a 202 acknowledged is looked up in the journal (rotation is set past the
+# run's size, so the journal holds them all): "acknowledged and missing" must be 0.
 # Needs python3 (standard library only) and curl. BIN=path skips the build. Builds the release binary first (honours
-# CARGO_TARGET_DIR). Exits 1 if the server dies or the ingest loop sees a non-202.
+# CARGO_TARGET_DIR). Exits 1 if the server dies, the ingest loop sees a non-202, or an
+# acknowledged message is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-600}
 RATE=${RATE:-300}
 SESSIONS=${SESSIONS:-4}
+CHURN=${CHURN:-2}
 RELOAD=${RELOAD:-10}
 SAMPLE=${SAMPLE:-10}
 SENDERS=${SENDERS:-4}
@@ -44,7 +51,7 @@ trap cleanup EXIT
 rules() { # $1 = a word that makes each save different
     printf '{"rules": [{"name": "soak-nudge", "channel": "soak/alert", "description": "%s"}]}\n' "$1"
 }
-printf '{"http": {"rateLimit": "0"}}\n' >"$home/switchboard.json"
+printf '{"http": {"rateLimit": "0"}, "inbox": {"rotateBytes": 4294967296}}\n' >"$home/switchboard.json"
 rules start >"$home/triggers.json"
 RUST_LOG=warn "$bin" --home "$home" serve --no-stdio --listen 127.0.0.1:0 --http 127.0.0.1:0 \
     </dev/null >/dev/null 2>>"$work/server.log" &
@@ -65,7 +72,7 @@ addr, token, rate, duration, who = sys.argv[1], sys.argv[2], float(sys.argv[3]),
 host, port = addr.rsplit(":", 1)
 conn = http.client.HTTPConnection(host, int(port), timeout=30)
 headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
-start, n, refused, lat = time.monotonic(), 0, 0, []
+start, n, refused, lat, acked = time.monotonic(), 0, 0, [], []
 while time.monotonic() - start < duration:
     due = start + n / rate
     now = time.monotonic()
@@ -81,7 +88,10 @@ while time.monotonic() - start < duration:
         try:
             conn.request("POST", "/v1/messages", json.dumps(msg), headers)
             resp = conn.getresponse()
-            resp.read()
+            body = resp.read()
+            if resp.status == 202:
+                for a in json.loads(body)["accepted"]:
+                    acked.append(a["seq"])
             break
         except (ConnectionError, http.client.HTTPException):
             conn.close()  # closed by the server's idle timeout: reconnect
@@ -92,6 +102,8 @@ while time.monotonic() - start < duration:
 elapsed = time.monotonic() - start
 lat.sort()
 q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
+with open(sys.argv[6], "w") as f:
+    f.write("\n".join(map(str, acked)))
 print(f"sender {who}: sent {n} refused {refused} in {elapsed:.0f}s ({n / elapsed:.0f} msg/s); "
       f"POST -> 202 p50 {q(0.5):.2f} ms, p99 {q(0.99):.2f} ms, max {lat[-1] * 1e3:.1f} ms")
 EOF
@@ -109,6 +121,19 @@ while time.monotonic() - start < duration:
 print(f"{name}: waits {waits} items {items}")
 EOF
 
+# Sessions that come and go without a DELETE; prints "churn N: sessions S".
+cat >"$work/churn.py" <<'EOF'
+import sys, time
+from mcp_http import Session
+url, token, duration, who = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+start, opened = time.monotonic(), 0
+while time.monotonic() - start < duration:
+    mcp = Session(url, token, f"churn-{who}-{opened}")
+    mcp.wait(timeout_s=1)
+    opened += 1  # and left without a DELETE
+print(f"churn {who}: sessions {opened}")
+EOF
+
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$server_pid/status"; }
 # utime + stime of the server, in clock ticks (fields 14 and 15 of stat; the name has no spaces)
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
@@ -116,15 +141,19 @@ hz=$(getconf CLK_TCK)
 fds() { ls "/proc/$server_pid/fd" | wc -l; }
 
 for s in $(seq "$SENDERS"); do
-    python3 "$work/ingest.py" "$ingest" "$token" "$(awk -v r="$RATE" -v n="$SENDERS" 'BEGIN { print r / n }')" "$DURATION" "$s" >"$work/ingest-$s.out" &
+    python3 "$work/ingest.py" "$ingest" "$token" "$(awk -v r="$RATE" -v n="$SENDERS" 'BEGIN { print r / n }')" "$DURATION" "$s" "$work/acked-$s" >"$work/ingest-$s.out" &
     pids+=($!)
 done
 for s in $(seq "$SESSIONS"); do
     PYTHONPATH=benches python3 "$work/session.py" "$mcp" "$token" "$DURATION" "soak-$s" >"$work/session-$s.out" &
     pids+=($!)
 done
+for s in $(seq "$CHURN"); do
+    PYTHONPATH=benches python3 "$work/churn.py" "$mcp" "$token" "$DURATION" "$s" >"$work/churn-$s.out" &
+    pids+=($!)
+done
 
-echo "machine: $(nproc) cores, $(uname -sr); ${DURATION}s at ${RATE} msg/s, $SESSIONS sessions, reload every ${RELOAD}s" >&2
+echo "machine: $(nproc) cores, $(uname -sr); ${DURATION}s at ${RATE} msg/s, $SESSIONS sessions, $CHURN churning, reload every ${RELOAD}s" >&2
 echo "| t (s) | RSS (MiB) | fds | last seq | server CPU since last sample (% of one core) |"
 echo "| ---: | ---: | ---: | ---: | ---: |"
 ticks0=$(cpu_ticks)
@@ -184,11 +213,37 @@ echo
 cat "$work"/ingest-*.out
 awk '{ for (i = 1; i < NF; i++) if ($i == "sent") n += $(i + 1) } END { printf "ingest: %d messages in %ds, %.0f msg/s\n", n, d, n / d }' d="$DURATION" "$work"/ingest-*.out
 cat "$work"/session-*.out
+[[ $CHURN -gt 0 ]] && cat "$work"/churn-*.out
+sessions_open=$(curl -s -H "Authorization: Bearer $token" "http://$ingest/metrics" | awk '$1 == "switchboard_sessions" { print $2 }')
+echo "MCP sessions open at the end: ${sessions_open:-?}"
+missing=$(python3 - "$home" "$work"/acked-* <<'EOF'
+import json, os, sys
+home, files = sys.argv[1], sys.argv[2:]
+stored = set()
+for name in ("channels.jsonl.1", "channels.jsonl"):
+    path = os.path.join(home, name)
+    if os.path.exists(path):
+        for line in open(path):
+            try:
+                stored.add(json.loads(line)["seq"])
+            except (ValueError, KeyError):
+                pass
+acked = set()
+for f in files:
+    acked.update(int(x) for x in open(f).read().split())
+print(len(acked - stored), len(acked))
+EOF
+)
+echo "acknowledged and missing from the journal: ${missing% *} of ${missing#* }"
 echo "reloads done: $reloads; $reload_line"
 awk -v d=$(( $(cpu_ticks) - ticks0 )) -v s="$DURATION" -v hz="$hz" 'BEGIN { printf "server CPU over the run: %.1f s, %.1f%% of one core\n", d / hz, 100 * d / hz / s }'
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk 'NR == 1 { r0 = $2; f0 = $3 } { if ($2 > rmax) rmax = $2; if ($3 > fmax) fmax = $3; r = $2; f = $3 }
      END { printf "RSS %.1f -> %.1f MiB (max %.1f); fds %d -> %d (max %d)\n", r0 / 1024, r / 1024, rmax / 1024, f0, f, fmax }' "$samples"
+if [[ ${missing% *} != 0 ]]; then
+    echo "error: acknowledged messages are missing" >&2
+    exit 1
+fi
 if grep -q "refused [1-9]" "$work"/ingest-*.out; then
     echo "error: ingest saw refusals" >&2
     exit 1
