@@ -13,7 +13,10 @@ pub use crate::actions::ActionSettings;
 pub use crate::control::PushPolicy;
 pub use crate::delivery::exec::{ExecKind, ExecSettings};
 pub use crate::delivery::mcp::McpSettings;
-pub use crate::home::{HOME_ENV, Home, HomeError, HomeLock, restrict, write_atomic};
+pub use crate::home::{
+    GITHUB_SECRET_ENV, HOME_ENV, Home, HomeError, HomeLock, SECRET_ENV, TOKEN_ENV, restrict,
+    write_atomic,
+};
 pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
 
@@ -117,12 +120,6 @@ fn located_syntax(e: serde_json::Error) -> crate::sources::upstream::config::Con
         message: format!("parse error: {message}"),
     }
 }
-
-/// The environment variable that sets the ingest bearer token (over `http.token`).
-pub const TOKEN_ENV: &str = "SWITCHBOARD_TOKEN";
-
-/// The environment variable that sets the GitHub webhook secret (over `http.githubSecret`).
-pub const GITHUB_SECRET_ENV: &str = "SWITCHBOARD_GITHUB_SECRET";
 
 impl Home {
     /// The ingest bearer token kept in the `token` file: read it, or generate one (32 random

@@ -22,6 +22,16 @@ use serde::{Deserialize, Serialize};
 /// The environment variable that overrides the default home.
 pub const HOME_ENV: &str = "SWITCHBOARD_HOME";
 
+/// The environment variable that sets the ingest bearer token (over `http.token`).
+pub const TOKEN_ENV: &str = "SWITCHBOARD_TOKEN";
+
+/// The environment variable that sets the GitHub webhook secret (over `http.githubSecret`).
+pub const GITHUB_SECRET_ENV: &str = "SWITCHBOARD_GITHUB_SECRET";
+
+/// switchboard's own secrets in its environment: never passed on to a process it starts
+/// (upstream MCP servers, the exec host) unless its configuration names them on purpose.
+pub const SECRET_ENV: &[&str] = &[TOKEN_ENV, GITHUB_SECRET_ENV];
+
 /// Errors from opening a home.
 #[derive(Debug, thiserror::Error)]
 pub enum HomeError {

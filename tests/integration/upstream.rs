@@ -988,3 +988,39 @@ fn an_unreachable_http_upstream_says_why_without_rust_type_names() {
     );
     assert!(sb.terminate().success(), "{}", sb.log());
 }
+
+/// An upstream server inherits the daemon's environment (its own credentials are usually
+/// there), but never switchboard's secrets, unless its `env` names them.
+#[test]
+fn an_upstream_gets_the_environment_without_switchboards_secrets() {
+    let mut sb = Switchboard::new()
+        .env("SWITCHBOARD_TOKEN", "ingest-secret")
+        .env("SWITCHBOARD_GITHUB_SECRET", "hmac-secret")
+        .env("BRIDGE_API_KEY", "the-bridges-own");
+    let dump = sb.home.path().join("upstream.env");
+    sb.write(
+        "switchboard.json",
+        &json!({"upstreams": {"bridge": {
+            "command": "sh",
+            "args": ["-c", format!("env > '{}'; exec sleep 30", dump.display())],
+            "env": {"BRIDGE_MODE": "test"},
+        }}})
+        .to_string(),
+    );
+    sb.spawn();
+    let env = eventually(
+        Duration::from_secs(20),
+        "the upstream wrote its env",
+        || {
+            std::fs::read_to_string(&dump)
+                .ok()
+                .filter(|t| t.contains("BRIDGE_MODE"))
+        },
+    );
+    assert!(env.contains("BRIDGE_API_KEY=the-bridges-own"), "{env}");
+    assert!(env.contains("BRIDGE_MODE=test"), "{env}");
+    assert!(env.contains("PATH="), "{env}");
+    assert!(!env.contains("ingest-secret"), "{env}");
+    assert!(!env.contains("hmac-secret"), "{env}");
+    assert!(sb.terminate().success(), "{}", sb.log());
+}

@@ -24,6 +24,7 @@ pub struct Switchboard {
     /// The MCP URL, `http://127.0.0.1:PORT/mcp`.
     pub mcp_url: Option<String>,
     extra_args: Vec<String>,
+    extra_env: Vec<(String, String)>,
 }
 
 impl Switchboard {
@@ -36,6 +37,7 @@ impl Switchboard {
             ingest: None,
             mcp_url: None,
             extra_args: Vec::new(),
+            extra_env: Vec::new(),
         }
     }
 
@@ -48,6 +50,12 @@ impl Switchboard {
     /// Extra `serve` arguments.
     pub fn args(mut self, args: &[&str]) -> Switchboard {
         self.extra_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// An environment variable for the server.
+    pub fn env(mut self, key: &str, value: &str) -> Switchboard {
+        self.extra_env.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -85,6 +93,7 @@ impl Switchboard {
             .args(serve_args)
             .args(&self.extra_args)
             .env("RUST_LOG", "switchboard=debug,info")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(log);

@@ -840,6 +840,11 @@ fn spawn_child(
 ) -> Result<(rmcp::transport::TokioChildProcess, Option<u32>), String> {
     use process_wrap::tokio::{CommandWrap, ProcessGroup};
     let mut cmd = tokio::process::Command::new(command);
+    // The upstream inherits the daemon's environment (its own credentials are usually there),
+    // but not switchboard's secrets, unless its `env` names them.
+    for secret in crate::home::SECRET_ENV {
+        cmd.env_remove(secret);
+    }
     cmd.args(args).envs(env).kill_on_drop(true);
     #[cfg(target_os = "linux")]
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec. The child
