@@ -168,16 +168,27 @@ pub fn plan_claude(exe: &str, home: &Path, settings: &Path) -> anyhow::Result<Ho
         "command": hook_command(exe, home, "hook stop --host claude"),
         "timeout": STOP_HOOK_TIMEOUT_S,
     }]});
-    match stop.iter().position(is_switchboard_stop) {
-        Some(at) => stop[at] = ours,
-        None => stop.push(ours),
-    }
-    Ok(plan(
+    let had = match stop.iter().position(is_switchboard_stop) {
+        Some(at) => {
+            stop[at] = ours;
+            true
+        }
+        None => {
+            stop.push(ours);
+            false
+        }
+    };
+    let mut plan = plan(
         settings.to_path_buf(),
         &doc,
         old.as_ref(),
         "the Claude Code stop hook (Stop → `hook stop`)",
-    ))
+    );
+    if !had {
+        // Other settings were there; the hook is new.
+        plan.verb = "added";
+    }
+    Ok(plan)
 }
 
 /// A Claude Code `Stop` matcher group that runs switchboard's stop hook.

@@ -47,7 +47,7 @@ pub use wire::{DaemonListeners, FrontendSettings, PushPolicy};
 /// The control protocol this build speaks. Bumped whenever a call, a reply or a line of the
 /// connection changes shape, so that a front end and a daemon of different builds refuse each
 /// other with a sentence instead of misreading each other.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 2;
 
 /// How long a call may take before its caller gives up on the daemon (a wait: its own timeout
 /// plus [`WAIT_MARGIN`]).

@@ -49,3 +49,90 @@ impl Lifecycle {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::{TimeDelta, Utc};
+
+    use super::*;
+    use crate::actions::{Action, ActionId, ItemKind, Mode};
+    use crate::message::{Message, NewMessage};
+
+    fn action(id: ActionId, mode: Mode) -> (Action, Arc<Message>) {
+        let now = Utc::now();
+        let msg = Message::from_new(NewMessage::new("s", "c", format!("m{id}")), id, now);
+        let a = Action {
+            id,
+            rule: "r".into(),
+            mode,
+            seq: id,
+            prompt: format!("p{id}"),
+            tools: vec!["t".into()],
+            created: now,
+            expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
+            delivery: Default::default(),
+        };
+        (a, Arc::new(msg))
+    }
+
+    #[tokio::test]
+    async fn a_hook_claims_one_piece_of_work_and_its_session_ending_releases_it() {
+        let lc = Lifecycle::default();
+        let window = lc.open_session("copilot-cli#1", false, None);
+        lc.offer(
+            vec![action(1, Mode::Auto), action(2, Mode::Auto)],
+            None,
+            Utc::now(),
+        )
+        .await;
+        let (session, item) = lc.claim_for_hook("copilot-hook:a").unwrap();
+        assert_eq!((item.kind, item.action_id), (ItemKind::Auto, 1));
+        assert_eq!(lc.stats().claimed_work, 1);
+        // The hook died before its decision: its session ends, the work goes back first.
+        lc.close_session(session, Utc::now());
+        let taken: Vec<_> = lc
+            .take(window, "copilot-cli#1", 10)
+            .iter()
+            .map(|i| i.action_id)
+            .collect();
+        assert_eq!(taken, [1, 2], "released to the front of the queue");
+        assert!(
+            lc.claim_for_hook("copilot-hook:a").is_none(),
+            "no work left"
+        );
+        assert_eq!(lc.stats().sessions, 1, "no session opened without work");
+    }
+
+    #[tokio::test]
+    async fn a_settled_hook_claim_is_delivered_once() {
+        let lc = Lifecycle::default();
+        lc.offer(vec![action(1, Mode::Auto)], None, Utc::now())
+            .await;
+        let (session, item) = lc.claim_for_hook("claude-hook:b").unwrap();
+        lc.settle(&[item.action_id], true, "written");
+        lc.close_session(session, Utc::now());
+        assert_eq!(lc.stats().counters.delivered, 1);
+        assert_eq!(lc.stats().queued_work, 0);
+        assert_eq!(lc.stats().sessions, 0);
+    }
+
+    #[tokio::test]
+    async fn confirm_requests_are_mentioned_once_per_consumer_and_only_when_shown() {
+        let lc = Lifecycle::default();
+        lc.open_session("w#1", false, None);
+        lc.offer(
+            vec![action(1, Mode::Confirm), action(2, Mode::Confirm)],
+            None,
+            Utc::now(),
+        )
+        .await;
+        lc.flush().await;
+        let ids = |items: Vec<Item>| items.iter().map(|i| i.action_id).collect::<Vec<_>>();
+        assert_eq!(ids(lc.unseen_confirms("h:1", |i| i.action_id != 2)), [1]);
+        assert!(lc.unseen_confirms("h:1", |_| true).is_empty(), "told once");
+        assert_eq!(ids(lc.unseen_confirms("h:2", |_| true)), [1, 2]);
+        assert_eq!(lc.pending_confirms().len(), 2, "never answered here");
+    }
+}
