@@ -244,6 +244,7 @@ impl Local {
     pub(in crate::control) fn render_metrics(&self) -> String {
         let stats = self.core.stats();
         let mut out = self.core.metrics().render(&stats.inbox, &stats.delivery);
+        out.push_str(&crate::metrics::render_hooks(&stats.hooks));
         for part in &self.parts.metrics {
             out.push_str(&part(&stats));
         }

@@ -262,6 +262,15 @@ fn queued_work_is_the_next_turn(host: Host) {
         1,
         "{stats}"
     );
+    let metrics = control(rig.home(), json!({"op": "metrics"}));
+    let line = format!(
+        "switchboard_hook_stops_total{{host=\"{}\",outcome=\"delivered\"}} 1\n",
+        host.name()
+    );
+    assert!(
+        metrics["result"].as_str().unwrap().contains(&line),
+        "{metrics}"
+    );
 }
 
 /// With nothing queued and off duty, the host stops after its one turn.
@@ -601,7 +610,7 @@ fn install_hooks_writes_the_stop_hook_with_the_home_and_is_idempotent() {
     let first = install("claude", &claude_config, &[]);
     assert!(first.contains("added `switchboard` to"), "{first}");
     assert!(
-        first.contains("updated the Claude Code stop hook"),
+        first.contains("added the Claude Code stop hook"),
         "{first}"
     );
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();

@@ -67,6 +67,12 @@ impl Op for HookStop {
     const ORDERED: bool = true;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<HookDecision, ApiError> {
+        if !matches!(self.host.as_str(), "copilot" | "claude") {
+            return Err(ApiError::refused(format!(
+                "`hook_stop`: unknown host \"{}\"; expected `copilot` or `claude`",
+                self.host.escape_debug()
+            )));
+        }
         if self.session_id.trim().is_empty() {
             return Err(ApiError::refused("`hook_stop`: the host gave no session id"));
         }
