@@ -478,19 +478,11 @@ fn a_hook_gone_before_its_decision_releases_the_claim() {
     });
     assert_eq!(released["consumer"], "copilot-hook:gone");
     // The next stop gets it, and says it was delivered.
-    let hook = std::process::Command::new(bin())
-        .args(["--home", home.to_str().unwrap(), "hook", "stop"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    hook.stdin
-        .as_ref()
-        .unwrap()
-        .write_all(br#"{"sessionId": "next", "stop_hook_active": false}"#)
-        .unwrap();
-    let out = hook.wait_with_output().unwrap();
+    let out = run_hook(
+        home,
+        &[],
+        r#"{"sessionId": "next", "stop_hook_active": false}"#,
+    );
     assert!(out.status.success());
     let decision: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(decision["decision"], "block");
@@ -514,29 +506,12 @@ fn a_hook_gone_before_its_decision_releases_the_claim() {
 #[test]
 fn without_a_daemon_the_hook_lets_the_stop_through_silently() {
     let home = tempfile::tempdir().unwrap();
-    let mut hook = std::process::Command::new(bin())
-        .args([
-            "--home",
-            home.path().to_str().unwrap(),
-            "hook",
-            "stop",
-            "--host",
-            "claude",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    hook.stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"session_id": "s", "hook_event_name": "Stop", "stop_hook_active": false}"#)
-        .unwrap();
-    let status = wait_exit(&mut hook, Duration::from_secs(5));
-    assert!(status.success());
-    let out = hook.wait_with_output().unwrap();
+    let out = run_hook(
+        home.path(),
+        &["--host", "claude"],
+        r#"{"session_id": "s", "hook_event_name": "Stop", "stop_hook_active": false}"#,
+    );
+    assert!(out.status.success());
     assert!(
         out.stdout.is_empty(),
         "{}",
@@ -551,6 +526,27 @@ fn without_a_daemon_the_hook_lets_the_stop_through_silently() {
         !home.path().join("control.sock").exists(),
         "the hook starts no daemon"
     );
+}
+
+/// Runs `switchboard --home HOME hook stop ARGS` with `event` on its stdin, to its end (5 s at
+/// most).
+fn run_hook(home: &Path, args: &[&str], event: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut hook = Command::new(bin())
+        .args(["--home", home.to_str().unwrap(), "hook", "stop"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    hook.stdin
+        .take()
+        .unwrap()
+        .write_all(event.as_bytes())
+        .unwrap();
+    wait_exit(&mut hook, Duration::from_secs(5));
+    hook.wait_with_output().unwrap()
 }
 
 /// `install copilot|claude --hooks`: the stop hook with `--home`, shown by `--dry-run` (which
@@ -609,10 +605,7 @@ fn install_hooks_writes_the_stop_hook_with_the_home_and_is_idempotent() {
     std::fs::write(&settings, r#"{"permissions": {"allow": ["Read"]}}"#).unwrap();
     let first = install("claude", &claude_config, &[]);
     assert!(first.contains("added `switchboard` to"), "{first}");
-    assert!(
-        first.contains("added the Claude Code stop hook"),
-        "{first}"
-    );
+    assert!(first.contains("added the Claude Code stop hook"), "{first}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
     assert_eq!(doc["permissions"]["allow"][0], "Read");
     let command = doc["hooks"]["Stop"][0]["hooks"][0]["command"]

@@ -52,29 +52,14 @@ impl Lifecycle {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use chrono::{TimeDelta, Utc};
+    use chrono::Utc;
 
     use super::*;
     use crate::actions::{Action, ActionId, ItemKind, Mode};
-    use crate::message::{Message, NewMessage};
+    use crate::message::Message;
 
-    fn action(id: ActionId, mode: Mode) -> (Action, Arc<Message>) {
-        let now = Utc::now();
-        let msg = Message::from_new(NewMessage::new("s", "c", format!("m{id}")), id, now);
-        let a = Action {
-            id,
-            rule: "r".into(),
-            mode,
-            seq: id,
-            prompt: format!("p{id}"),
-            tools: vec!["t".into()],
-            created: now,
-            expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
-            delivery: Default::default(),
-        };
-        (a, Arc::new(msg))
+    fn action(id: ActionId, mode: Mode) -> (Action, std::sync::Arc<Message>) {
+        super::super::tests::action(id, mode, Utc::now())
     }
 
     #[tokio::test]
