@@ -410,6 +410,35 @@ fn claude_code_on_duty_calls_the_wait_tool_and_stops_once_off_duty() {
     on_duty_the_agent_waits_then_stops_once_off(Host::Claude);
 }
 
+/// On duty with an agent that never waits: the hook blocks 7 stops in a row and lets the 8th
+/// through, so the host's own cap of 8 never cuts in; the host's `stop_hook_active` is read in
+/// its own spelling (were it not, every stop would start a fresh count and never be let through).
+fn on_duty_blocks_stop_below_the_hosts_cap(host: Host) {
+    let Some(modules) = hosts() else { return };
+    let sb = daemon();
+    let rig = Rig::new(host, &modules, script(), sb.home.path());
+    rig.install(false);
+    let on = sb.cli(&["duty", "on"]);
+    assert!(on.status.success(), "{}", stderr(&on));
+    let run = rig.run("Say hello.", &[]);
+    let report = rig.report(&run);
+    let r = control(rig.home(), json!({"op": "stats"}));
+    let stops = &r["result"]["hooks"]["stops"][host.name()];
+    assert_eq!(stops["duty"], 7, "{stops}\n{report}");
+    assert_eq!(stops["capped"], 1, "{stops}\n{report}");
+    assert_eq!(rig.turns().len(), 8, "the first turn and 7 more\n{report}");
+}
+
+#[test]
+fn copilot_cli_on_duty_is_let_through_below_the_cap() {
+    on_duty_blocks_stop_below_the_hosts_cap(Host::Copilot);
+}
+
+#[test]
+fn claude_code_on_duty_is_let_through_below_the_cap() {
+    on_duty_blocks_stop_below_the_hosts_cap(Host::Claude);
+}
+
 /// Two hosts' windows on one home, both with the stop hook: each queued item is handed to
 /// exactly one of them.
 #[test]
