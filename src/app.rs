@@ -26,6 +26,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::actions::duty::{Duty, DutyView, HookStats};
 use crate::actions::journal::ActionLog;
 use crate::actions::lifecycle::{LifecycleStats, PendingConfirm};
 use crate::actions::writer::JournalWriter;
@@ -100,6 +101,9 @@ pub struct CoreStats {
     pub wait_calls_in_flight: u64,
     /// Open confirm requests.
     pub pending_confirms: Vec<PendingConfirm>,
+    /// On-duty mode and what the stop hooks did.
+    #[serde(default)]
+    pub hooks: HookStats,
 }
 
 /// Who opens a session: one per MCP session (a host window).
@@ -149,6 +153,8 @@ pub struct Core {
     state: StateStore,
     lifecycle: Lifecycle,
     metrics: Metrics,
+    /// On-duty mode and the stop hooks' blocks in a row.
+    duty: Duty,
     /// The engine; held while one message is evaluated, so a reload is atomic.
     engine: Mutex<Engine>,
     rules: RulesState,
@@ -257,7 +263,12 @@ impl Core {
     ) -> Arc<Core> {
         let mut engine = Engine::new(Arc::new(RuleSet::builtin()));
         engine.set_paused(state.paused());
+        let duty = match &home {
+            Some(home) => Duty::load(home.duty()),
+            None => Duty::memory(),
+        };
         Arc::new(Core {
+            duty,
             home,
             settings,
             inbox,
@@ -770,6 +781,7 @@ impl Core {
             delivery: self.lifecycle.stats(),
             wait_calls_in_flight: self.metrics.wait_calls_in_flight.load(Ordering::Relaxed),
             pending_confirms: self.lifecycle.pending_summary(),
+            hooks: self.duty.stats(Utc::now()),
         }
     }
 
@@ -955,3 +967,29 @@ const DISPATCH_BATCH: usize = 256;
 /// The dispatcher's first and longest wait for messages it cannot read yet.
 const UNREADABLE_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const UNREADABLE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+// ---- stop hooks ------------------------------------------------------------------------------
+
+impl Core {
+    /// On-duty mode and the stop hooks' blocks in a row.
+    pub fn duty(&self) -> &Duty {
+        &self.duty
+    }
+
+    /// Goes on or off duty (kept in the home).
+    pub fn set_duty(&self, on: bool, until: Option<DateTime<Utc>>) -> std::io::Result<DutyView> {
+        self.duty.set(on, until)
+    }
+
+    /// Claims the oldest queued work for a stop hook reading as `consumer`, by a session of its
+    /// own (see [`Lifecycle::claim_for_hook`]); `None` when no work waits.
+    pub fn hook_claim(&self, consumer: &str) -> Option<(u64, Item)> {
+        self.lifecycle.claim_for_hook(consumer)
+    }
+
+    /// The open confirm requests a stop hook reading as `consumer` was not told of yet and
+    /// `shown` accepts; told from now on.
+    pub fn hook_confirms(&self, consumer: &str, shown: impl Fn(&Item) -> bool) -> Vec<Item> {
+        self.lifecycle.unseen_confirms(consumer, shown)
+    }
+}

@@ -305,6 +305,10 @@ impl Home {
     pub fn daemon_log(&self) -> PathBuf {
         self.dir.join("daemon.log")
     }
+    /// `duty.json`: on-duty mode for the stop hooks.
+    pub fn duty(&self) -> PathBuf {
+        self.dir.join("duty.json")
+    }
     /// `endpoint.json`: where the running server listens (written once it is ready).
     pub fn endpoint(&self) -> PathBuf {
         self.dir.join("endpoint.json")

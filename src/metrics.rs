@@ -380,6 +380,36 @@ impl Metrics {
     }
 }
 
+/// The stop hooks' part of `/metrics`: stops by host and outcome (`delivered` is work handed
+/// over by a hook), and whether on-duty mode is on.
+pub fn render_hooks(hooks: &crate::actions::duty::HookStats) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "switchboard_hook_stops_total",
+        "counter",
+        "Agent stops seen by the stop hooks, by host and outcome (delivered = work handed over).",
+    );
+    for (host, outcomes) in &hooks.stops {
+        for (outcome, n) in outcomes {
+            let _ = writeln!(
+                out,
+                "switchboard_hook_stops_total{{host=\"{}\",outcome=\"{}\"}} {n}",
+                escape(host),
+                escape(outcome)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "switchboard_on_duty",
+        "gauge",
+        "1 while on-duty mode keeps agents with nothing queued listening, else 0.",
+    );
+    let _ = writeln!(out, "switchboard_on_duty {}", u8::from(hooks.duty.on));
+    out
+}
+
 /// The `# HELP` and `# TYPE` lines that open a metric family.
 /// `switchboard_regex_budget_total`: searches of each rule's content or resolve regex that its
 /// budget stopped (see [`crate::rules::ContentRegex::check`]); the rule did not fire for those
@@ -423,6 +453,25 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hook_stops_render_by_host_and_outcome() {
+        let mut hooks = crate::actions::duty::HookStats::default();
+        hooks
+            .stops
+            .entry("copilot".into())
+            .or_default()
+            .insert("delivered".into(), 3);
+        hooks.duty.on = true;
+        let text = render_hooks(&hooks);
+        assert!(
+            text.contains(
+                "switchboard_hook_stops_total{host=\"copilot\",outcome=\"delivered\"} 3\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("switchboard_on_duty 1\n"), "{text}");
+    }
 
     #[test]
     fn renders_counters_with_labels() {

@@ -9,6 +9,7 @@ mod integration {
     mod daemon;
     mod exec;
     mod faults;
+    mod hooks;
     mod hostile;
     mod inbox;
     mod ingest;

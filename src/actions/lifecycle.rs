@@ -25,6 +25,7 @@
 
 mod confirms;
 mod event;
+mod hook;
 mod item;
 mod nudges;
 mod offer;

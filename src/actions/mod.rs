@@ -4,6 +4,7 @@
 //! [`lifecycle`], the one owner of its state from then on and the only writer of
 //! `actions.jsonl` (through the [`writer`] thread).
 
+pub mod duty;
 pub mod exec;
 #[cfg(test)]
 mod fault;

@@ -89,10 +89,15 @@ pub struct InstallArgs {
     /// Print what would be written, and write nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Copilot only: also write hooks (`hooks/switchboard.json` beside the config) that show
-    /// pending items at session start and on each prompt.
+    /// Also write hooks: for Copilot, `hooks/switchboard.json` beside the config (pending
+    /// items at session start and on each prompt; the stop hook); for Claude Code, the stop
+    /// hook in `.claude/settings.json` beside the `.mcp.json` (or `--settings`).
     #[arg(long)]
     pub hooks: bool,
+    /// Claude Code: the settings file the stop hook goes into (default:
+    /// `.claude/settings.json` beside the `.mcp.json`).
+    #[arg(long, value_name = "FILE", requires = "hooks")]
+    pub settings: Option<PathBuf>,
 }
 
 /// An MCP host `install` knows.
@@ -329,8 +334,8 @@ pub async fn install(
     explicit_home: bool,
     args: InstallArgs,
 ) -> anyhow::Result<ExitCode> {
-    if args.hooks && !matches!(args.host, Host::Copilot) {
-        anyhow::bail!("`--hooks` is for `install copilot`; Claude Code gets pushes instead");
+    if args.settings.is_some() && !matches!(args.host, Host::Claude) {
+        anyhow::bail!("`--settings` is for `install claude --hooks`");
     }
     let exe = std::env::current_exe()?;
     let exe_text = exe.display().to_string();
@@ -406,10 +411,31 @@ pub async fn install(
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');
+    // The hooks ask the daemon of this home, whatever the host's environment says.
+    let hooks = match (args.hooks, args.host) {
+        (false, _) => None,
+        (true, host) => {
+            let abs = std::path::absolute(&home).unwrap_or_else(|_| home.clone());
+            Some(match host {
+                Host::Copilot => super::hooks::plan_copilot(&exe_text, &abs, &path)?,
+                Host::Claude => {
+                    let settings = args
+                        .settings
+                        .clone()
+                        .unwrap_or_else(|| super::hooks::claude_settings_path(&path));
+                    super::hooks::plan_claude(&exe_text, &abs, &settings)?
+                }
+            })
+        }
+    };
     let mut out = std::io::stdout().lock();
     if args.dry_run {
         writeln!(out, "would write {path_text} (dry run, nothing written):")?;
         write!(out, "{text}")?;
+        drop(out);
+        if let Some(hooks) = &hooks {
+            hooks.show()?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -418,8 +444,8 @@ pub async fn install(
     crate::config::write_atomic(&path, text.as_bytes())?;
     writeln!(out, "{verb} {path_text}")?;
     drop(out);
-    if args.hooks {
-        super::hooks::install_copilot(&exe_text, &path)?;
+    if let Some(hooks) = &hooks {
+        hooks.write()?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -24,22 +24,42 @@ use crate::backend::Client;
 use crate::control::PendingView;
 use crate::control::ops::{GetStats, Pending};
 
-/// How long Copilot waits for the hook (it only asks the local daemon).
+/// How long Copilot waits for the `pending --hook` hooks (they only ask the local daemon).
 const HOOK_TIMEOUT_S: u64 = 10;
 
-/// The hook file for Copilot: `pending --hook` at session start and on every prompt.
-pub fn copilot_hooks(exe: &str) -> Value {
-    let command = format!("{} pending --hook", shell_quote(exe));
+/// How long a host waits for the stop hook: it asks the daemon, which answers at once, and
+/// gives up on it after 5 s itself.
+const STOP_HOOK_TIMEOUT_S: u64 = 30;
+
+/// `'EXE' --home 'HOME' ARGS`: a hook's command line, with the home the MCP entry uses, so
+/// that the hook asks the same daemon whatever the host's environment says.
+pub fn hook_command(exe: &str, home: &Path, args: &str) -> String {
+    format!(
+        "{} --home {} {args}",
+        shell_quote(exe),
+        shell_quote(&home.display().to_string())
+    )
+}
+
+/// The hook file for Copilot: `pending --hook` at session start and on every prompt, and the
+/// stop hook (`agentStop` → `hook stop`).
+pub fn copilot_hooks(exe: &str, home: &Path) -> Value {
     let entry = json!({
         "type": "command",
-        "bash": command,
+        "bash": hook_command(exe, home, "pending --hook"),
         "timeoutSec": HOOK_TIMEOUT_S,
+    });
+    let stop = json!({
+        "type": "command",
+        "bash": hook_command(exe, home, "hook stop --host copilot"),
+        "timeoutSec": STOP_HOOK_TIMEOUT_S,
     });
     json!({
         "version": 1,
         "hooks": {
             "sessionStart": [entry.clone()],
             "userPromptSubmitted": [entry],
+            "agentStop": [stop],
         }
     })
 }
@@ -47,32 +67,170 @@ pub fn copilot_hooks(exe: &str) -> Value {
 /// Where `install copilot --hooks` writes: `hooks/switchboard.json` beside the MCP config
 /// (`~/.copilot/hooks/switchboard.json` by default).
 pub fn hooks_path(mcp_config: &Path) -> PathBuf {
-    mcp_config
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .join("hooks")
-        .join("switchboard.json")
+    beside(mcp_config).join("hooks").join("switchboard.json")
 }
 
-/// Writes the hook file for `exe` beside `mcp_config`; replaces an older switchboard hook file.
-pub fn install_copilot(exe: &str, mcp_config: &Path) -> anyhow::Result<PathBuf> {
-    let path = hooks_path(mcp_config);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+/// Where `install claude --hooks` writes by default: `.claude/settings.json` beside the
+/// `.mcp.json`.
+pub fn claude_settings_path(mcp_json: &Path) -> PathBuf {
+    beside(mcp_json).join(".claude").join("settings.json")
+}
+
+fn beside(file: &Path) -> &Path {
+    file.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// A hooks file to write: where, what, and what writing it changes.
+pub struct HooksPlan {
+    /// The file.
+    pub path: PathBuf,
+    /// Its new text.
+    pub text: String,
+    /// `added`, `updated` or `already up to date`, for the message.
+    pub verb: &'static str,
+    /// The hooks it holds, for people.
+    pub what: &'static str,
+}
+
+impl HooksPlan {
+    /// Writes the file (unless it is up to date) and says what changed.
+    pub fn write(&self) -> anyhow::Result<()> {
+        let shown = self.path.display();
+        if self.verb != UP_TO_DATE {
+            if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+            }
+            crate::config::write_atomic(&self.path, self.text.as_bytes())
+                .map_err(|e| anyhow::anyhow!("cannot write {shown}: {e}"))?;
+        }
+        writeln!(
+            std::io::stdout().lock(),
+            "{} {} in {shown}",
+            self.verb,
+            self.what
+        )?;
+        Ok(())
     }
-    let mut text = serde_json::to_string_pretty(&copilot_hooks(exe))?;
+
+    /// Prints what would be written.
+    pub fn show(&self) -> anyhow::Result<()> {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "would write {} (dry run, nothing written; {}):",
+            self.path.display(),
+            self.verb
+        )?;
+        write!(out, "{}", self.text)?;
+        Ok(())
+    }
+}
+
+const UP_TO_DATE: &str = "already up to date:";
+
+/// `install copilot --hooks`: the whole hook file is switchboard's; it is replaced.
+pub fn plan_copilot(exe: &str, home: &Path, mcp_config: &Path) -> anyhow::Result<HooksPlan> {
+    let path = hooks_path(mcp_config);
+    let doc = copilot_hooks(exe, home);
+    let old = read_json(&path)?;
+    Ok(plan(
+        path,
+        &doc,
+        old.as_ref(),
+        "Copilot hooks (sessionStart, userPromptSubmitted → `pending --hook`; agentStop →          `hook stop`)",
+    ))
+}
+
+/// `install claude --hooks`: the stop hook in Claude Code's settings file, beside what is
+/// there (other hooks, other settings); an older switchboard stop hook is replaced.
+pub fn plan_claude(exe: &str, home: &Path, settings: &Path) -> anyhow::Result<HooksPlan> {
+    let old = read_json(settings)?;
+    let mut doc = old.clone().unwrap_or_else(|| json!({}));
+    let shown = settings.display();
+    let root = doc.as_object_mut().ok_or_else(|| {
+        anyhow::anyhow!("{shown}: the top level is not a JSON object; not changed")
+    })?;
+    let hooks = root
+        .entry("hooks")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| anyhow::anyhow!("{shown}: `hooks` is not an object; not changed"))?;
+    let stop = hooks
+        .entry("Stop")
+        .or_insert_with(|| json!([]))
+        .as_array_mut()
+        .ok_or_else(|| anyhow::anyhow!("{shown}: `hooks.Stop` is not a list; not changed"))?;
+    let ours = json!({"hooks": [{
+        "type": "command",
+        "command": hook_command(exe, home, "hook stop --host claude"),
+        "timeout": STOP_HOOK_TIMEOUT_S,
+    }]});
+    let had = match stop.iter().position(is_switchboard_stop) {
+        Some(at) => {
+            stop[at] = ours;
+            true
+        }
+        None => {
+            stop.push(ours);
+            false
+        }
+    };
+    let mut plan = plan(
+        settings.to_path_buf(),
+        &doc,
+        old.as_ref(),
+        "the Claude Code stop hook (Stop → `hook stop`)",
+    );
+    if !had {
+        // Other settings were there; the hook is new.
+        plan.verb = "added";
+    }
+    Ok(plan)
+}
+
+/// A Claude Code `Stop` matcher group that runs switchboard's stop hook.
+fn is_switchboard_stop(group: &Value) -> bool {
+    group["hooks"].as_array().is_some_and(|hooks| {
+        hooks.iter().any(|h| {
+            h["command"]
+                .as_str()
+                .is_some_and(|c| c.ends_with(" hook stop --host claude"))
+        })
+    })
+}
+
+fn plan(path: PathBuf, doc: &Value, old: Option<&Value>, what: &'static str) -> HooksPlan {
+    let mut text = serde_json::to_string_pretty(doc).unwrap_or_default();
     text.push('\n');
-    crate::config::write_atomic(&path, text.as_bytes())
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    writeln!(
-        std::io::stdout().lock(),
-        "added Copilot hooks (sessionStart, userPromptSubmitted → `switchboard pending --hook`) \
-         to {}",
-        path.display()
-    )?;
-    Ok(path)
+    let verb = match old {
+        None => "added",
+        Some(old) if old == doc => UP_TO_DATE,
+        Some(_) => "updated",
+    };
+    HooksPlan {
+        path,
+        text,
+        verb,
+        what,
+    }
+}
+
+fn read_json(path: &Path) -> anyhow::Result<Option<Value>> {
+    let shown = path.display();
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
+            anyhow::anyhow!(
+                "{shown}:{}:{}: not valid JSON: {e}; not changed",
+                e.line(),
+                e.column()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => anyhow::bail!("cannot read {shown}: {e}"),
+    }
 }
 
 fn shell_quote(s: &str) -> String {
@@ -145,6 +303,36 @@ pub fn hook_output(open: &[PendingView], queued: u64, now: chrono::DateTime<chro
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_claude_stop_hook_joins_the_settings_and_replaces_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = dir.path().join("settings.json");
+        std::fs::write(
+            &settings,
+            r#"{"model": "x", "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "lint"}]},
+                {"hooks": [{"type": "command", "command": "/old/switchboard --home /h hook stop --host claude"}]}]}}"#,
+        )
+        .unwrap();
+        let plan = plan_claude("/bin/switchboard", Path::new("/h"), &settings).unwrap();
+        assert_eq!(plan.verb, "updated");
+        let doc: Value = serde_json::from_str(&plan.text).unwrap();
+        assert_eq!(doc["model"], "x");
+        let stop = doc["hooks"]["Stop"].as_array().unwrap();
+        assert_eq!(stop.len(), 2, "{doc}");
+        assert_eq!(stop[0]["hooks"][0]["command"], "lint");
+        assert_eq!(
+            stop[1]["hooks"][0]["command"],
+            "/bin/switchboard --home /h hook stop --host claude"
+        );
+        plan.write().unwrap();
+        let again = plan_claude("/bin/switchboard", Path::new("/h"), &settings).unwrap();
+        assert_eq!(again.verb, UP_TO_DATE);
+        assert_eq!(
+            claude_settings_path(Path::new("/p/.mcp.json")),
+            Path::new("/p/.claude/settings.json")
+        );
+    }
+
     fn view(id: u64, content: &str) -> PendingView {
         PendingView {
             id,
@@ -162,14 +350,22 @@ mod tests {
 
     #[test]
     fn the_hook_file_has_copilots_shape() {
-        let v = copilot_hooks("/opt/switch board/switchboard");
+        let v = copilot_hooks("/opt/switch board/switchboard", Path::new("/h/.sb"));
         assert_eq!(v["version"], 1);
         for event in ["sessionStart", "userPromptSubmitted"] {
             let e = &v["hooks"][event][0];
             assert_eq!(e["type"], "command");
-            assert_eq!(e["bash"], "'/opt/switch board/switchboard' pending --hook");
+            assert_eq!(
+                e["bash"],
+                "'/opt/switch board/switchboard' --home /h/.sb pending --hook"
+            );
             assert!(e["timeoutSec"].as_u64().unwrap() > 0);
         }
+        let stop = &v["hooks"]["agentStop"][0];
+        assert_eq!(
+            stop["bash"],
+            "'/opt/switch board/switchboard' --home /h/.sb hook stop --host copilot"
+        );
         assert_eq!(
             hooks_path(Path::new("/h/.copilot/mcp-config.json")),
             Path::new("/h/.copilot/hooks/switchboard.json")

@@ -2,6 +2,7 @@
 
 mod config;
 mod control_cmds;
+mod hook;
 mod hooks;
 mod rules;
 mod send;
@@ -77,6 +78,14 @@ pub enum Command {
     },
     /// Print the man page (roff): `switchboard man | man -l -`.
     Man,
+    /// What a host's hooks run: `hook stop` hands queued work to an agent about to stop.
+    Hook {
+        /// The hook.
+        #[command(subcommand)]
+        command: hook::HookCommand,
+    },
+    /// On-duty mode: `duty on [--for 8h]` keeps agents listening instead of stopping; `duty off`.
+    Duty(hook::DutyArgs),
 }
 
 impl Cli {
@@ -113,6 +122,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Rules { command } => rules::execute(home, command).await,
         Command::Config { command } => config::execute(home, command),
         Command::Install(args) => control_cmds::install(home, explicit_home, args).await,
+        Command::Hook {
+            command: hook::HookCommand::Stop(args),
+        } => hook::stop(home, args).await,
+        Command::Duty(args) => hook::duty(home, args).await,
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a closed pipe, a write returns it.
             let mut cmd = <Cli as clap::CommandFactory>::command();

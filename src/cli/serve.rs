@@ -250,6 +250,7 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         s.delivery.queued_work,
         s.delivery.claimed_work
     );
+    println!("  stop hooks: {}", super::hook::duty_line(&s.hooks.duty));
     if let Some(exec) = status.stats.part::<ExecStats>("exec") {
         let failed: u64 = exec.failed.values().sum();
         println!(

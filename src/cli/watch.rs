@@ -332,6 +332,13 @@ pub fn text_line(event: &WatchEvent, style: Style) -> String {
 }
 
 /// One line for an action transition other than `queued`.
+/// Whether `consumer` is a host's stop hook (`copilot-hook:SESSION`).
+fn is_hook_consumer(consumer: &str) -> bool {
+    ["copilot", "claude"]
+        .iter()
+        .any(|host| consumer.starts_with(&crate::control::ops::hook_stop::hook_consumer(host, "")))
+}
+
 fn transition_line(e: &Event) -> String {
     match e {
         Event::Queued { item } => format!("queued #{} [{}]", item.action_id, item.rule),
@@ -346,7 +353,14 @@ fn transition_line(e: &Event) -> String {
             format!("resolved #{id} [{rule}] by message seq {by_seq} before anyone answered")
         }
         Event::Claimed { id, consumer } => format!("claimed #{id} by {consumer}"),
-        Event::Delivered { id, consumer } => format!("delivered #{id} to {consumer}"),
+        Event::Delivered { id, consumer } => format!(
+            "delivered #{id} to {consumer}{}",
+            if is_hook_consumer(consumer) {
+                " by its stop hook"
+            } else {
+                ""
+            }
+        ),
         Event::Released {
             id,
             consumer,
@@ -539,6 +553,20 @@ mod tests {
                 reason: "dedup".into()
             })),
             "  suppressed [r\\x1b]: dedup (a repeat inside its dedupWindow)"
+        );
+        assert_eq!(
+            line(WatchEvent::Action(Event::Delivered {
+                id: 5,
+                consumer: "claude-hook:9f2".into()
+            })),
+            "  delivered #5 to claude-hook:9f2 by its stop hook"
+        );
+        assert_eq!(
+            line(WatchEvent::Action(Event::Delivered {
+                id: 6,
+                consumer: "copilot-cli#2".into()
+            })),
+            "  delivered #6 to copilot-cli#2"
         );
     }
 }

@@ -245,6 +245,7 @@ impl Local {
         let stats = self.core.stats();
         let mut out = self.core.metrics().render(&stats.inbox, &stats.delivery);
         out.push_str(&crate::metrics::render_regex_budget(&self.core.rules()));
+        out.push_str(&crate::metrics::render_hooks(&stats.hooks));
         for part in &self.parts.metrics {
             out.push_str(&part(&stats));
         }

@@ -592,7 +592,7 @@ fn standin_stop_cancels_runs_in_flight() {
 }
 
 /// The real hosts and node 22, installed once into the target dir; `None` skips.
-fn hosts() -> Option<PathBuf> {
+pub(super) fn hosts() -> Option<PathBuf> {
     npm::prefix("exec-hosts", &[COPILOT, CLAUDE, NODE22]).unwrap()
 }
 
@@ -637,6 +637,7 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
         model: "double-model".into(),
         tool: Some((tool.into(), json!({ arg_key: canary }))),
         answer: "The canary is fine.".into(),
+        tool_when: None,
         reject: false,
     });
     let rules = json!({"rules": [
@@ -724,7 +725,7 @@ fn real_host_run(kind: &str, command: &Path, tool: &str, env: impl Fn(&ModelDoub
 }
 
 /// Copilot CLI's environment: offline, BYOK provider = the double, its own HOME.
-fn copilot_env(modules: &Path, user_home: &Path, double: &ModelDouble) -> Value {
+pub(super) fn copilot_env(modules: &Path, user_home: &Path, double: &ModelDouble) -> Value {
     json!({
         "HOME": user_home,
         "XDG_CONFIG_HOME": user_home.join(".config"),
@@ -739,7 +740,7 @@ fn copilot_env(modules: &Path, user_home: &Path, double: &ModelDouble) -> Value 
 }
 
 /// Claude Code's environment: the double as the API, its own HOME and config dir.
-fn claude_env(modules: &Path, user_home: &Path, double: &ModelDouble) -> Value {
+pub(super) fn claude_env(modules: &Path, user_home: &Path, double: &ModelDouble) -> Value {
     json!({
         "HOME": user_home,
         "CLAUDE_CONFIG_DIR": user_home.join(".claude"),
@@ -783,6 +784,7 @@ fn real_host_rejected(kind: &str, command: &Path, env: impl Fn(&ModelDouble) -> 
         model: "double-model".into(),
         tool: None,
         answer: String::new(),
+        tool_when: None,
         reject: true,
     });
     let env = env(&double);

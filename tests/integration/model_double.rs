@@ -5,7 +5,8 @@
 //! `message_start` … `message_stop`; Claude Code). `GET …/models` lists the one model.
 //!
 //! The script: the first request (no tool result yet) asks for one tool call, when the script
-//! names a tool; then a final text answer. Every request body is kept for the test to assert what
+//! names a tool (or any request whose last message contains `tool_when`); then a final text
+//! answer. Every request body is kept for the test to assert what
 //! the host sent (the prompt, the tools it offered the model).
 
 #![allow(dead_code)]
@@ -26,6 +27,9 @@ pub struct Script {
     pub model: String,
     /// A tool to call first, with its arguments.
     pub tool: Option<(String, Value)>,
+    /// Call the tool only when the conversation's last message contains this text (a later
+    /// turn, not the first).
+    pub tool_when: Option<String>,
     /// The final answer.
     pub answer: String,
     /// Refuse every model request with 401, as a provider does a wrong key.
@@ -89,6 +93,11 @@ impl ModelDouble {
             .filter(|s| s.method == "POST")
             .cloned()
             .collect()
+    }
+
+    /// The requests as they arrive, for a test that acts on them while the host runs.
+    pub fn seen_handle(&self) -> Arc<Mutex<Vec<Seen>>> {
+        self.seen.clone()
     }
 
     /// Everything received, for failure messages.
@@ -188,12 +197,24 @@ fn sse_head(out: &mut TcpStream) -> std::io::Result<()> {
     )
 }
 
+/// Whether this request is one the script calls its tool on (`tool_when`).
+fn wanted(script: &Script, body: &Value) -> bool {
+    match &script.tool_when {
+        None => true,
+        Some(needle) => body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .is_some_and(|m| m.to_string().contains(needle.as_str())),
+    }
+}
+
 /// OpenAI chat completions, streamed.
 fn openai(out: &mut TcpStream, script: &Script, body: &Value) -> std::io::Result<()> {
     let answered = body["messages"]
         .as_array()
         .and_then(|m| m.last())
-        .is_some_and(|m| m["role"] == "tool");
+        .is_some_and(|m| m["role"] == "tool")
+        || !wanted(script, body);
     sse_head(out)?;
     let chunk = |delta: Value, finish: Value, usage: Option<Value>| {
         let mut c = json!({"id": "chatcmpl-double", "object": "chat.completion.chunk",
@@ -236,7 +257,8 @@ fn anthropic(out: &mut TcpStream, script: &Script, body: &Value) -> std::io::Res
         .as_array()
         .and_then(|m| m.last())
         .and_then(|m| m["content"].as_array())
-        .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"));
+        .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
+        || !wanted(script, body);
     let model = body["model"].as_str().unwrap_or(&script.model).to_string();
     let tool = script.tool.as_ref().filter(|_| !answered);
     if body["stream"] != true {

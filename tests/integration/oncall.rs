@@ -430,16 +430,21 @@ fn copilot_hooks_inject_what_waits_and_never_break_the_session() {
         assert!(command.ends_with(" pending --hook"), "{command}");
         assert_eq!(hooks["hooks"][event][0]["type"], "command");
     }
+    // Claude Code gets its stop hook beside the `.mcp.json` (see tests/integration/hooks.rs).
+    let claude = dir.path().join(".mcp.json");
     let out = cli_in(
         home.path(),
-        &["install", "claude", "--config", "x.json", "--hooks"],
+        &[
+            "install",
+            "claude",
+            "--config",
+            claude.to_str().unwrap(),
+            "--hooks",
+        ],
     );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("`--hooks` is for `install copilot`"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let settings = std::fs::read_to_string(dir.path().join(".claude/settings.json")).unwrap();
+    assert!(settings.contains(" hook stop --host claude"), "{settings}");
 }
 
 /// `POST /v1/messages` of one message with the bearer token; the status.

@@ -5,7 +5,7 @@ use crate::home::FsyncPolicy;
 use crate::message::{Message, NewMessage};
 use chrono::TimeDelta;
 
-fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>) {
+pub(super) fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>) {
     let msg = Message::from_new(NewMessage::new("s", "c", format!("m{id}")), id, now);
     let a = Action {
         id,

@@ -115,6 +115,12 @@ ops! {
     Shutdown => shutdown::Shutdown,
     /// Whether a session pushes queued work.
     PushBy => push_by::PushBy,
+    /// A host's agent is about to stop: hand it work, or let it stop.
+    HookStop => hook_stop::HookStop,
+    /// A stop hook wrote its decision (or could not).
+    HookDone => hook_done::HookDone,
+    /// On-duty mode for the stop hooks.
+    Duty => duty::SetDuty,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

@@ -1,0 +1,47 @@
+//! `duty`: `switchboard duty on|off [--for 8h]` — whether the stop hooks keep an agent with
+//! nothing queued listening (on duty) or let it stop; without a change, the mode as it is.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::actions::duty::DutyView;
+use crate::control::{ApiError, Ctx, Op};
+
+/// Reads, or changes, on-duty mode.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SetDuty {
+    /// On or off; `None` reads the mode without changing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<bool>,
+    /// On duty for this long, then off by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_ms: Option<u64>,
+}
+
+impl Op for SetDuty {
+    type Reply = DutyView;
+
+    async fn apply(self, cx: &Ctx<'_>) -> Result<DutyView, ApiError> {
+        let core = cx.local.core();
+        let now = chrono::Utc::now();
+        let Some(on) = self.on else {
+            return Ok(core.duty().view(now));
+        };
+        let until = match self.for_ms {
+            Some(ms) => {
+                let d = chrono::Duration::from_std(Duration::from_millis(ms))
+                    .map_err(|_| ApiError::refused("`duty --for`: too long"))?;
+                Some(now + d)
+            }
+            None => None,
+        };
+        core.set_duty(on, until).map_err(|e| {
+            let path = core
+                .home()
+                .map(|h| h.duty().display().to_string())
+                .unwrap_or_default();
+            ApiError::refused(format!("{path}: cannot write on-duty mode: {e}"))
+        })
+    }
+}
