@@ -4,6 +4,8 @@
 mod integration {
     pub mod util;
 
+    mod approvals;
+
     mod cli;
     mod control;
     mod daemon;

@@ -157,6 +157,7 @@ mod tests {
             expires_at: None,
             tools: vec![],
             message: None,
+            approve_via: vec![],
         }
     }
 

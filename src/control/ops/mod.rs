@@ -113,6 +113,8 @@ ops! {
     ExecFinish => exec_finish::ExecFinish,
     /// Stop the daemon.
     Shutdown => shutdown::Shutdown,
+    /// How the recently closed confirms ended.
+    Closed => closed::Closed,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {
