@@ -101,3 +101,170 @@ async fn approve_via_keeps_the_agent_from_approving_and_every_answer_records_its
     assert_eq!(lines[2], "no pending confirms", "{text}");
     client.cancel().await.ok();
 }
+
+/// A fresh one-time link from `switchboard ui --no-open`: (path and query, the whole URL).
+pub fn ui_link(sb: &Switchboard) -> (String, String) {
+    let out = sb.cli(&["ui", "--no-open"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = stdout(&out).lines().next().unwrap().to_string();
+    let ingest = sb.ingest.clone().unwrap();
+    let path = url
+        .strip_prefix(&format!("http://{ingest}"))
+        .unwrap_or_else(|| panic!("{url} is not on the ingest listener {ingest}"))
+        .to_string();
+    assert!(
+        !url.contains(&sb.token()),
+        "the ingest token is never in a URL"
+    );
+    (path, url)
+}
+
+#[test]
+fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", ASK);
+    sb.spawn();
+    let ingest = sb.ingest.clone().unwrap();
+    send_messages(sb.home.path(), &[("alerts/db", "secret-looking db down")]);
+    eventually(Duration::from_secs(5), "a pending confirm", || {
+        (pending_ids(sb.home.path()) == [1]).then_some(())
+    });
+
+    // Without the cookie: nothing of the inbox anywhere under /ui, with or without the token.
+    let bearer = format!("Bearer {}", sb.token());
+    for path in ["/ui", "/ui/", "/ui/api/state", "/ui/api/events"] {
+        for headers in [vec![], vec![("Authorization", bearer.as_str())]] {
+            let r = http_request(&ingest, "GET", path, &headers, b"");
+            assert_eq!(r.status, 401, "{path}: {}", r.body);
+            assert!(!r.body.contains("db down"), "{path}: {}", r.body);
+        }
+    }
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[("Content-Type", "application/json")],
+        br#"{"id": 1, "decision": "approve"}"#,
+    );
+    r.assert_error(401, "no_session");
+
+    let (login, _) = ui_link(&sb);
+    let r = http_request(&ingest, "GET", &login, &[], b"");
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some("/ui"));
+    let cookie = r.header("set-cookie").unwrap().to_string();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_string();
+    let again = http_request(&ingest, "GET", &login, &[], b"");
+    assert_eq!(again.status, 403, "a link works once");
+    assert!(again.header("set-cookie").is_none());
+
+    let page = http_request(&ingest, "GET", "/ui", &[("Cookie", &session)], b"");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<script src=\"/ui/app.js\""),
+        "{}",
+        page.body
+    );
+    let state = http_request(
+        &ingest,
+        "GET",
+        "/ui/api/state",
+        &[("Cookie", &session)],
+        b"",
+    );
+    let state = state.json();
+    assert_eq!(state["pending"][0]["id"], 1);
+    assert_eq!(state["pending"][0]["content"], "secret-looking db down");
+    assert_eq!(state["pending"][0]["approve_via"], json!(["cli", "web"]));
+    let csrf = state["csrf"].as_str().unwrap().to_string();
+
+    // State-changing requests: the CSRF token, JSON, and no other site.
+    let body = br#"{"id": 1, "decision": "approve"}"#;
+    let json_type = ("Content-Type", "application/json");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[("Cookie", &session), json_type],
+        body,
+    );
+    r.assert_error(403, "csrf");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            ("Origin", "http://evil.example"),
+        ],
+        body,
+    );
+    r.assert_error(403, "cross_site");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        body,
+    );
+    r.assert_error(403, "cross_site");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            ("Content-Type", "text/plain"),
+            ("X-CSRF-Token", &csrf),
+        ],
+        body,
+    );
+    r.assert_error(415, "unsupported_media_type");
+    assert_eq!(pending_ids(sb.home.path()), [1], "nothing answered it yet");
+
+    let origin = format!("http://{ingest}");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            ("Origin", &origin),
+        ],
+        body,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["approved"], true);
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[("Cookie", &session), json_type, ("X-CSRF-Token", &csrf)],
+        br#"{"id": 1, "decision": "deny"}"#,
+    );
+    r.assert_error(409, "refused");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("already answered: approved via web by web")
+    );
+    let out = sb.cli(&["pending", "--closed"]);
+    assert!(
+        stdout(&out).starts_with("#1 [ask] approved via web by web at "),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -115,6 +115,8 @@ ops! {
     Shutdown => shutdown::Shutdown,
     /// How the recently closed confirms ended.
     Closed => closed::Closed,
+    /// A one-time link to the approval page.
+    UiLink => ui_link::UiLink,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {
