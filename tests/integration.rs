@@ -4,7 +4,8 @@
 mod integration {
     pub mod util;
 
-    mod approvals;
+    pub mod approvals;
+    mod ui_browser;
 
     mod cli;
     mod control;
