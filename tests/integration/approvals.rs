@@ -268,3 +268,58 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         stdout(&out)
     );
 }
+
+/// A session cookie for the page: `name=value`.
+fn ui_session(sb: &Switchboard) -> String {
+    let (login, _) = ui_link(sb);
+    let r = http_request(sb.ingest.as_ref().unwrap(), "GET", &login, &[], b"");
+    assert_eq!(r.status, 303, "{}", r.body);
+    let cookie = r.header("set-cookie").unwrap();
+    cookie.split(';').next().unwrap().to_string()
+}
+
+#[test]
+fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "ask", "channel": "alerts/*", "mode": "confirm",
+            "prompt": "Investigate: {{content}}", "confirmTimeout": "1s"}]}"#,
+    );
+    sb.spawn();
+    let ingest = sb.ingest.clone().unwrap();
+    let session = ui_session(&sb);
+    let state = || {
+        http_request(
+            &ingest,
+            "GET",
+            "/ui/api/state",
+            &[("Cookie", &session)],
+            b"",
+        )
+        .json()
+    };
+    send_messages(sb.home.path(), &[("alerts/db", "db down")]);
+    let shown = eventually(Duration::from_secs(5), "the confirm on the page", || {
+        let s = state();
+        (s["pending"][0]["id"] == 1).then_some(s)
+    });
+    assert!(shown["closed"].as_array().unwrap().is_empty(), "{shown}");
+    let gone = eventually(
+        Duration::from_secs(10),
+        "the confirm expired off the page",
+        || {
+            let s = state();
+            s["pending"].as_array().unwrap().is_empty().then_some(s)
+        },
+    );
+    assert_eq!(gone["closed"][0]["id"], 1, "{gone}");
+    assert_eq!(gone["closed"][0]["state"], "expired", "{gone}");
+    let out = sb.cli(&["pending", "--closed"]);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("#1 [ask] expired unanswered at "),
+        "{text}"
+    );
+    assert!(text.ends_with("no pending confirms\n"), "{text}");
+}
