@@ -699,19 +699,20 @@ impl Core {
 
     // ---- confirms ------------------------------------------------------------------------------
 
-    /// Answers a confirm: `Ok(Some(item))` approved, `Ok(None)` denied. With `claim_for`, the
-    /// approved item is claimed by that session; without, it is queued for any session. The
-    /// answer is on disk before this returns.
+    /// Answers a confirm by the path `via`: `Ok(Some(item))` approved, `Ok(None)` denied.
+    /// With `claim_for`, the approved item is claimed by that session; without, it is queued
+    /// for any session. The answer is on disk before this returns.
     pub async fn confirm(
         &self,
         id: ActionId,
         approve: bool,
         by: &str,
+        via: crate::actions::Via,
         claim_for: Option<u64>,
     ) -> Result<Option<Item>, ConfirmError> {
         let item = self
             .lifecycle
-            .confirm(id, approve, by, claim_for, Utc::now())?;
+            .confirm(id, approve, by, via, claim_for, Utc::now())?;
         self.lifecycle.flush().await;
         Ok(item)
     }
@@ -719,6 +720,11 @@ impl Core {
     /// Open confirm requests, oldest first.
     pub fn pending(&self) -> Vec<Item> {
         self.lifecycle.pending_confirms()
+    }
+
+    /// The last `limit` confirms closed, oldest first: how each ended.
+    pub fn closed_confirms(&self, limit: usize) -> Vec<crate::actions::lifecycle::ClosedConfirm> {
+        self.lifecycle.closed_confirms(limit)
     }
 
     // ---- exec work -----------------------------------------------------------------------------

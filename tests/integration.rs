@@ -4,6 +4,9 @@
 mod integration {
     pub mod util;
 
+    pub mod approvals;
+    mod ui_browser;
+
     mod cli;
     mod control;
     mod daemon;

@@ -50,6 +50,9 @@ pub struct Record {
     /// Who it was delivered to, or who answered a confirm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
+    /// The path a confirm's answer came by (absent in journals written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<super::Via>,
     /// Why (dropped: which queue was full).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -353,6 +356,7 @@ mod tests {
             created: now,
             expires: None,
             delivery: Default::default(),
+            approve_via: vec![],
         };
         (a, msg)
     }
@@ -404,5 +408,33 @@ mod tests {
         assert_eq!(again.next_id, 4);
         assert_eq!(again.evaluated, Some(3));
         assert_eq!(again.skipped, 0);
+    }
+
+    #[test]
+    fn a_journal_written_before_via_and_approve_via_still_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("actions.jsonl");
+        let created = r#"{"at":"2026-01-01T00:00:00Z","id":1,"state":"pending","action":{"id":1,"rule":"r","mode":"confirm","seq":1,"prompt":"p","tools":[],"created":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z"},"message":{"seq":1,"serverName":"s","channel":"c","content":"x","timestamp":"2026-01-01T00:00:00Z"}}"#;
+        let answered = r#"{"at":"2026-01-01T00:01:00Z","id":2,"state":"denied","consumer":"cli"}"#;
+        std::fs::write(&path, format!("{created}\n{answered}\n")).unwrap();
+        let (_log, replay) = ActionLog::open(&path).unwrap();
+        assert_eq!(replay.skipped, 0);
+        let live = &replay.live[&1];
+        assert_eq!(live.state, ActionState::Pending);
+        assert!(live.action.approve_via.is_empty(), "any path may answer");
+        let record: Record = serde_json::from_str(answered).unwrap();
+        assert_eq!(
+            (record.consumer.as_deref(), record.via),
+            (Some("cli"), None)
+        );
+        let now = Record {
+            via: Some(super::super::Via::Web),
+            ..record
+        };
+        assert!(
+            serde_json::to_string(&now)
+                .unwrap()
+                .contains(r#""via":"web""#)
+        );
     }
 }

@@ -43,10 +43,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::{LiveAction, Record};
 use super::writer::JournalWriter;
-use super::{ActionId, ActionSettings, ActionState, Delivery, ExecFailure, ExecReport, Mode};
+use super::{ActionId, ActionSettings, ActionState, Delivery, ExecFailure, ExecReport, Mode, Via};
 use crate::message::Seq;
 
-pub use confirms::ConfirmError;
+pub use confirms::{ClosedConfirm, ConfirmError};
 pub use event::Event;
 pub use item::{Item, ItemKind};
 pub use offer::Offered;
@@ -313,12 +313,15 @@ impl Lifecycle {
         let mut closed = Vec::new();
         let mut s = self.lock();
         for &id in ids {
-            let Some(item) = s.confirms.close(id, ActionState::Resolved) else {
+            let reason = format!("resolved by message {by_seq}");
+            let Some(item) = s.confirms.close(id, ActionState::Resolved, now, |c| {
+                c.reason = Some(reason.clone())
+            }) else {
                 continue;
             };
             s.counters.resolved += 1;
             changes.record(Record {
-                reason: Some(format!("resolved by message {by_seq}")),
+                reason: Some(reason),
                 ..Record::transition(id, ActionState::Resolved, now)
             });
             tracing::info!(action_id = id, rule = %item.rule, by_seq, "confirm resolved");
@@ -464,15 +467,17 @@ impl Lifecycle {
         }
     }
 
-    /// Answers a confirm. Yes with `claim_for = Some(session)` (the `channel_confirm` tool)
-    /// hands the approved item to that session as a claim, to be settled like a wait's; yes
-    /// without (the operator CLI) queues it as approved work for the next session. No returns
-    /// `Ok(None)`.
+    /// Answers a confirm, by the path `via`. Yes with `claim_for = Some(session)` (the
+    /// `channel_confirm` tool) hands the approved item to that session as a claim, to be
+    /// settled like a wait's; yes without (the CLI, the page, a form) queues it as approved
+    /// work for the next session. No returns `Ok(None)`. A path the rule's `approveVia` does
+    /// not list is refused, and the confirm stays pending.
     pub fn confirm(
         &self,
         id: ActionId,
         approve: bool,
         by: &str,
+        via: Via,
         claim_for: Option<SessionId>,
         now: DateTime<Utc>,
     ) -> Result<Option<Item>, ConfirmError> {
@@ -480,6 +485,14 @@ impl Lifecycle {
         let Some(item) = s.confirms.get(id) else {
             return Err(s.confirms.refusal(id));
         };
+        if !item.allows(via) {
+            return Err(ConfirmError::ViaRefused {
+                id,
+                rule: item.rule.to_string(),
+                via,
+                allowed: super::via::list(&item.approve_via),
+            });
+        }
         if let Some(expires) = item.expires_at
             && expires <= now
         {
@@ -495,9 +508,15 @@ impl Lifecycle {
         } else {
             ActionState::Denied
         };
-        let item = s.confirms.close(id, state).expect("pending: checked above");
+        let item = s
+            .confirms
+            .close(id, state, now, |c| {
+                c.by = Some(by.to_string());
+                c.via = Some(via);
+            })
+            .expect("pending: checked above");
         let mut changes = Changes::default();
-        let approved = s.answer(item, state, by, claim_for, now, &mut changes);
+        let approved = s.answer(item, state, (by, via), claim_for, now, &mut changes);
         self.commit(s, changes);
         if approve && claim_for.is_none() {
             self.inner.wake.notify_waiters();
@@ -510,7 +529,7 @@ impl Lifecycle {
         let mut changes = Changes::default();
         let mut s = self.lock();
         for id in s.confirms.due(now) {
-            if let Some(item) = s.confirms.close(id, ActionState::Expired) {
+            if let Some(item) = s.confirms.close(id, ActionState::Expired, now, |_| {}) {
                 s.counters.expired += 1;
                 changes.record(Record::transition(id, ActionState::Expired, now));
                 tracing::info!(action_id = id, rule = %item.rule, "confirm expired unanswered");
@@ -558,6 +577,21 @@ impl Lifecycle {
     /// Pending confirm requests, oldest first.
     pub fn pending_confirms(&self) -> Vec<Item> {
         self.lock().confirms.items().cloned().collect()
+    }
+
+    /// Pending confirm `id`, if it still is.
+    pub fn pending_confirm(&self, id: ActionId) -> Option<Item> {
+        self.lock().confirms.get(id).cloned()
+    }
+
+    /// How confirm `id` was closed, while it is remembered (the last few thousand).
+    pub fn closed_confirm(&self, id: ActionId) -> Option<ClosedConfirm> {
+        self.lock().confirms.closed(id).cloned()
+    }
+
+    /// The last `limit` confirms closed since start, oldest first: how each ended.
+    pub fn closed_confirms(&self, limit: usize) -> Vec<ClosedConfirm> {
+        self.lock().confirms.recently_closed(limit)
     }
 
     /// Whether a live session reads as `consumer`.
@@ -739,13 +773,13 @@ impl State {
         self.sessions.set_position(consumer, pos);
     }
 
-    /// Records an answer to confirm `item` (closed already): approved work is claimed for
-    /// `claim_for`, or queued for the next session without one.
+    /// Records an answer to confirm `item` (closed already), given by `who` (name, path):
+    /// approved work is claimed for `claim_for`, or queued for the next session without one.
     fn answer(
         &mut self,
         item: Item,
         state: ActionState,
-        by: &str,
+        (by, via): (&str, Via),
         claim_for: Option<SessionId>,
         now: DateTime<Utc>,
         changes: &mut Changes,
@@ -753,6 +787,7 @@ impl State {
         let id = item.action_id;
         changes.record(Record {
             consumer: Some(by.to_string()),
+            via: Some(via),
             ..Record::transition(id, state, now)
         });
         changes.event(Event::Answered {
@@ -760,6 +795,7 @@ impl State {
             rule: item.rule.clone(),
             state,
             by: by.to_string(),
+            via: Some(via),
         });
         if state != ActionState::Approved {
             self.counters.denied += 1;

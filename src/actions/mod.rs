@@ -11,11 +11,13 @@ mod fault;
 pub mod journal;
 pub mod lifecycle;
 pub mod settings;
+pub mod via;
 pub mod writer;
 
 pub use exec::{ExecFailure, ExecReport};
 pub use lifecycle::{ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId};
 pub use settings::ActionSettings;
+pub use via::Via;
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -119,6 +121,9 @@ pub struct Action {
     /// How an auto prompt is run (`wait`, the default, is left out).
     #[serde(default, skip_serializing_if = "Delivery::is_wait")]
     pub delivery: Delivery,
+    /// Confirm: the paths allowed to answer (the rule's `approveVia`); empty = any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approve_via: Vec<Via>,
 }
 
 /// A state in an action's lifecycle.

@@ -17,9 +17,12 @@ use clap::{Args, ValueEnum};
 use super::show::{count, message_line, pending_line};
 use crate::backend::Client;
 use crate::control::PendingView;
-use crate::control::ops::{Confirm, GetStats, List, Pause, Pending, Reload, Stats};
+use crate::control::ops::{Closed, Confirm, GetStats, List, Pause, Pending, Reload, Stats};
 use crate::delivery::exec::ExecStats;
 use crate::message::MessageView;
+
+/// How many closed confirms `pending --closed` shows.
+const CLOSED_SHOWN: usize = 20;
 
 /// Options of `list`.
 #[derive(Debug, Args)]
@@ -58,6 +61,10 @@ pub struct PendingArgs {
     /// Print what a Copilot CLI hook injects (`{"additionalContext": ...}`); never fails.
     #[arg(long, conflicts_with = "json")]
     pub hook: bool,
+    /// Also say how the recently closed confirms ended: approved or denied (via which path,
+    /// by whom), expired, or resolved by a later message.
+    #[arg(long, conflicts_with = "hook")]
+    pub closed: bool,
 }
 
 /// Options of `stats`.
@@ -152,6 +159,7 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
             approve,
             by: "cli".into(),
             claim_for: None,
+            via: Some(crate::actions::Via::Cli),
         })
         .await?;
     let mut out = std::io::stdout().lock();
@@ -293,11 +301,34 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
     if args.hook {
         return super::hooks::pending_hook(home).await;
     }
-    let open: Vec<PendingView> = Client::connect(&home).await?.call(Pending {}).await?;
+    let mut client = Client::connect(&home).await?;
+    let open: Vec<PendingView> = client.call(Pending {}).await?;
+    let closed = if args.closed {
+        client
+            .call(Closed {
+                limit: CLOSED_SHOWN,
+            })
+            .await?
+    } else {
+        Vec::new()
+    };
     let mut out = std::io::stdout().lock();
+    if args.json && args.closed {
+        let both = serde_json::json!({"pending": open, "closed": closed});
+        writeln!(out, "{}", serde_json::to_string_pretty(&both)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&open)?)?;
         return Ok(ExitCode::SUCCESS);
+    }
+    if args.closed {
+        if closed.is_empty() {
+            writeln!(out, "no confirm closed since the daemon started")?;
+        }
+        for c in &closed {
+            writeln!(out, "{}", super::show::closed_line(c))?;
+        }
     }
     if open.is_empty() {
         writeln!(out, "no pending confirms")?;

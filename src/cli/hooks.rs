@@ -345,6 +345,7 @@ mod tests {
             expires_at: None,
             tools: vec![],
             message: None,
+            approve_via: vec![],
         }
     }
 

@@ -8,6 +8,7 @@ mod rules;
 mod send;
 mod serve;
 mod show;
+mod ui;
 mod watch;
 
 use std::path::PathBuf;
@@ -56,6 +57,8 @@ pub enum Command {
     Stats(control_cmds::StatsArgs),
     /// Tail the inbox and actions, one line each.
     Watch(watch::WatchArgs),
+    /// Print a one-time link to the approval page and open it in a browser.
+    Ui(ui::UiArgs),
     /// Check, test, reload, list rules or print their schema.
     Rules {
         /// The rules subcommand.
@@ -115,6 +118,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::List(args) => control_cmds::list(home, args).await,
         Command::Confirm(args) => control_cmds::confirm(home, args).await,
         Command::Pending(args) => control_cmds::pending(home, args).await,
+        Command::Ui(args) => ui::run(home, args).await,
         Command::Pause => control_cmds::pause(home, true).await,
         Command::Resume => control_cmds::pause(home, false).await,
         Command::Stats(args) => control_cmds::stats(home, args).await,

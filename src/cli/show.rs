@@ -72,6 +72,20 @@ pub(crate) fn pending_line(p: &PendingView, now: chrono::DateTime<chrono::Utc>) 
     )
 }
 
+/// How a closed confirm ended, one line: `#3 [crit] approved via web by web at 10:42:07Z`.
+pub(crate) fn closed_line(c: &crate::actions::lifecycle::ClosedConfirm) -> String {
+    use crate::actions::ActionState;
+    let at = crate::message::format_timestamp(c.at);
+    let how = match (c.state, c.via, &c.by, &c.reason) {
+        (ActionState::Expired, ..) => "expired unanswered".to_string(),
+        (ActionState::Resolved, _, _, Some(why)) => format!("{why} before anyone answered"),
+        (state, Some(via), Some(by), _) => format!("{} via {via} by {by}", state.as_str()),
+        (state, _, Some(by), _) => format!("{} by {by}", state.as_str()),
+        (state, ..) => state.as_str().to_string(),
+    };
+    format!("#{} [{}] {} at {at}", c.id, escape(&c.rule), escape(&how))
+}
+
 /// `n thing` or `n things`.
 pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
     let n = n.into();

@@ -347,7 +347,11 @@ fn transition_line(e: &Event) -> String {
             rule,
             state,
             by,
-        } => format!("{} #{id} [{rule}] by {by}", state.as_str()),
+            via,
+        } => match via {
+            Some(via) => format!("{} #{id} [{rule}] via {via} by {by}", state.as_str()),
+            None => format!("{} #{id} [{rule}] by {by}", state.as_str()),
+        },
         Event::Expired { id, rule } => format!("expired #{id} [{rule}] unanswered"),
         Event::Resolved { id, rule, by_seq } => {
             format!("resolved #{id} [{rule}] by message seq {by_seq} before anyone answered")
@@ -510,6 +514,7 @@ mod tests {
             expires_at: None,
             message: std::sync::Arc::new(message("hi")),
             delivery: Default::default(),
+            approve_via: vec![],
         };
         let v = json_line(&WatchEvent::Action(Event::Queued { item }));
         assert_eq!(v["event"], "queued");
@@ -543,9 +548,21 @@ mod tests {
                 id: 4,
                 rule: "crit".into(),
                 state: crate::actions::ActionState::Denied,
-                by: "cli".into()
+                by: "cli".into(),
+                via: Some(crate::actions::Via::Cli),
             })),
-            "  denied #4 [crit] by cli"
+            "  denied #4 [crit] via cli by cli"
+        );
+        assert_eq!(
+            line(WatchEvent::Action(Event::Answered {
+                id: 5,
+                rule: "crit".into(),
+                state: crate::actions::ActionState::Approved,
+                by: "web".into(),
+                via: None,
+            })),
+            "  approved #5 [crit] by web",
+            "an event from a daemon older than `via` still reads"
         );
         assert_eq!(
             line(WatchEvent::Suppressed(crate::metrics::Suppression {

@@ -39,6 +39,12 @@ pub trait ToolHub: Send + Sync + 'static {
     fn changed(&self) -> watch::Receiver<u64>;
 }
 
+/// The approval page's one-time links (`switchboard ui`).
+pub trait WebLinks: Send + Sync + 'static {
+    /// A fresh one-time link to the page, or why there is none (the page is not served).
+    fn link(&self) -> Result<String, String>;
+}
+
 /// What a part reports in `stats`, read when asked: the core's stats come in, so that a part
 /// can say what the lifecycle holds for it (exec's queue).
 pub type StatusFn = Box<dyn Fn(&CoreStats) -> serde_json::Value + Send + Sync>;
@@ -74,6 +80,7 @@ pub struct Parts {
     tools: Option<Arc<dyn ToolHub>>,
     statuses: Vec<(String, StatusFn)>,
     metrics: Vec<MetricsFn>,
+    web: Option<Arc<dyn WebLinks>>,
 }
 
 impl Parts {
@@ -85,7 +92,14 @@ impl Parts {
             tools: None,
             statuses: Vec::new(),
             metrics: Vec::new(),
+            web: None,
         }
+    }
+
+    /// The approval page's links.
+    pub fn web(mut self, links: Arc<dyn WebLinks>) -> Parts {
+        self.web = Some(links);
+        self
     }
 
     /// Who the daemon is.
@@ -220,6 +234,11 @@ impl Local {
     /// Who the daemon is.
     pub(in crate::control) fn daemon(&self) -> &DaemonInfo {
         &self.parts.daemon
+    }
+
+    /// The approval page's links, when the daemon serves it.
+    pub(in crate::control) fn web(&self) -> Option<&Arc<dyn WebLinks>> {
+        self.parts.web.as_ref()
     }
 
     /// The upstream tools, when the daemon has any.

@@ -94,6 +94,9 @@ pub struct PendingView {
     /// The source message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<MessageView>,
+    /// The paths that may answer it (the rule's `approveVia`); absent = any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approve_via: Vec<crate::actions::Via>,
 }
 
 impl PendingView {
@@ -110,6 +113,7 @@ impl PendingView {
             expires_at: item.expires_at.map(format_timestamp),
             tools: item.tools.clone(),
             message: Some(MessageView::from(&*item.message)),
+            approve_via: item.approve_via.clone(),
         }
     }
 }

@@ -175,6 +175,7 @@ pub async fn run(
         ingest: ingest_addr.clone(),
         mcp_http: opts.mcp_http.clone(),
     };
+    let web = Arc::new(crate::delivery::web::WebAccess::default());
     let parts = Parts::new(FrontendSettings {
         max_wait_s: config.mcp.max_wait_s,
         claude_channel: config.mcp.claude_channel,
@@ -185,6 +186,7 @@ pub async fn run(
         listeners: asked.clone(),
     })
     .tools(Arc::new(upstreams.clone()))
+    .web(web.clone())
     .status("exec", {
         let exec = exec.clone();
         move |core| serde_json::to_value(exec.stats(&core.delivery)).unwrap_or_default()
@@ -234,7 +236,8 @@ pub async fn run(
     let mut endpoint = serde_json::json!({ "pid": std::process::id() });
     let shared = ingest.is_some() && ingest_addr.is_some() && ingest_addr == opts.mcp_http;
     if let Some(listener) = ingest {
-        let mut router = crate::sources::http::router(sources.clone(), live_http.clone());
+        let mut router = crate::sources::http::router(sources.clone(), live_http.clone())
+            .merge(crate::delivery::web::router(local.clone(), web.clone()));
         if shared {
             let loopback = listener.local_addr()?.ip().is_loopback();
             router = router.merge(crate::delivery::mcp::http::router(
@@ -244,6 +247,7 @@ pub async fn run(
             ));
         }
         let bound = serve_http(&token, &tasks, listener, router, "ingest")?;
+        web.set_base(format!("http://{bound}"));
         listeners.push(ListenerState {
             what: "ingest".into(),
             address: ingest_addr.clone().unwrap_or_default(),

@@ -2,10 +2,12 @@
 //!
 //! - [`mcp`]: the MCP server (tools, long-poll wait, push) over stdio and streamable HTTP.
 //! - [`exec`]: the headless runner for `"delivery": "exec"` rules (Copilot CLI, Claude Code).
+//! - [`web`]: the approval page (`/ui`) on the ingest listener, for people.
 //!
 //! The queues and claims behind the wait live in [`crate::actions::lifecycle`].
 
 pub mod exec;
 pub mod mcp;
+pub mod web;
 
 pub use crate::actions::{ConfirmError, Item, ItemKind};

@@ -410,6 +410,7 @@ impl Engine {
             created: now,
             expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
             delivery: rule.delivery,
+            approve_via: rule.approve_via.clone(),
         });
         Decision::Fired(id)
     }

@@ -18,7 +18,7 @@ use super::matcher::Matcher;
 use super::pattern::{NamePattern, compile_glob};
 use super::template::Template;
 use super::{ContentRegex, DEFAULT_CONFIRM_TIMEOUT, RateLimit, Resolve, Rule, RuleSet};
-use crate::actions::{Delivery, Mode};
+use crate::actions::{Delivery, Mode, Via};
 use crate::duration;
 
 /// Compiles the text of a rules file.
@@ -477,9 +477,11 @@ impl RuleCx<'_> {
                 continue;
             }
             let ok = match key.as_str() {
-                "tools" | "matchers" | "activeTimeIntervals" | "muteTimeIntervals" => {
-                    self.check::<Vec<String>>(&key, &value, "an array of strings")
-                }
+                "tools"
+                | "matchers"
+                | "activeTimeIntervals"
+                | "muteTimeIntervals"
+                | "approveVia" => self.check::<Vec<String>>(&key, &value, "an array of strings"),
                 "enabled" | "stop" => self.check::<bool>(&key, &value, "true or false"),
                 _ => self.check::<String>(&key, &value, "a string"),
             };
@@ -757,6 +759,7 @@ impl RuleCx<'_> {
         };
 
         let resolve = self.resolve(&raw, mode);
+        let approve_via = self.approve_via(raw.approve_via.as_deref(), mode);
 
         if self.errors.len() != before {
             return None;
@@ -781,8 +784,54 @@ impl RuleCx<'_> {
             stop: raw.stop.unwrap_or(false),
             description: raw.description.clone().unwrap_or_default(),
             resolve,
+            approve_via,
             raw,
         })
+    }
+
+    /// `approveVia`: known paths, at least one, on a confirm rule only.
+    fn approve_via(&mut self, given: Option<&[String]>, mode: Mode) -> Vec<Via> {
+        let Some(given) = given else {
+            return Vec::new();
+        };
+        let at = self.value_pos("approveVia");
+        if mode != Mode::Confirm {
+            let at = self.key_pos("approveVia").unwrap_or(at);
+            self.error(
+                ErrorCode::InvalidApproveVia,
+                Some("approveVia"),
+                at,
+                format!(
+                    "`approveVia` says who may answer a confirm, but this rule's mode is `{mode}`; use it on a `confirm` rule"
+                ),
+            );
+            return Vec::new();
+        }
+        if given.is_empty() {
+            self.error(
+                ErrorCode::InvalidApproveVia,
+                Some("approveVia"),
+                at,
+                "`approveVia` is empty, so nothing could answer; list at least one of `cli`, `tool`, `web`, `elicitation`, `relay`, or leave it out to allow all".into(),
+            );
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for name in given {
+            match Via::parse(name.trim()) {
+                Some(v) if !out.contains(&v) => out.push(v),
+                Some(_) => {}
+                None => self.error(
+                    ErrorCode::InvalidApproveVia,
+                    Some("approveVia"),
+                    at,
+                    format!(
+                        "unknown `approveVia` path \"{name}\"; use `cli`, `tool`, `web`, `elicitation` or `relay`"
+                    ),
+                ),
+            }
+        }
+        out
     }
 
     /// `resolveRegex` and `resolveKey`: both or neither, on a confirm rule only.

@@ -52,6 +52,9 @@ pub enum ErrorCode {
     /// Occurs when `activeTimeIntervals` or `muteTimeIntervals` names an interval that
     /// `timeIntervals` does not define.
     UnknownTimeInterval,
+    /// Occurs when `approveVia` names a path that does not exist, is empty, or is given on a
+    /// rule that is not a `confirm` rule.
+    InvalidApproveVia,
 }
 
 impl ErrorCode {
@@ -75,6 +78,7 @@ impl ErrorCode {
             ErrorCode::InvalidMatcher => "invalid_matcher",
             ErrorCode::InvalidTimeInterval => "invalid_time_interval",
             ErrorCode::UnknownTimeInterval => "unknown_time_interval",
+            ErrorCode::InvalidApproveVia => "invalid_approve_via",
         }
     }
 }

@@ -150,6 +150,11 @@ pub struct RawRule {
     /// other's confirm (e.g. `"{{meta.fingerprint}}"`). Needs `resolveRegex`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve_key: Option<String>,
+    /// Confirm rules: the paths that may answer (`cli`, `tool`, `web`, `elicitation`,
+    /// `relay`); absent = any. `["cli", "web", "elicitation"]`: the agent itself cannot approve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<crate::actions::Via>>")]
+    pub approve_via: Option<Vec<String>>,
 }
 
 /// The keys a rule may have, in the order the documentation lists them.
@@ -174,6 +179,7 @@ pub const RULE_KEYS: &[&str] = &[
     "delivery",
     "resolveRegex",
     "resolveKey",
+    "approveVia",
 ];
 
 /// The keys the top level may have.

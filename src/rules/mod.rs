@@ -96,6 +96,8 @@ pub struct Rule {
     /// What closes this confirm rule's pending confirms, when it says (`resolveRegex` +
     /// `resolveKey`).
     pub resolve: Option<Resolve>,
+    /// Confirm rules: the paths that may answer (`approveVia`); empty = any.
+    pub approve_via: Vec<crate::actions::Via>,
     /// The rule as written (for `rules list`).
     pub raw: RawRule,
 }

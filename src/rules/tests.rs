@@ -495,3 +495,44 @@ fn a_chatcli_file_loads_unchanged() {
             && rule.mute_intervals.is_empty()
     );
 }
+
+#[test]
+fn approve_via_names_known_paths_on_confirm_rules() {
+    use ErrorCode::*;
+    const C: &str = r#""name":"a","mode":"confirm","prompt":"p""#;
+    let ok = format!(r#"{{"rules":[{{{C},"approveVia":["cli","web","elicitation","web"]}}]}}"#);
+    let set = RuleSet::parse(&ok).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+    use crate::actions::Via;
+    assert_eq!(
+        set.rules()[0].approve_via,
+        [Via::Cli, Via::Web, Via::Elicitation],
+        "in order, a repeat once"
+    );
+    assert!(RuleSet::builtin().rules()[0].approve_via.is_empty());
+    let cases: &[(String, &[Want])] = &[
+        (
+            format!(r#"{{"rules":[{{{C},"approveVia":["cli","browser"]}}]}}"#),
+            &[(InvalidApproveVia, Some(0), Some("approveVia"), 1, 66)],
+        ),
+        (
+            format!(r#"{{"rules":[{{{C},"approveVia":[]}}]}}"#),
+            &[(InvalidApproveVia, Some(0), Some("approveVia"), 1, 66)],
+        ),
+        (
+            r#"{"rules":[{"name":"a","approveVia":["cli"]}]}"#.into(),
+            &[(InvalidApproveVia, Some(0), Some("approveVia"), 1, 23)],
+        ),
+        (
+            format!(r#"{{"rules":[{{{C},"approveVia":"cli"}}]}}"#),
+            &[(ParseError, Some(0), Some("approveVia"), 1, 66)],
+        ),
+    ];
+    for (text, want) in cases {
+        check(text, want);
+    }
+    let e = &errors(&format!(r#"{{"rules":[{{{C},"approveVia":["Web"]}}]}}"#))[0];
+    assert_eq!(
+        e.message,
+        "unknown `approveVia` path \"Web\"; use `cli`, `tool`, `web`, `elicitation` or `relay`"
+    );
+}

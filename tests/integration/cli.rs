@@ -73,7 +73,7 @@ fn install_copilot_keeps_existing_servers() {
     // The test binary lives in target/: install says what that means.
     assert!(
         stderr(&out).contains("is a cargo build output")
-            && stderr(&out).contains("cargo install --path ."),
+            && stderr(&out).contains("cargo install --locked --path ."),
         "{}",
         stderr(&out)
     );

@@ -1,14 +1,18 @@
 //! Confirm requests: the pending ones, which every consumer is shown once until they are
 //! answered, expire or are resolved; the ones whose creation record is still on its way to the
 //! disk (staged: counted against the queue's bound, shown to no one yet); and a bounded memory
-//! of the closed ones, so that a late answer gets a clear error instead of "unknown".
+//! of the closed ones (how, when, by whom and by which path), so that a late answer gets a
+//! clear error instead of "unknown", and `pending` and the approval page can say how each
+//! ended.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
+use serde::{Deserialize, Serialize};
+
 use super::Item;
-use crate::actions::{ActionId, ActionState};
+use crate::actions::{ActionId, ActionState, Via};
 
 /// How many answered or expired confirm ids are remembered, for clear errors.
 const ANSWERED_MEMORY: usize = 4096;
@@ -35,6 +39,45 @@ pub enum ConfirmError {
         /// `approved`, `denied` or `resolved`.
         state: String,
     },
+    /// The rule's `approveVia` does not list the path the answer came by.
+    #[error(
+        "confirm {id} cannot be answered via `{via}`: rule `{rule}` takes answers only via {allowed}; ask a person to answer it there"
+    )]
+    ViaRefused {
+        /// The action id.
+        id: ActionId,
+        /// The rule.
+        rule: String,
+        /// The path refused.
+        via: Via,
+        /// The rule's `approveVia`, as a list.
+        allowed: String,
+    },
+}
+
+/// How a confirm was closed, as `pending` and the approval page show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClosedConfirm {
+    /// The action id.
+    pub id: ActionId,
+    /// The rule.
+    pub rule: std::sync::Arc<str>,
+    /// `approved`, `denied`, `expired` or `resolved`.
+    pub state: ActionState,
+    /// When it was closed.
+    pub at: DateTime<Utc>,
+    /// When it would have expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Who answered (approved, denied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// The path the answer came by (approved, denied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<Via>,
+    /// Why, for people (resolved: by which message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The confirm requests.
@@ -44,8 +87,8 @@ pub(super) struct Confirms {
     pending: BTreeMap<ActionId, Item>,
     /// Created, but their record is not on disk yet: not shown.
     staged: usize,
-    /// How each remembered confirm was closed, and its expiry.
-    closed: HashMap<ActionId, (ActionState, Option<DateTime<Utc>>)>,
+    /// How each remembered confirm was closed.
+    closed: HashMap<ActionId, ClosedConfirm>,
     /// The remembered ids, oldest first.
     closed_order: VecDeque<ActionId>,
 }
@@ -83,10 +126,28 @@ impl Confirms {
     }
 
     /// Closes pending confirm `id` as `state` (`approved`, `denied`, `expired`, `resolved`)
-    /// and remembers how; `None` when it is not pending.
-    pub(super) fn close(&mut self, id: ActionId, state: ActionState) -> Option<Item> {
+    /// and remembers how; `None` when it is not pending. `how` fills in who answered, by
+    /// which path, or why.
+    pub(super) fn close(
+        &mut self,
+        id: ActionId,
+        state: ActionState,
+        at: DateTime<Utc>,
+        how: impl FnOnce(&mut ClosedConfirm),
+    ) -> Option<Item> {
         let item = self.pending.remove(&id)?;
-        self.closed.insert(id, (state, item.expires_at));
+        let mut closed = ClosedConfirm {
+            id,
+            rule: item.rule.clone(),
+            state,
+            at,
+            expires_at: item.expires_at,
+            by: None,
+            via: None,
+            reason: None,
+        };
+        how(&mut closed);
+        self.closed.insert(id, closed);
         self.closed_order.push_back(id);
         while self.closed_order.len() > ANSWERED_MEMORY {
             if let Some(old) = self.closed_order.pop_front() {
@@ -99,18 +160,37 @@ impl Confirms {
     /// Why an answer to `id`, which is not pending, is refused.
     pub(super) fn refusal(&self, id: ActionId) -> ConfirmError {
         match self.closed.get(&id) {
-            Some((ActionState::Expired, expires)) => ConfirmError::Expired {
+            Some(c) if c.state == ActionState::Expired => ConfirmError::Expired {
                 id,
-                expired: expires
+                expired: c
+                    .expires_at
                     .map(crate::message::format_timestamp)
                     .unwrap_or_default(),
             },
-            Some((state, _)) => ConfirmError::AlreadyAnswered {
+            Some(c) => ConfirmError::AlreadyAnswered {
                 id,
-                state: state.as_str().to_string(),
+                state: match (&c.via, &c.by) {
+                    (Some(via), Some(by)) => format!("{} via {via} by {by}", c.state.as_str()),
+                    _ => c.state.as_str().to_string(),
+                },
             },
             None => ConfirmError::Unknown(id),
         }
+    }
+
+    /// How confirm `id` was closed, while it is remembered.
+    pub(super) fn closed(&self, id: ActionId) -> Option<&ClosedConfirm> {
+        self.closed.get(&id)
+    }
+
+    /// The last `limit` confirms closed, oldest first.
+    pub(super) fn recently_closed(&self, limit: usize) -> Vec<ClosedConfirm> {
+        let skip = self.closed_order.len().saturating_sub(limit);
+        self.closed_order
+            .iter()
+            .skip(skip)
+            .filter_map(|id| self.closed.get(id).cloned())
+            .collect()
     }
 
     /// The pending confirms whose expiry is at or before `now`.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Item;
-use crate::actions::{ActionId, ActionState, ExecFailure, Mode};
+use crate::actions::{ActionId, ActionState, ExecFailure, Mode, Via};
 use crate::message::Seq;
 
 /// One transition, as published to push, `watch` and metrics.
@@ -27,6 +27,9 @@ pub enum Event {
         state: ActionState,
         /// Who answered (a consumer name, or `cli`).
         by: String,
+        /// The path the answer came by (absent from a daemon older than the field).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<Via>,
     },
     /// A confirm expired unanswered.
     Expired {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::actions::{Action, ActionId, Delivery, Mode};
+use crate::actions::{Action, ActionId, Delivery, Mode, Via};
 use crate::message::Message;
 
 /// What a delivered item asks of the agent.
@@ -53,6 +53,9 @@ pub struct Item {
     /// `exec`: run by the exec runner, never offered to a wait (`wait` is left out).
     #[serde(default, skip_serializing_if = "Delivery::is_wait")]
     pub delivery: Delivery,
+    /// Confirm: the paths allowed to answer (the rule's `approveVia`); empty = any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approve_via: Vec<Via>,
 }
 
 impl Item {
@@ -71,6 +74,12 @@ impl Item {
             expires_at: action.expires,
             message,
             delivery: action.delivery,
+            approve_via: action.approve_via,
         }
+    }
+
+    /// Whether an answer that came by `via` may answer this confirm.
+    pub fn allows(&self, via: Via) -> bool {
+        self.approve_via.is_empty() || self.approve_via.contains(&via)
     }
 }

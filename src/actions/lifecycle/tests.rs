@@ -17,6 +17,7 @@ pub(super) fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, A
         created: now,
         expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
         delivery: Default::default(),
+        approve_via: vec![],
     };
     (a, Arc::new(msg))
 }
@@ -180,7 +181,7 @@ async fn confirm_answers() {
     )
     .await;
     let yes = lc
-        .confirm(1, true, "agent", Some(agent), now)
+        .confirm(1, true, "agent", Via::Tool, Some(agent), now)
         .unwrap()
         .unwrap();
     assert_eq!((yes.kind, yes.prompt.as_str()), (ItemKind::Approved, "p1"));
@@ -189,17 +190,17 @@ async fn confirm_answers() {
         "approved through the tool is claimed by the answering session"
     );
     assert_eq!(lc.stats().claimed_work, 1);
-    assert_eq!(lc.confirm(2, false, "cli", None, now), Ok(None));
+    assert_eq!(lc.confirm(2, false, "cli", Via::Cli, None, now), Ok(None));
     assert!(matches!(
-        lc.confirm(1, true, "cli", None, now),
+        lc.confirm(1, true, "cli", Via::Cli, None, now),
         Err(ConfirmError::AlreadyAnswered { .. })
     ));
     assert_eq!(
-        lc.confirm(99, true, "cli", None, now),
+        lc.confirm(99, true, "cli", Via::Cli, None, now),
         Err(ConfirmError::Unknown(99))
     );
     // CLI approval queues it as work for the next session.
-    lc.confirm(3, true, "cli", None, now).unwrap();
+    lc.confirm(3, true, "cli", Via::Cli, None, now).unwrap();
     let next = lc.open_session("next", false, None);
     assert_eq!(
         ids(&lc.take(next, "next", 10)).first(),
@@ -217,7 +218,7 @@ async fn two_answers_at_once_one_wins() {
         let handles: Vec<_> = (0..8)
             .map(|i| {
                 let lc = lc.clone();
-                s.spawn(move || lc.confirm(1, i % 2 == 0, "cli", None, now))
+                s.spawn(move || lc.confirm(1, i % 2 == 0, "cli", Via::Cli, None, now))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -237,13 +238,13 @@ async fn expiry_by_timer_and_on_answer() {
     .await;
     let after = now + TimeDelta::minutes(31);
     assert!(matches!(
-        lc.confirm(1, true, "cli", None, after),
+        lc.confirm(1, true, "cli", Via::Cli, None, after),
         Err(ConfirmError::Expired { .. })
     ));
     assert_eq!(lc.expire_due(after), None);
     assert!(lc.pending_confirms().is_empty(), "2 expired too");
     assert!(matches!(
-        lc.confirm(2, false, "cli", None, after),
+        lc.confirm(2, false, "cli", Via::Cli, None, after),
         Err(ConfirmError::Expired { .. })
     ));
 }
@@ -390,7 +391,7 @@ async fn journal_restores_pending_undelivered_and_claimed() {
         lc.settle(&[2], true, "sent");
         // 3 is claimed and never settled: the process dies holding it.
         assert_eq!(ids(&lc.take(s, "a", 1)), [(ItemKind::Auto, 3)]);
-        lc.confirm(5, false, "cli", None, now).unwrap();
+        lc.confirm(5, false, "cli", Via::Cli, None, now).unwrap();
         lc.flush().await;
     }
     let (_, replay) = ActionLog::open(&path).unwrap();
@@ -444,7 +445,7 @@ async fn a_resolved_confirm_is_closed_told_journalled_and_stays_closed() {
             }]
         );
         assert_eq!(
-            lc.confirm(1, true, "cli", None, now),
+            lc.confirm(1, true, "cli", Via::Cli, None, now),
             Err(ConfirmError::AlreadyAnswered {
                 id: 1,
                 state: "resolved".into()
@@ -749,4 +750,44 @@ async fn nudges_nobody_saw_before_a_restart_are_held_for_the_first_session_after
         ids(&lc.take(s, &format!("morning#{s}"), 10)),
         [(ItemKind::Nudge, 1)]
     );
+}
+
+#[tokio::test]
+async fn approve_via_refuses_a_path_the_rule_does_not_list_and_records_the_path() {
+    let lc = Lifecycle::default();
+    let agent = lc.open_session("agent", false, None);
+    let now = Utc::now();
+    let mut rx = lc.subscribe();
+    let (mut a, msg) = action(1, Mode::Confirm, now);
+    a.approve_via = vec![Via::Cli, Via::Web];
+    lc.offer(vec![(a, msg)], None, now).await;
+    let refused = lc.confirm(1, true, "agent", Via::Tool, Some(agent), now);
+    assert_eq!(
+        refused.as_ref().unwrap_err().to_string(),
+        "confirm 1 cannot be answered via `tool`: rule `r` takes answers only via cli, web; ask \
+         a person to answer it there"
+    );
+    assert_eq!(
+        lc.pending_confirms().len(),
+        1,
+        "a refused answer leaves it pending"
+    );
+    lc.confirm(1, true, "web", Via::Web, None, now).unwrap();
+    let answered = events(&mut rx).into_iter().find_map(|e| match e {
+        Event::Answered { via, by, .. } => Some((via, by)),
+        _ => None,
+    });
+    assert_eq!(answered, Some((Some(Via::Web), "web".to_string())));
+    let closed = lc.closed_confirm(1).unwrap();
+    assert_eq!(
+        (closed.state, closed.via, closed.by.as_deref()),
+        (ActionState::Approved, Some(Via::Web), Some("web"))
+    );
+    assert_eq!(
+        lc.confirm(1, false, "cli", Via::Cli, None, now)
+            .unwrap_err()
+            .to_string(),
+        "confirm 1 was already answered: approved via web by web"
+    );
+    assert_eq!(lc.closed_confirms(10), [closed]);
 }

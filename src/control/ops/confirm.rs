@@ -1,13 +1,14 @@
 //! `confirm`: `channel_confirm` and `switchboard confirm ID yes|no` — a person's answer.
 //!
 //! Yes returns the approved item: claimed by the answering session when it names one (the
-//! tool runs it now), else queued as approved work for the next session (the CLI). The answer
-//! is on disk before the reply. Unknown, expired or already-answered ids are refusals that say
-//! which.
+//! tool runs it now), else queued as approved work for the next session (the CLI, the page,
+//! a form). The answer is on disk before the reply, with the path it came by (`via`). Unknown,
+//! expired or already-answered ids, and a path the rule's `approveVia` does not list, are
+//! refusals that say which.
 
 use serde::{Deserialize, Serialize};
 
-use crate::actions::{ActionId, Item};
+use crate::actions::{ActionId, Item, Via};
 use crate::control::{ApiError, Ctx, Op};
 
 /// Answers a confirm.
@@ -22,6 +23,10 @@ pub struct Confirm {
     /// The session that gets the approved work as its claim; none = queued for any session.
     #[serde(default)]
     pub claim_for: Option<u64>,
+    /// The path the answer came by. Absent (a front end older than the field): `tool` when
+    /// it claims for a session, else `cli`.
+    #[serde(default)]
+    pub via: Option<Via>,
 }
 
 impl Op for Confirm {
@@ -33,9 +38,14 @@ impl Op for Confirm {
             Some(handle) => Some(cx.session(handle)?),
             None => None,
         };
+        let via = self.via.unwrap_or(if claim_for.is_some() {
+            Via::Tool
+        } else {
+            Via::Cli
+        });
         cx.local
             .core()
-            .confirm(self.id, self.approve, &self.by, claim_for)
+            .confirm(self.id, self.approve, &self.by, via, claim_for)
             .await
             .map_err(ApiError::refused)
     }

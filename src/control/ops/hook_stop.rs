@@ -125,11 +125,11 @@ impl Op for HookStop {
     }
 }
 
-/// Whether a confirm request may be answered by the agent's tool (`channel_confirm`), so that
-/// the hook may mention it. Every rule allows the `tool` path today; this is where a rule's
-/// `approveVia` is read once rules carry it. The hook never answers a confirm itself.
-fn allows_tool_answer(_item: &Item) -> bool {
-    true
+/// Whether a confirm request may be answered by the agent's tool (`channel_confirm`), by its
+/// rule's `approveVia` (empty: any path), so that the hook may mention it. The hook never
+/// answers a confirm itself.
+fn allows_tool_answer(item: &Item) -> bool {
+    item.approve_via.is_empty() || item.approve_via.contains(&crate::actions::Via::Tool)
 }
 
 /// What an agent on duty is told when nothing is queued.
@@ -253,7 +253,19 @@ mod tests {
                 timestamp: chrono::Utc::now(),
             }),
             delivery: Default::default(),
+            approve_via: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_confirm_is_mentioned_only_when_its_rule_lets_the_agent_answer() {
+        use crate::actions::Via;
+        let mut confirm = item(ItemKind::ConfirmRequest, "disk full");
+        assert!(allows_tool_answer(&confirm), "no approveVia: any path");
+        confirm.approve_via = vec![Via::Cli, Via::Web];
+        assert!(!allows_tool_answer(&confirm), "a person's paths only");
+        confirm.approve_via.push(Via::Tool);
+        assert!(allows_tool_answer(&confirm));
     }
 
     #[test]

@@ -121,6 +121,10 @@ ops! {
     HookDone => hook_done::HookDone,
     /// On-duty mode for the stop hooks.
     Duty => duty::SetDuty,
+    /// How the recently closed confirms ended.
+    Closed => closed::Closed,
+    /// A one-time link to the approval page.
+    UiLink => ui_link::UiLink,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

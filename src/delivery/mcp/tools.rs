@@ -605,6 +605,7 @@ async fn confirm(
             approve,
             by: consumer,
             claim_for: Some(session),
+            via: Some(crate::actions::Via::Tool),
         })
         .await;
     match answered {

@@ -1,0 +1,33 @@
+//! `ui_link`: `switchboard ui` — a one-time link to the approval page, which becomes a session
+//! cookie when opened. The link carries a short-lived code, never the ingest token.
+
+use serde::{Deserialize, Serialize};
+
+use crate::control::{ApiError, Ctx, Op};
+
+/// A one-time link to the approval page.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct UiLink {}
+
+/// The link.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UiLinkReply {
+    /// `http://HOST:PORT/ui/login?code=...`: works once, for a short while.
+    pub url: String,
+}
+
+impl Op for UiLink {
+    type Reply = UiLinkReply;
+
+    async fn apply(self, cx: &Ctx<'_>) -> Result<UiLinkReply, ApiError> {
+        let Some(web) = cx.local.web() else {
+            return Err(ApiError::refused(
+                "the approval page is served on the ingest listener, and this daemon has none; \
+                 start it with `--listen 127.0.0.1:PORT`",
+            ));
+        };
+        web.link()
+            .map(|url| UiLinkReply { url })
+            .map_err(ApiError::refused)
+    }
+}

@@ -1,0 +1,366 @@
+//! The approval page: `/ui` on the daemon's ingest listener, where a person sees the pending
+//! confirms (rule, channel, an excerpt of the message, the prompt, the tool whitelist, the
+//! time left) and answers them, and watches messages and actions arrive.
+//!
+//! It owns nothing of the inbox: every read and every answer is an operation on the daemon's
+//! [`Local`], as for any front end, and an answer is recorded with `via: web`. The page is
+//! plain HTML, CSS and JS compiled into the binary (no build step, no CDN); it refetches its
+//! state when the server-sent event stream (`/ui/api/events`) says something changed.
+//!
+//! Access ([`access`]): nothing under `/ui` but the static files and the login answers
+//! without the session cookie that a one-time link of `switchboard ui` sets; a state-changing
+//! request also needs the session's CSRF token in `X-CSRF-Token`, a JSON body, and no
+//! cross-site `Origin` or `Sec-Fetch-Site`.
+//!
+//! | route | needs | answers |
+//! | --- | --- | --- |
+//! | `GET /ui/login?code=` | a one-time code | the cookie, and a redirect to `/ui` |
+//! | `GET /ui` | cookie | the page |
+//! | `GET /ui/app.js`, `/ui/app.css` | none | the static script and style |
+//! | `GET /ui/api/state` | cookie | pending and recently closed confirms, recent messages, the CSRF token |
+//! | `GET /ui/api/events` | cookie | server-sent events: `action`, `message` |
+//! | `POST /ui/api/confirm` | cookie + CSRF | `{"id", "decision": "approve" or "deny"}` |
+
+pub mod access;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::actions::Via;
+use crate::control::ops::{Closed, Confirm, List, Pending};
+use crate::control::{ItemView, Local};
+use crate::message::MessageView;
+pub use access::WebAccess;
+use access::{COOKIE, SESSION_TTL, WebSession};
+
+const PAGE: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("app.js");
+const STYLE: &str = include_str!("app.css");
+
+/// What the page shows without a session: how to get one, and nothing of the inbox.
+const SIGNED_OUT: &str = "<!doctype html><meta charset=utf-8><meta name=viewport \
+    content=\"width=device-width\"><title>switchboard</title><p>This page needs a session: run \
+    <code>switchboard ui</code> and open the link it prints (it works once, for two minutes).";
+
+/// How many recent messages and closed confirms the page shows.
+const RECENT: usize = 20;
+
+struct Web {
+    api: Local,
+    access: Arc<WebAccess>,
+}
+
+/// The `/ui` routes, answering through `api`, letting in whom `access` knows.
+pub fn router(api: Local, access: Arc<WebAccess>) -> Router {
+    Router::new()
+        .route("/ui", get(page))
+        .route("/ui/", get(page))
+        .route("/ui/login", get(login))
+        .route("/ui/app.js", get(script))
+        .route("/ui/app.css", get(style))
+        .route("/ui/api/state", get(state))
+        .route("/ui/api/events", get(events))
+        .route("/ui/api/confirm", post(confirm))
+        .with_state(Arc::new(Web { api, access }))
+}
+
+/// The headers every `/ui` answer carries: nothing cached, not framed, no referrer, only our
+/// own script.
+fn guarded(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+             img-src 'self'; frame-ancestors 'none'; form-action 'none'; base-uri 'none'",
+        ),
+    );
+    response
+}
+
+fn refusal(status: StatusCode, code: &str, message: &str) -> Response {
+    guarded((status, Json(json!({"error": code, "message": message}))).into_response())
+}
+
+/// The session the request's cookie names.
+fn session(web: &Web, headers: &HeaderMap) -> Option<WebSession> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .filter(|(name, _)| *name == COOKIE)
+        .find_map(|(_, id)| web.access.session(id))
+}
+
+fn signed_out() -> Response {
+    refusal(
+        StatusCode::UNAUTHORIZED,
+        "no_session",
+        "no session: run `switchboard ui` and open the link it prints",
+    )
+}
+
+async fn page(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
+    if session(&web, &headers).is_none() {
+        return guarded(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                SIGNED_OUT,
+            )
+                .into_response(),
+        );
+    }
+    guarded(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response())
+}
+
+async fn script() -> Response {
+    guarded(
+        (
+            [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+            SCRIPT,
+        )
+            .into_response(),
+    )
+}
+
+async fn style() -> Response {
+    guarded(([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response())
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    #[serde(default)]
+    code: String,
+}
+
+async fn login(State(web): State<Arc<Web>>, Query(q): Query<LoginQuery>) -> Response {
+    let Some((id, _)) = web.access.redeem(&q.code) else {
+        return guarded(
+            (
+                StatusCode::FORBIDDEN,
+                [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                "<!doctype html><meta charset=utf-8><title>switchboard</title><p>This link was \
+                 used already or has expired: run <code>switchboard ui</code> for a new one.",
+            )
+                .into_response(),
+        );
+    };
+    let cookie = format!(
+        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}",
+        SESSION_TTL.as_secs()
+    );
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/ui")]).into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    guarded(response)
+}
+
+async fn state(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
+    let Some(session) = session(&web, &headers) else {
+        return signed_out();
+    };
+    let pending = web.api.call(Pending {}).await.unwrap_or_default();
+    let closed = web
+        .api
+        .call(Closed { limit: RECENT })
+        .await
+        .unwrap_or_default();
+    let messages: Vec<MessageView> = web
+        .api
+        .call(List {
+            channel: None,
+            limit: RECENT,
+        })
+        .await
+        .map(|r| r.messages.iter().map(MessageView::from).collect())
+        .unwrap_or_default();
+    guarded(
+        Json(json!({
+            "csrf": session.csrf,
+            "now": crate::message::format_timestamp(chrono::Utc::now()),
+            "pending": pending,
+            "closed": closed,
+            "messages": messages,
+        }))
+        .into_response(),
+    )
+}
+
+async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
+    if session(&web, &headers).is_none() {
+        return signed_out();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
+    let api = web.api.clone();
+    tokio::spawn(async move {
+        let mut feed = api.subscribe();
+        let mut last = feed.committed.borrow_and_update();
+        let shutdown = api.shutdown().clone();
+        loop {
+            let sent = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tx.closed() => return,
+                got = feed.events.recv() => match got {
+                    Ok(e) => {
+                        let mut v = serde_json::to_value(&e).unwrap_or_default();
+                        if let crate::actions::Event::Queued { item } = &e {
+                            v["item"] = serde_json::to_value(ItemView::from(item)).unwrap_or_default();
+                        }
+                        tx.send(SseEvent::default().event("action").data(v.to_string())).await
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        tx.send(SseEvent::default().event("action").data("{}")).await
+                    }
+                    Err(_) => return,
+                },
+                changed = feed.committed.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = feed.committed.borrow_and_update();
+                    let fresh = api
+                        .call(List { channel: None, limit: RECENT })
+                        .await
+                        .map(|r| r.messages)
+                        .unwrap_or_default();
+                    let mut result = Ok(());
+                    for m in fresh.iter().filter(|m| m.seq > last) {
+                        let v = serde_json::to_string(&MessageView::from(m)).unwrap_or_default();
+                        result = tx.send(SseEvent::default().event("message").data(v)).await;
+                    }
+                    last = now;
+                    result
+                }
+            };
+            if sent.is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
+    guarded(
+        Sse::new(stream)
+            .keep_alive(KeepAlive::default())
+            .into_response(),
+    )
+}
+
+#[derive(Deserialize)]
+struct ConfirmBody {
+    id: u64,
+    decision: String,
+}
+
+async fn confirm(
+    State(web): State<Arc<Web>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(session) = session(&web, &headers) else {
+        return signed_out();
+    };
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && site != "same-origin"
+    {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            "a request from another site cannot answer a confirm",
+        );
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if origin != format!("http://{host}") {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "a request from another site cannot answer a confirm",
+            );
+        }
+    }
+    let token = headers
+        .get("x-csrf-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !access::same(token, &session.csrf) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "missing or wrong `X-CSRF-Token`; reload the page",
+        );
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return refusal(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send `Content-Type: application/json`",
+        );
+    }
+    let Ok(answer) = serde_json::from_slice::<ConfirmBody>(&body) else {
+        return refusal(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            "expected {\"id\": N, \"decision\": \"approve\" or \"deny\"}",
+        );
+    };
+    let approve = match answer.decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        _ => {
+            return refusal(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_body",
+                "`decision` is \"approve\" or \"deny\"",
+            );
+        }
+    };
+    let answered = web
+        .api
+        .call(Confirm {
+            id: answer.id,
+            approve,
+            by: "web".into(),
+            claim_for: None,
+            via: Some(Via::Web),
+        })
+        .await;
+    match answered {
+        Ok(item) => {
+            guarded(Json(json!({"id": answer.id, "approved": item.is_some()})).into_response())
+        }
+        Err(e) => refusal(StatusCode::CONFLICT, "refused", &e.to_string()),
+    }
+}

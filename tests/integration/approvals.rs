@@ -1,0 +1,325 @@
+//! Approvals that come from a person: who answered (`via`) and each rule's `approveVia`, the
+//! approval page (`/ui`), elicitation forms and Claude Code's permission relay.
+
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use serde_json::{Value, json};
+
+use super::util::*;
+
+const ASK: &str = r#"{"rules": [
+  {"name": "ask", "channel": "alerts/*", "mode": "confirm", "prompt": "Investigate: {{content}}",
+   "tools": ["view"], "approveVia": ["cli", "web"]},
+  {"name": "ask-any", "channel": "ci/*", "mode": "confirm", "prompt": "Fix: {{content}}",
+   "tools": ["edit"]}
+]}"#;
+
+/// `channel_confirm` with `args`: (structured content, is_error).
+async fn confirm_tool(client: &Client, args: Value) -> (Value, bool) {
+    let mut params = rmcp::model::CallToolRequestParams::new("channel_confirm");
+    params.arguments = args.as_object().cloned();
+    let result = client.call_tool(params).await.expect("tool call answered");
+    (
+        result.structured_content.expect("structured"),
+        result.is_error == Some(true),
+    )
+}
+
+fn pending_ids(home: &std::path::Path) -> Vec<u64> {
+    control(home, json!({"op": "pending"}))["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approve_via_keeps_the_agent_from_approving_and_every_answer_records_its_path() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", ASK);
+    sb.spawn();
+    let client = rmcp::model::ClientConfig::default()
+        .serve(http_transport(&sb))
+        .await
+        .expect("client connects");
+    send_messages(
+        sb.home.path(),
+        &[("alerts/db", "db down"), ("ci/main", "build broke")],
+    );
+    eventually_async(Duration::from_secs(5), "two pending confirms", || {
+        (pending_ids(sb.home.path()) == [1, 2]).then_some(())
+    })
+    .await;
+
+    // The agent's own tool is not a path `ask` takes: refused, still pending.
+    let (refused, is_error) = confirm_tool(&client, json!({"id": 1, "decision": "yes"})).await;
+    assert!(is_error, "{refused}");
+    assert_eq!(
+        refused["error"],
+        "confirm 1 cannot be answered via `tool`: rule `ask` takes answers only via cli, web; \
+         ask a person to answer it there"
+    );
+    assert_eq!(pending_ids(sb.home.path()), [1, 2]);
+
+    // A person at the terminal may; a rule without `approveVia` takes the tool.
+    let out = sb.cli(&["confirm", "1", "yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (denied, is_error) = confirm_tool(&client, json!({"id": 2, "decision": "no"})).await;
+    assert!(!is_error, "{denied}");
+
+    let records = action_records(sb.home.path());
+    let answer = |id: u64| {
+        records
+            .iter()
+            .find(|r| r["id"] == id && r["via"].is_string())
+            .cloned()
+            .unwrap_or_else(|| panic!("no answer of {id} with `via`: {records:?}"))
+    };
+    assert_eq!(
+        (answer(1)["state"].clone(), answer(1)["via"].clone()),
+        (json!("approved"), json!("cli"))
+    );
+    assert_eq!(
+        (answer(2)["state"].clone(), answer(2)["via"].clone()),
+        (json!("denied"), json!("tool"))
+    );
+
+    let out = sb.cli(&["pending", "--closed"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("#1 [ask] approved via cli by cli at "),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("#2 [ask-any] denied via tool by "),
+        "{text}"
+    );
+    assert_eq!(lines[2], "no pending confirms", "{text}");
+    client.cancel().await.ok();
+}
+
+/// A fresh one-time link from `switchboard ui --no-open`: (path and query, the whole URL).
+pub fn ui_link(sb: &Switchboard) -> (String, String) {
+    let out = sb.cli(&["ui", "--no-open"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = stdout(&out).lines().next().unwrap().to_string();
+    let ingest = sb.ingest.clone().unwrap();
+    let path = url
+        .strip_prefix(&format!("http://{ingest}"))
+        .unwrap_or_else(|| panic!("{url} is not on the ingest listener {ingest}"))
+        .to_string();
+    assert!(
+        !url.contains(&sb.token()),
+        "the ingest token is never in a URL"
+    );
+    (path, url)
+}
+
+#[test]
+fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", ASK);
+    sb.spawn();
+    let ingest = sb.ingest.clone().unwrap();
+    send_messages(sb.home.path(), &[("alerts/db", "secret-looking db down")]);
+    eventually(Duration::from_secs(5), "a pending confirm", || {
+        (pending_ids(sb.home.path()) == [1]).then_some(())
+    });
+
+    // Without the cookie: nothing of the inbox anywhere under /ui, with or without the token.
+    let bearer = format!("Bearer {}", sb.token());
+    for path in ["/ui", "/ui/", "/ui/api/state", "/ui/api/events"] {
+        for headers in [vec![], vec![("Authorization", bearer.as_str())]] {
+            let r = http_request(&ingest, "GET", path, &headers, b"");
+            assert_eq!(r.status, 401, "{path}: {}", r.body);
+            assert!(!r.body.contains("db down"), "{path}: {}", r.body);
+        }
+    }
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[("Content-Type", "application/json")],
+        br#"{"id": 1, "decision": "approve"}"#,
+    );
+    r.assert_error(401, "no_session");
+
+    let (login, _) = ui_link(&sb);
+    let r = http_request(&ingest, "GET", &login, &[], b"");
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some("/ui"));
+    let cookie = r.header("set-cookie").unwrap().to_string();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_string();
+    let again = http_request(&ingest, "GET", &login, &[], b"");
+    assert_eq!(again.status, 403, "a link works once");
+    assert!(again.header("set-cookie").is_none());
+
+    let page = http_request(&ingest, "GET", "/ui", &[("Cookie", &session)], b"");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<script src=\"/ui/app.js\""),
+        "{}",
+        page.body
+    );
+    let state = http_request(
+        &ingest,
+        "GET",
+        "/ui/api/state",
+        &[("Cookie", &session)],
+        b"",
+    );
+    let state = state.json();
+    assert_eq!(state["pending"][0]["id"], 1);
+    assert_eq!(state["pending"][0]["content"], "secret-looking db down");
+    assert_eq!(state["pending"][0]["approve_via"], json!(["cli", "web"]));
+    let csrf = state["csrf"].as_str().unwrap().to_string();
+
+    // State-changing requests: the CSRF token, JSON, and no other site.
+    let body = br#"{"id": 1, "decision": "approve"}"#;
+    let json_type = ("Content-Type", "application/json");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[("Cookie", &session), json_type],
+        body,
+    );
+    r.assert_error(403, "csrf");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            ("Origin", "http://evil.example"),
+        ],
+        body,
+    );
+    r.assert_error(403, "cross_site");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        body,
+    );
+    r.assert_error(403, "cross_site");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            ("Content-Type", "text/plain"),
+            ("X-CSRF-Token", &csrf),
+        ],
+        body,
+    );
+    r.assert_error(415, "unsupported_media_type");
+    assert_eq!(pending_ids(sb.home.path()), [1], "nothing answered it yet");
+
+    let origin = format!("http://{ingest}");
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            ("Origin", &origin),
+        ],
+        body,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["approved"], true);
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[("Cookie", &session), json_type, ("X-CSRF-Token", &csrf)],
+        br#"{"id": 1, "decision": "deny"}"#,
+    );
+    r.assert_error(409, "refused");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("already answered: approved via web by web")
+    );
+    let out = sb.cli(&["pending", "--closed"]);
+    assert!(
+        stdout(&out).starts_with("#1 [ask] approved via web by web at "),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A session cookie for the page: `name=value`.
+fn ui_session(sb: &Switchboard) -> String {
+    let (login, _) = ui_link(sb);
+    let r = http_request(sb.ingest.as_ref().unwrap(), "GET", &login, &[], b"");
+    assert_eq!(r.status, 303, "{}", r.body);
+    let cookie = r.header("set-cookie").unwrap();
+    cookie.split(';').next().unwrap().to_string()
+}
+
+#[test]
+fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "ask", "channel": "alerts/*", "mode": "confirm",
+            "prompt": "Investigate: {{content}}", "confirmTimeout": "1s"}]}"#,
+    );
+    sb.spawn();
+    let ingest = sb.ingest.clone().unwrap();
+    let session = ui_session(&sb);
+    let state = || {
+        http_request(
+            &ingest,
+            "GET",
+            "/ui/api/state",
+            &[("Cookie", &session)],
+            b"",
+        )
+        .json()
+    };
+    send_messages(sb.home.path(), &[("alerts/db", "db down")]);
+    let shown = eventually(Duration::from_secs(5), "the confirm on the page", || {
+        let s = state();
+        (s["pending"][0]["id"] == 1).then_some(s)
+    });
+    assert!(shown["closed"].as_array().unwrap().is_empty(), "{shown}");
+    let gone = eventually(
+        Duration::from_secs(10),
+        "the confirm expired off the page",
+        || {
+            let s = state();
+            s["pending"].as_array().unwrap().is_empty().then_some(s)
+        },
+    );
+    assert_eq!(gone["closed"][0]["id"], 1, "{gone}");
+    assert_eq!(gone["closed"][0]["state"], "expired", "{gone}");
+    let out = sb.cli(&["pending", "--closed"]);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("#1 [ask] expired unanswered at "),
+        "{text}"
+    );
+    assert!(text.ends_with("no pending confirms\n"), "{text}");
+}
