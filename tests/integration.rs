@@ -19,6 +19,7 @@ mod integration {
     mod oncall;
     mod python_sdk;
     mod rules;
+    mod schedules;
     mod sessions;
     mod ts_sdk;
     mod upstream;
