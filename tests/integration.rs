@@ -18,6 +18,7 @@ mod integration {
     mod npm;
     mod oncall;
     mod python_sdk;
+    mod routing;
     mod rules;
     mod schedules;
     mod sessions;

@@ -353,6 +353,7 @@ mod tests {
             created: now,
             expires: None,
             delivery: Default::default(),
+            consumers: Default::default(),
         };
         (a, msg)
     }

@@ -458,7 +458,7 @@ impl Lifecycle {
     /// Answers a confirm. Yes with `claim_for = Some(session)` (the `channel_confirm` tool)
     /// hands the approved item to that session as a claim, to be settled like a wait's; yes
     /// without (the operator CLI) queues it as approved work for the next session. No returns
-    /// `Ok(None)`.
+    /// `Ok(None)`. A session whose consumer the rule's `consumers` leave out is refused.
     pub fn confirm(
         &self,
         id: ActionId,
@@ -479,6 +479,24 @@ impl Lifecycle {
             return Err(ConfirmError::Expired {
                 id,
                 expired: crate::message::format_timestamp(expires),
+            });
+        }
+        // A window the rule's `consumers` leave out was never shown it: it may not answer it
+        // (the operator's CLI, which claims nothing, may).
+        if let Some(consumer) = claim_for.and_then(|session| s.sessions.consumer_of(session))
+            && !item.consumers.admits(consumer)
+        {
+            let consumers = item
+                .consumers
+                .patterns()
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(ConfirmError::NotForConsumer {
+                id,
+                consumer: consumer.to_string(),
+                consumers,
             });
         }
         let state = if approve {
@@ -563,7 +581,7 @@ impl Lifecycle {
             nudges_after: s.nudges.last(),
             confirms_after: 0,
         });
-        s.work.len()
+        s.work.len_for(consumer)
             + s.nudges.count_after(pos.nudges_after)
             + s.confirms.ids_after(pos.confirms_after).count()
     }
@@ -705,6 +723,9 @@ impl State {
             }
             if is_nudge {
                 pos.nudges_after = id;
+                if !self.nudges.admits(id, consumer) {
+                    continue;
+                }
                 let Some((item, first)) = self.nudges.deliver(id) else {
                     continue;
                 };
@@ -722,7 +743,9 @@ impl State {
                 out.push(item);
             } else {
                 pos.confirms_after = id;
-                if let Some(item) = self.confirms.get(id) {
+                if let Some(item) = self.confirms.get(id)
+                    && item.consumers.admits(consumer)
+                {
                     out.push(item.clone());
                 }
             }

@@ -2,8 +2,10 @@
 //!
 //! An [`Action`] is created by the engine (pure) and handed by the dispatcher to the
 //! [`lifecycle`], the one owner of its state from then on and the only writer of
-//! `actions.jsonl` (through the [`writer`] thread).
+//! `actions.jsonl` (through the [`writer`] thread). An action's [`Audience`] says which
+//! consumers may receive it.
 
+pub mod audience;
 pub mod exec;
 #[cfg(test)]
 mod fault;
@@ -12,6 +14,7 @@ pub mod lifecycle;
 pub mod settings;
 pub mod writer;
 
+pub use audience::{Audience, TO_CONSUMER_KEY};
 pub use exec::{ExecFailure, ExecReport};
 pub use lifecycle::{ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId};
 pub use settings::ActionSettings;
@@ -118,6 +121,10 @@ pub struct Action {
     /// How an auto prompt is run (`wait`, the default, is left out).
     #[serde(default, skip_serializing_if = "Delivery::is_wait")]
     pub delivery: Delivery,
+    /// Which consumers may receive it (the rule's `consumers`, or the message's
+    /// `to_consumer`); everyone, the default, is left out.
+    #[serde(default, skip_serializing_if = "Audience::is_everyone")]
+    pub consumers: Audience,
 }
 
 /// A state in an action's lifecycle.

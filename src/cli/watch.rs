@@ -496,6 +496,7 @@ mod tests {
             expires_at: None,
             message: std::sync::Arc::new(message("hi")),
             delivery: Default::default(),
+            consumers: Default::default(),
         };
         let v = json_line(&WatchEvent::Action(Event::Queued { item }));
         assert_eq!(v["event"], "queued");

@@ -96,6 +96,7 @@ mod tests {
             expires_at: None,
             message,
             delivery: Default::default(),
+            consumers: Default::default(),
         }
     }
 

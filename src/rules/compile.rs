@@ -477,9 +477,11 @@ impl RuleCx<'_> {
                 continue;
             }
             let ok = match key.as_str() {
-                "tools" | "matchers" | "activeTimeIntervals" | "muteTimeIntervals" => {
-                    self.check::<Vec<String>>(&key, &value, "an array of strings")
-                }
+                "tools"
+                | "matchers"
+                | "activeTimeIntervals"
+                | "muteTimeIntervals"
+                | "consumers" => self.check::<Vec<String>>(&key, &value, "an array of strings"),
                 "enabled" | "stop" => self.check::<bool>(&key, &value, "true or false"),
                 _ => self.check::<String>(&key, &value, "a string"),
             };
@@ -647,6 +649,8 @@ impl RuleCx<'_> {
             }
         }
 
+        let consumers = self.consumers(raw.consumers.as_deref());
+
         let rate_limit = match raw.rate_limit.as_deref() {
             None => RateLimit::None,
             Some(text) => match parse_rate_limit(text) {
@@ -781,8 +785,37 @@ impl RuleCx<'_> {
             stop: raw.stop.unwrap_or(false),
             description: raw.description.clone().unwrap_or_default(),
             resolve,
+            consumers,
             raw,
         })
+    }
+
+    /// `consumers`: globs on consumer names; empty entries and bad globs are errors.
+    fn consumers(&mut self, patterns: Option<&[String]>) -> crate::actions::Audience {
+        let patterns: Vec<String> = patterns
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.trim().to_string())
+            .collect();
+        for p in &patterns {
+            let reason = if p.is_empty() {
+                Some("entries cannot be empty".to_string())
+            } else {
+                crate::actions::Audience::new(std::slice::from_ref(p))
+                    .err()
+                    .map(|e| e.kind().to_string())
+            };
+            if let Some(reason) = reason {
+                let at = self.value_pos("consumers");
+                self.error(
+                    ErrorCode::InvalidGlob,
+                    Some("consumers"),
+                    at,
+                    format!("invalid `consumers` glob \"{p}\": {reason}"),
+                );
+            }
+        }
+        crate::actions::Audience::new(&patterns).unwrap_or_default()
     }
 
     /// `resolveRegex` and `resolveKey`: both or neither, on a confirm rule only.

@@ -150,6 +150,11 @@ pub struct RawRule {
     /// other's confirm (e.g. `"{{meta.fingerprint}}"`). Needs `resolveRegex`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve_key: Option<String>,
+    /// Globs on consumer (session) names that may receive the rule's nudges, confirm requests
+    /// and work (`serve --consumer NAME`); default: every session. Work for a consumer with no
+    /// session open waits for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<Vec<String>>,
 }
 
 /// The keys a rule may have, in the order the documentation lists them.
@@ -174,6 +179,7 @@ pub const RULE_KEYS: &[&str] = &[
     "delivery",
     "resolveRegex",
     "resolveKey",
+    "consumers",
 ];
 
 /// The keys the top level may have.

@@ -95,6 +95,8 @@ pub struct Rule {
     /// What closes this confirm rule's pending confirms, when it says (`resolveRegex` +
     /// `resolveKey`).
     pub resolve: Option<Resolve>,
+    /// `consumers`: who may receive its actions (everyone when empty).
+    pub consumers: crate::actions::Audience,
     /// The rule as written (for `rules list`).
     pub raw: RawRule,
 }

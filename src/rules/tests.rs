@@ -495,3 +495,28 @@ fn a_chatcli_file_loads_unchanged() {
             && rule.mute_intervals.is_empty()
     );
 }
+
+#[test]
+fn consumers_are_globs_on_consumer_names() {
+    use ErrorCode::*;
+    let set = RuleSet::parse(
+        r#"{"rules": [{"name": "pay", "consumers": ["oncall", "payments-*"]}, {"name": "all"}]}"#,
+    )
+    .unwrap();
+    let pay = &set.rules()[0];
+    assert!(pay.consumers.admits("payments-eu") && pay.consumers.admits("oncall"));
+    assert!(!pay.consumers.admits("infra"));
+    assert!(set.rules()[1].consumers.is_everyone());
+    check(
+        r#"{"rules": [{"name": "a", "consumers": ["ok", "pay-{eu"]}]}"#,
+        &[(InvalidGlob, Some(0), Some("consumers"), 1, 39)],
+    );
+    check(
+        r#"{"rules": [{"name": "a", "consumers": [""]}]}"#,
+        &[(InvalidGlob, Some(0), Some("consumers"), 1, 39)],
+    );
+    check(
+        r#"{"rules": [{"name": "a", "consumers": "oncall"}]}"#,
+        &[(ParseError, Some(0), Some("consumers"), 1, 39)],
+    );
+}

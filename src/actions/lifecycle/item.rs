@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::actions::{Action, ActionId, Delivery, Mode};
+use crate::actions::{Action, ActionId, Audience, Delivery, Mode};
 use crate::message::Message;
 
 /// What a delivered item asks of the agent.
@@ -53,6 +53,9 @@ pub struct Item {
     /// `exec`: run by the exec runner, never offered to a wait (`wait` is left out).
     #[serde(default, skip_serializing_if = "Delivery::is_wait")]
     pub delivery: Delivery,
+    /// Which consumers may receive it; everyone, the default, is left out.
+    #[serde(default, skip_serializing_if = "Audience::is_everyone")]
+    pub consumers: Audience,
 }
 
 impl Item {
@@ -71,6 +74,7 @@ impl Item {
             expires_at: action.expires,
             message,
             delivery: action.delivery,
+            consumers: action.consumers,
         }
     }
 }

@@ -17,6 +17,7 @@ fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, Arc<Message>
         created: now,
         expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
         delivery: Default::default(),
+        consumers: Default::default(),
     };
     (a, Arc::new(msg))
 }
