@@ -24,4 +24,5 @@ mod integration {
     mod sessions;
     mod ts_sdk;
     mod upstream;
+    mod worked_example;
 }
