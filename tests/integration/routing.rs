@@ -58,6 +58,22 @@ async fn each_window_gets_only_its_rules_work_and_absent_consumers_work_waits() 
     )
     .await;
     let infra = front_end(home, "copilot-cli", &["--no-listen", "--consumer", "infra"]).await;
+    let listed = stdout(&cli_in(home, &["rules", "list"]));
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        line("pay").ends_with("channel work/pay; for payments-*"),
+        "{listed}"
+    );
+    assert!(
+        line("ask").ends_with("; confirm within 30m, for oncall"),
+        "{listed}"
+    );
 
     send_messages(
         home,
