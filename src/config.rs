@@ -19,6 +19,7 @@ pub use crate::home::{
 };
 pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
+pub use crate::sources::schedule::ScheduleSettings;
 
 impl Home {
     /// Loads `switchboard.json`, or the defaults when it does not exist.
@@ -37,7 +38,7 @@ impl Home {
 }
 
 /// Parses and validates the text of `switchboard.json`: JSON syntax, every section's shape,
-/// `http.rateLimit`, and each upstream. Returns the config, or every error found, in file order.
+/// `http.rateLimit`, each upstream and each schedule. Returns the config, or every error found, in file order.
 pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config::ConfigError>> {
     use crate::sources::upstream::config::{self as upstream, ConfigError, ErrorCode};
     let located = |e: serde_json::Error, message: String| ConfigError {
@@ -70,6 +71,9 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
             ),
         }),
     }
+    if let Some(raw) = value.get("schedules") {
+        errors.extend(crate::sources::schedule::check(text, raw));
+    }
     let config = match serde_json::from_str::<Config>(text) {
         Ok(c) => {
             // Checked here so that `config check`, the start and a live reload refuse it alike.
@@ -88,7 +92,11 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
             Some(c)
         }
         Err(e) => {
-            if !errors.iter().any(|x| x.key.as_deref() == Some("upstreams")) {
+            let reported = |k: &str| k == "upstreams" || k.starts_with("schedules");
+            if !errors
+                .iter()
+                .any(|x| x.key.as_deref().is_some_and(reported))
+            {
                 let message = e.to_string();
                 // serde appends " at line L column C"; the location goes first instead.
                 let message = message
@@ -166,6 +174,9 @@ pub struct Config {
     /// [`crate::sources::upstream::config::parse`] turns them into `UpstreamConfig`s.
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub upstreams: serde_json::Map<String, serde_json::Value>,
+    /// Cron schedules that append a message when they fire; [`check`] validates them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleSettings>,
 }
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other

@@ -22,8 +22,11 @@ mod integration {
     mod npm;
     mod oncall;
     mod python_sdk;
+    mod routing;
     mod rules;
+    mod schedules;
     mod sessions;
     mod ts_sdk;
     mod upstream;
+    mod worked_example;
 }

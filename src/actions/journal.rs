@@ -357,6 +357,7 @@ mod tests {
             expires: None,
             delivery: Default::default(),
             approve_via: vec![],
+            consumers: Default::default(),
         };
         (a, msg)
     }

@@ -471,7 +471,8 @@ impl Lifecycle {
     /// `channel_confirm` tool) hands the approved item to that session as a claim, to be
     /// settled like a wait's; yes without (the CLI, the page, a form) queues it as approved
     /// work for the next session. No returns `Ok(None)`. A path the rule's `approveVia` does
-    /// not list is refused, and the confirm stays pending.
+    /// not list is refused, and so is a session whose consumer the rule's `consumers` leave
+    /// out; the confirm stays pending.
     pub fn confirm(
         &self,
         id: ActionId,
@@ -501,6 +502,24 @@ impl Lifecycle {
             return Err(ConfirmError::Expired {
                 id,
                 expired: crate::message::format_timestamp(expires),
+            });
+        }
+        // A window the rule's `consumers` leave out was never shown it: it may not answer it
+        // (the operator's CLI, which claims nothing, may).
+        if let Some(consumer) = claim_for.and_then(|session| s.sessions.consumer_of(session))
+            && !item.consumers.admits(consumer)
+        {
+            let consumers = item
+                .consumers
+                .patterns()
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(ConfirmError::NotForConsumer {
+                id,
+                consumer: consumer.to_string(),
+                consumers,
             });
         }
         let state = if approve {
@@ -606,7 +625,7 @@ impl Lifecycle {
             nudges_after: s.nudges.last(),
             confirms_after: 0,
         });
-        s.work.len()
+        s.work.len_for(consumer)
             + s.nudges.count_after(pos.nudges_after)
             + s.confirms.ids_after(pos.confirms_after).count()
     }
@@ -748,6 +767,9 @@ impl State {
             }
             if is_nudge {
                 pos.nudges_after = id;
+                if !self.nudges.admits(id, consumer) {
+                    continue;
+                }
                 let Some((item, first)) = self.nudges.deliver(id) else {
                     continue;
                 };
@@ -765,7 +787,9 @@ impl State {
                 out.push(item);
             } else {
                 pos.confirms_after = id;
-                if let Some(item) = self.confirms.get(id) {
+                if let Some(item) = self.confirms.get(id)
+                    && item.consumers.admits(consumer)
+                {
                     out.push(item.clone());
                 }
             }

@@ -2,8 +2,10 @@
 //!
 //! An [`Action`] is created by the engine (pure) and handed by the dispatcher to the
 //! [`lifecycle`], the one owner of its state from then on and the only writer of
-//! `actions.jsonl` (through the [`writer`] thread).
+//! `actions.jsonl` (through the [`writer`] thread). An action's [`Audience`] says which
+//! consumers may receive it.
 
+pub mod audience;
 pub mod duty;
 pub mod exec;
 #[cfg(test)]
@@ -14,6 +16,7 @@ pub mod settings;
 pub mod via;
 pub mod writer;
 
+pub use audience::{Audience, TO_CONSUMER_KEY};
 pub use exec::{ExecFailure, ExecReport};
 pub use lifecycle::{ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId};
 pub use settings::ActionSettings;
@@ -124,6 +127,10 @@ pub struct Action {
     /// Confirm: the paths allowed to answer (the rule's `approveVia`); empty = any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approve_via: Vec<Via>,
+    /// Which consumers may receive it (the rule's `consumers`, or the message's
+    /// `to_consumer`); everyone, the default, is left out.
+    #[serde(default, skip_serializing_if = "Audience::is_everyone")]
+    pub consumers: Audience,
 }
 
 /// A state in an action's lifecycle.

@@ -51,9 +51,18 @@ pub fn execute(home: PathBuf, command: ConfigCommand) -> anyhow::Result<ExitCode
         (Ok(_), Format::Json) => writeln!(out, "[]")?,
         (Ok(config), Format::Text) => {
             let names: Vec<_> = config.upstreams.keys().map(String::as_str).collect();
+            let schedules: Vec<_> = config.schedules.iter().map(|s| s.name.as_str()).collect();
+            let schedules = match schedules.len() {
+                0 => String::new(),
+                n => format!(
+                    "; {n} schedule{}: {}",
+                    if n == 1 { "" } else { "s" },
+                    schedules.join(", ")
+                ),
+            };
             writeln!(
                 out,
-                "{shown}: ok, {} upstream{}{}{}",
+                "{shown}: ok, {} upstream{}{}{}{schedules}",
                 names.len(),
                 if names.len() == 1 { "" } else { "s" },
                 if names.is_empty() { "" } else { ": " },

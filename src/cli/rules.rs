@@ -811,6 +811,10 @@ fn list_line(rule: &Value, name_width: usize) -> String {
     if text("delivery") == Some("exec") {
         limits.push("exec".into());
     }
+    let consumers = list("consumers");
+    if !consumers.is_empty() {
+        limits.push(format!("for {}", consumers.join(", ")));
+    }
     let name = rule["name"].as_str().unwrap_or("");
     let mode = rule["mode"].as_str().unwrap_or("notify");
     let mut line = format!(

@@ -25,6 +25,11 @@ pub struct SendArgs {
     /// The source's own id (a repeat with the same id is not stored twice).
     #[arg(long)]
     pub id: Option<String>,
+    /// Only consumer NAME (a `serve --consumer NAME` window; a glob) gets the nudges, confirm
+    /// requests and work this message causes; work waits until such a window is open. Sets
+    /// the metadata key `to_consumer`.
+    #[arg(long, value_name = "NAME")]
+    pub to: Option<String>,
     /// The message text.
     pub text: String,
 }
@@ -41,6 +46,12 @@ pub async fn execute(home: PathBuf, args: SendArgs) -> anyhow::Result<ExitCode> 
     let mut msg = NewMessage::new(args.server, args.channel, args.text);
     msg.id = args.id;
     msg.metadata.extend(args.meta);
+    if let Some(to) = args.to.filter(|t| !t.trim().is_empty()) {
+        msg.metadata.insert(
+            crate::actions::TO_CONSUMER_KEY.into(),
+            to.trim().to_string(),
+        );
+    }
     let appended = Client::connect(&home)
         .await?
         .call(Append {

@@ -515,6 +515,7 @@ mod tests {
             message: std::sync::Arc::new(message("hi")),
             delivery: Default::default(),
             approve_via: vec![],
+            consumers: Default::default(),
         };
         let v = json_line(&WatchEvent::Action(Event::Queued { item }));
         assert_eq!(v["event"], "queued");

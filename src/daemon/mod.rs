@@ -211,6 +211,11 @@ pub async fn run(
     exec.spawn(local.clone(), tasks.clone());
     let sources = SourceContext::new(local.clone(), tasks.clone());
     crate::sources::upstream::start(&sources, &upstreams, upstream_configs);
+    crate::sources::schedule::start(
+        &sources,
+        &config.schedules,
+        &crate::sources::schedule::state_path(&home),
+    );
 
     let control_path = home.control_socket();
     let control = crate::control::bind(&control_path)

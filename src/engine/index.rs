@@ -50,6 +50,11 @@ const REGEX_SET_THRESHOLD: usize = 3;
 /// hundred it costs more memory and build time than the regexes run one by one.
 const REGEX_SET_MAX: usize = 256;
 
+/// Most distinct metadata keys (over every rule's matchers) that a message has looked up once
+/// each: a matcher reads its key's value from the message's resolved keys, not from its
+/// metadata map. A rule set with more keys than this has each matcher read the map itself.
+const MAX_KEYS: usize = 32;
+
 /// The bit of [`Index::subtree_lens`] for a prefix of `len` bytes.
 fn length_bit(len: usize) -> u64 {
     1 << len.min(63)
@@ -65,6 +70,26 @@ struct Check {
     channel: bool,
     /// Its regex, as an index into [`Index::regexes`].
     regex: Option<u32>,
+    /// Where its matchers' key slots start in [`Index::matcher_keys`].
+    keys_at: u32,
+}
+
+/// A message's metadata values by key slot ([`Index::keys`]), each looked up the first time a
+/// matcher or the metadata index asks for it; a missing key reads as the empty string.
+struct Resolved<'m> {
+    values: [Option<&'m str>; MAX_KEYS],
+}
+
+impl<'m> Resolved<'m> {
+    fn new() -> Resolved<'m> {
+        Resolved {
+            values: [None; MAX_KEYS],
+        }
+    }
+
+    fn get(&mut self, slot: usize, key: &str, msg: &'m Message) -> &'m str {
+        self.values[slot].get_or_insert_with(|| msg.metadata.get(key).map_or("", String::as_str))
+    }
 }
 
 /// An index over the enabled rules of one rule set.
@@ -80,6 +105,13 @@ pub struct Index {
     any: Vec<u32>,
     /// Metadata key → value → the rules found by it.
     meta: Vec<(Box<str>, ByValue)>,
+    /// The distinct keys of every enabled rule's matchers, when there are at most
+    /// [`MAX_KEYS`]; empty otherwise (each matcher reads the metadata map itself).
+    keys: Vec<Box<str>>,
+    /// Per rule, from its [`Check::keys_at`]: the slot in `keys` of each of its matchers.
+    matcher_keys: Vec<u8>,
+    /// Per entry of `meta`: its key's slot in `keys`.
+    meta_slot: Vec<u8>,
     /// The necessary literals of the rules found by content.
     literals: Option<Literals>,
     /// Literal (pattern id) → what its occurrence tells.
@@ -331,6 +363,7 @@ impl Index {
             ix.set_slot.fill(None);
             ix.set_regex.clear();
         }
+        ix.resolve_keys(rules);
         if !patterns.is_empty() {
             ix.literals = Literals::new(&patterns);
             if ix.literals.is_none() {
@@ -344,6 +377,56 @@ impl Index {
             }
         }
         ix
+    }
+
+    /// Gives each distinct matcher key a slot, each rule's matchers and each metadata index
+    /// key theirs; none when there are more than [`MAX_KEYS`] keys.
+    fn resolve_keys(&mut self, rules: &RuleSet) {
+        let mut slot_of: HashMap<&str, u8> = HashMap::new();
+        let mut keys = Vec::new();
+        for rule in rules.rules().iter().filter(|r| r.enabled) {
+            for m in &rule.matchers {
+                slot_of.entry(m.key()).or_insert_with(|| {
+                    keys.push(m.key());
+                    (keys.len() - 1).min(u8::MAX as usize) as u8
+                });
+            }
+        }
+        if keys.is_empty() || keys.len() > MAX_KEYS {
+            return;
+        }
+        self.keys = keys.iter().map(|&k| k.into()).collect();
+        for (i, rule) in rules.rules().iter().enumerate() {
+            if !rule.enabled || rule.matchers.is_empty() {
+                continue;
+            }
+            self.checks[i].keys_at = self.matcher_keys.len() as u32;
+            self.matcher_keys
+                .extend(rule.matchers.iter().map(|m| slot_of[m.key()]));
+        }
+        // Every indexed key is some matcher's key.
+        self.meta_slot = self.meta.iter().map(|(k, _)| slot_of[&**k]).collect();
+    }
+
+    /// Whether every matcher of rule `i` holds, reading the values resolved for the message.
+    fn matchers_hold<'m>(
+        &self,
+        rule: &crate::rules::Rule,
+        i: usize,
+        msg: &'m Message,
+        resolved: &mut Resolved<'m>,
+    ) -> bool {
+        if rule.matchers.is_empty() {
+            return true;
+        }
+        if self.keys.is_empty() {
+            return rule.matchers_hold(msg);
+        }
+        let at = self.checks[i].keys_at as usize;
+        rule.matchers.iter().enumerate().all(|(n, m)| {
+            let slot = self.matcher_keys[at + n] as usize;
+            m.holds(resolved.get(slot, m.key(), msg))
+        })
     }
 
     /// The enabled rules that match `msg`, in file order, up to and including the first that
@@ -377,10 +460,13 @@ impl Index {
             self.globs.matches_into(ch, &mut scratch.globs);
             cand.extend(scratch.globs.iter().map(|&g| self.glob_owner[g]));
         }
-        for (key, values) in &self.meta {
-            if let Some(v) = msg.metadata.get(&**key)
-                && let Some(rules) = values.get(v.as_str())
-            {
+        let mut resolved = Resolved::new();
+        for (slot, (key, values)) in self.meta.iter().enumerate() {
+            let value = match self.meta_slot.get(slot) {
+                Some(&k) => resolved.get(k as usize, key, msg),
+                None => msg.metadata.get(&**key).map_or("", String::as_str),
+            };
+            if let Some(rules) = values.get(value) {
                 cand.extend_from_slice(rules);
             }
         }
@@ -431,7 +517,7 @@ impl Index {
             let (rule, check) = (&all[i as usize], self.checks[i as usize]);
             if !rule.server.is_match(&msg.server)
                 || (check.channel && !rule.channel.is_match(ch))
-                || !rule.matchers_hold(msg)
+                || !self.matchers_hold(rule, i as usize, msg, &mut resolved)
             {
                 continue;
             }

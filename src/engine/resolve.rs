@@ -97,6 +97,7 @@ mod tests {
             message,
             delivery: Default::default(),
             approve_via: vec![],
+            consumers: Default::default(),
         }
     }
 

@@ -481,7 +481,8 @@ impl RuleCx<'_> {
                 | "matchers"
                 | "activeTimeIntervals"
                 | "muteTimeIntervals"
-                | "approveVia" => self.check::<Vec<String>>(&key, &value, "an array of strings"),
+                | "approveVia"
+                | "consumers" => self.check::<Vec<String>>(&key, &value, "an array of strings"),
                 "enabled" | "stop" => self.check::<bool>(&key, &value, "true or false"),
                 _ => self.check::<String>(&key, &value, "a string"),
             };
@@ -649,6 +650,8 @@ impl RuleCx<'_> {
             }
         }
 
+        let consumers = self.consumers(raw.consumers.as_deref());
+
         let rate_limit = match raw.rate_limit.as_deref() {
             None => RateLimit::None,
             Some(text) => match parse_rate_limit(text) {
@@ -785,6 +788,7 @@ impl RuleCx<'_> {
             description: raw.description.clone().unwrap_or_default(),
             resolve,
             approve_via,
+            consumers,
             raw,
         })
     }
@@ -832,6 +836,34 @@ impl RuleCx<'_> {
             }
         }
         out
+    }
+
+    /// `consumers`: globs on consumer names; empty entries and bad globs are errors.
+    fn consumers(&mut self, patterns: Option<&[String]>) -> crate::actions::Audience {
+        let patterns: Vec<String> = patterns
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.trim().to_string())
+            .collect();
+        for p in &patterns {
+            let reason = if p.is_empty() {
+                Some("entries cannot be empty".to_string())
+            } else {
+                crate::actions::Audience::new(std::slice::from_ref(p))
+                    .err()
+                    .map(|e| e.kind().to_string())
+            };
+            if let Some(reason) = reason {
+                let at = self.value_pos("consumers");
+                self.error(
+                    ErrorCode::InvalidGlob,
+                    Some("consumers"),
+                    at,
+                    format!("invalid `consumers` glob \"{p}\": {reason}"),
+                );
+            }
+        }
+        crate::actions::Audience::new(&patterns).unwrap_or_default()
     }
 
     /// `resolveRegex` and `resolveKey`: both or neither, on a confirm rule only.

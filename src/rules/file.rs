@@ -155,6 +155,11 @@ pub struct RawRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Vec<crate::actions::Via>>")]
     pub approve_via: Option<Vec<String>>,
+    /// Globs on consumer (session) names that may receive the rule's nudges, confirm requests
+    /// and work (`serve --consumer NAME`); default: every session. Work for a consumer with no
+    /// session open waits for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<Vec<String>>,
 }
 
 /// The keys a rule may have, in the order the documentation lists them.
@@ -180,6 +185,7 @@ pub const RULE_KEYS: &[&str] = &[
     "resolveRegex",
     "resolveKey",
     "approveVia",
+    "consumers",
 ];
 
 /// The keys the top level may have.

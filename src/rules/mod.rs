@@ -98,6 +98,8 @@ pub struct Rule {
     pub resolve: Option<Resolve>,
     /// Confirm rules: the paths that may answer (`approveVia`); empty = any.
     pub approve_via: Vec<crate::actions::Via>,
+    /// `consumers`: who may receive its actions (everyone when empty).
+    pub consumers: crate::actions::Audience,
     /// The rule as written (for `rules list`).
     pub raw: RawRule,
 }

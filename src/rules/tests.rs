@@ -536,3 +536,28 @@ fn approve_via_names_known_paths_on_confirm_rules() {
         "unknown `approveVia` path \"Web\"; use `cli`, `tool`, `web`, `elicitation` or `relay`"
     );
 }
+
+#[test]
+fn consumers_are_globs_on_consumer_names() {
+    use ErrorCode::*;
+    let set = RuleSet::parse(
+        r#"{"rules": [{"name": "pay", "consumers": ["oncall", "payments-*"]}, {"name": "all"}]}"#,
+    )
+    .unwrap();
+    let pay = &set.rules()[0];
+    assert!(pay.consumers.admits("payments-eu") && pay.consumers.admits("oncall"));
+    assert!(!pay.consumers.admits("infra"));
+    assert!(set.rules()[1].consumers.is_everyone());
+    check(
+        r#"{"rules": [{"name": "a", "consumers": ["ok", "pay-{eu"]}]}"#,
+        &[(InvalidGlob, Some(0), Some("consumers"), 1, 39)],
+    );
+    check(
+        r#"{"rules": [{"name": "a", "consumers": [""]}]}"#,
+        &[(InvalidGlob, Some(0), Some("consumers"), 1, 39)],
+    );
+    check(
+        r#"{"rules": [{"name": "a", "consumers": "oncall"}]}"#,
+        &[(ParseError, Some(0), Some("consumers"), 1, 39)],
+    );
+}

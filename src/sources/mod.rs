@@ -6,10 +6,12 @@
 //! - [`github`]: a GitHub webhook delivery → one message. Pure.
 //! - [`upstream`]: upstream MCP servers (switchboard as their client): notifications in wire
 //!   order, supervision, re-exported tools.
+//! - [`schedule`]: cron schedules that append a message when they fire.
 
 pub mod alertmanager;
 pub mod github;
 pub mod http;
+pub mod schedule;
 pub mod upstream;
 
 use tokio_util::sync::CancellationToken;

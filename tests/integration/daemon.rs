@@ -20,7 +20,7 @@ const RULES: &str = r#"{"rules": [
 ]}"#;
 
 /// A front end: `switchboard serve` on stdio with rmcp's client, as a host starts it.
-async fn front_end(home: &std::path::Path, name: &str, extra: &[&str]) -> Client {
+pub async fn front_end(home: &std::path::Path, name: &str, extra: &[&str]) -> Client {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -39,6 +39,19 @@ pub enum ConfirmError {
         /// `approved`, `denied` or `resolved`.
         state: String,
     },
+    /// The answering window's consumer is not among the rule's `consumers`.
+    #[error(
+        "confirm {id} is for consumers {consumers}, not `{consumer}`; answer it from one of \
+         their windows, or with `switchboard confirm`"
+    )]
+    NotForConsumer {
+        /// The action id.
+        id: ActionId,
+        /// The answering session's consumer.
+        consumer: String,
+        /// The rule's `consumers`, as written (`oncall`, `payments-*`).
+        consumers: String,
+    },
     /// The rule's `approveVia` does not list the path the answer came by.
     #[error(
         "confirm {id} cannot be answered via `{via}`: rule `{rule}` takes answers only via {allowed}; ask a person to answer it there"

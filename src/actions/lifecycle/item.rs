@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::actions::{Action, ActionId, Delivery, Mode, Via};
+use crate::actions::{Action, ActionId, Audience, Delivery, Mode, Via};
 use crate::message::Message;
 
 /// What a delivered item asks of the agent.
@@ -56,6 +56,9 @@ pub struct Item {
     /// Confirm: the paths allowed to answer (the rule's `approveVia`); empty = any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approve_via: Vec<Via>,
+    /// Which consumers may receive it; everyone, the default, is left out.
+    #[serde(default, skip_serializing_if = "Audience::is_everyone")]
+    pub consumers: Audience,
 }
 
 impl Item {
@@ -75,6 +78,7 @@ impl Item {
             message,
             delivery: action.delivery,
             approve_via: action.approve_via,
+            consumers: action.consumers,
         }
     }
 

@@ -169,6 +169,15 @@ impl Nudges {
         self.newer_than(after).count()
     }
 
+    /// Whether `consumer` may receive nudge `id` (its rule's `consumers`); a nudge no longer
+    /// queued admits nobody.
+    pub(super) fn admits(&self, id: ActionId, consumer: &str) -> bool {
+        self.queue
+            .iter()
+            .find(|n| n.item.action_id == id)
+            .is_some_and(|n| n.item.consumers.admits(consumer))
+    }
+
     /// Nudge `id` for a consumer: the item, and whether this is its first delivery (it is
     /// marked delivered then).
     pub(super) fn deliver(&mut self, id: ActionId) -> Option<(Item, bool)> {

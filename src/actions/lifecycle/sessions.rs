@@ -67,6 +67,11 @@ impl Sessions {
         Some((session, forget))
     }
 
+    /// The consumer live session `id` reads as.
+    pub(super) fn consumer_of(&self, id: SessionId) -> Option<&str> {
+        self.sessions.get(&id).map(|s| s.consumer.as_str())
+    }
+
     /// Whether a live session reads as `consumer`.
     pub(super) fn in_use(&self, consumer: &str) -> bool {
         self.sessions.values().any(|s| s.consumer == consumer)

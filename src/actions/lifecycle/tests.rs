@@ -18,6 +18,7 @@ pub(super) fn action(id: ActionId, mode: Mode, now: DateTime<Utc>) -> (Action, A
         expires: (mode == Mode::Confirm).then(|| now + TimeDelta::minutes(30)),
         delivery: Default::default(),
         approve_via: vec![],
+        consumers: Default::default(),
     };
     (a, Arc::new(msg))
 }

@@ -3,7 +3,9 @@
 //!
 //! A wait *claims* work for exactly one session; the claim is settled as *delivered* once the
 //! result carrying it was sent, or *released* back to the front of the queue when the session
-//! ended or the result could not be sent. So delivery is at least once, never zero.
+//! ended or the result could not be sent. So delivery is at least once, never zero. Work whose
+//! audience is limited (a rule's `consumers`) is claimed only by a session of a consumer it
+//! admits: it waits in the queue for one, and other sessions claim what is behind it.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -53,12 +55,25 @@ impl Work {
         *self.pushed_by.entry(id).or_insert(session) == session
     }
 
-    /// Claims the oldest queued work for `session`.
+    /// Claims the oldest queued work `consumer` may receive for `session`; work for other
+    /// consumers stays queued, in its place, for them.
     pub(super) fn claim_next(&mut self, session: SessionId, consumer: &str) -> Option<Item> {
-        let item = self.queue.pop_front()?;
+        let at = self
+            .queue
+            .iter()
+            .position(|item| item.consumers.admits(consumer))?;
+        let item = self.queue.remove(at)?;
         self.pushed_by.remove(&item.action_id);
         self.claim(item.clone(), session, consumer);
         Some(item)
+    }
+
+    /// Queued work `consumer` may receive.
+    pub(super) fn len_for(&self, consumer: &str) -> usize {
+        self.queue
+            .iter()
+            .filter(|item| item.consumers.admits(consumer))
+            .count()
     }
 
     /// Records `session`'s claim on `item` (taken from the queue, or approved for it).

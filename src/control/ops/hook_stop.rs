@@ -254,6 +254,7 @@ mod tests {
             }),
             delivery: Default::default(),
             approve_via: Vec::new(),
+            consumers: Default::default(),
         }
     }
 

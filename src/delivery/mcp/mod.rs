@@ -186,6 +186,9 @@ struct Session {
     push: Option<CancellationToken>,
     /// The push task's feed, from `initialize` until `notifications/initialized` starts it.
     feed: Option<crate::control::Feed>,
+    /// The consumer this session reads as, once opened: push skips items its audience
+    /// (a rule's `consumers`) leaves out.
+    consumer: Option<String>,
 }
 
 /// One MCP session.
@@ -349,6 +352,7 @@ impl ServerHandler for McpServer {
             s.feed = Some(self.api.subscribe());
         }
         let consumer = self.own().await.map_err(unavailable)?.consumer;
+        self.session.lock().unwrap().consumer = Some(consumer.clone());
         tracing::info!(
             client = %name,
             version = %request.client_info.version,

@@ -102,8 +102,17 @@ pub(super) fn spawn(
                         }
                         Err(RecvError::Closed) => break,
                     };
-                    let quiet = session.lock().unwrap().quiet;
+                    let (quiet, consumer) = {
+                        let s = session.lock().unwrap();
+                        (s.quiet, s.consumer.clone())
+                    };
                     let sent = match event {
+                        // Not for this window: a rule's `consumers` leave it out.
+                        Event::Queued { item }
+                            if consumer.as_deref().is_some_and(|c| !item.consumers.admits(c)) =>
+                        {
+                            true
+                        }
                         Event::Queued { item } if pusher.is_mine(&item).await => {
                             push_item(&peer, &item, claude, quiet).await
                         }

@@ -147,6 +147,13 @@ pub enum ErrorCode {
     InvalidRateLimit,
     /// Occurs when `callTimeout` is not a duration above zero and at most ten minutes.
     InvalidDuration,
+    /// Occurs when a schedule's `cron` is not a cron expression of 5 fields, or 6 with
+    /// seconds first.
+    InvalidCron,
+    /// Occurs when a schedule's `timezone` is not an IANA time zone name.
+    InvalidTimezone,
+    /// Occurs when two schedules have the same name.
+    DuplicateName,
 }
 
 impl ErrorCode {
@@ -164,6 +171,9 @@ impl ErrorCode {
             ErrorCode::InvalidTemplate => "invalid_template",
             ErrorCode::InvalidRateLimit => "invalid_rate_limit",
             ErrorCode::InvalidDuration => "invalid_duration",
+            ErrorCode::InvalidCron => "invalid_cron",
+            ErrorCode::InvalidTimezone => "invalid_timezone",
+            ErrorCode::DuplicateName => "duplicate_name",
         }
     }
 }

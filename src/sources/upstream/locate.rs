@@ -143,6 +143,7 @@ impl Scanner {
             }
             Some('[') => {
                 self.bump();
+                let mut index = 0usize;
                 loop {
                     self.ws();
                     match self.peek() {
@@ -152,11 +153,12 @@ impl Scanner {
                         }
                         Some(',') => self.bump(),
                         Some(_) => {
-                            // Array elements are not addressed by path.
-                            let mut inner = vec!["[]".to_string()];
-                            std::mem::swap(path, &mut inner);
+                            // An element is addressed by its index (`["schedules", "0"]`).
+                            path.push(index.to_string());
+                            self.keys.insert(path.clone(), (self.pos, self.pos));
                             self.value(path);
-                            std::mem::swap(path, &mut inner);
+                            path.pop();
+                            index += 1;
                         }
                     }
                 }
@@ -201,5 +203,20 @@ mod tests {
             })
         );
         assert_eq!(loc.key(&["upstreams", "teams", "b"]), None);
+        assert_eq!(
+            loc.key(&["upstreams", "teams", "args", "1", "b"]),
+            Some(Pos {
+                line: 4,
+                column: 22
+            }),
+            "array elements by index"
+        );
+        assert_eq!(
+            loc.value(&["upstreams", "teams", "args", "1"]),
+            Some(Pos {
+                line: 4,
+                column: 21
+            })
+        );
     }
 }

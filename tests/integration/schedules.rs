@@ -1,0 +1,169 @@
+//! Schedules as a source, on the real binary: a bad schedule is refused with its name and key,
+//! and firings across restarts are stored once, missed ones caught up only when asked, once.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Timelike, Utc};
+use serde_json::Value;
+
+use super::util::*;
+
+/// The messages of schedule `name` in the home's journal: their `scheduled_at` times.
+fn firings(sb: &Switchboard, name: &str) -> Vec<DateTime<Utc>> {
+    std::fs::read_to_string(sb.home.path().join("channels.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["serverName"] == "schedule" && m["metadata"]["schedule"] == name)
+        .map(|m| {
+            m["metadata"]["scheduled_at"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+fn config(tick: &str, once: &str) -> String {
+    serde_json::json!({"schedules": [
+        {"name": "tick", "cron": tick, "catchUp": true, "channel": "schedule/tick"},
+        {"name": "caught", "cron": once, "catchUp": true, "content": "triage the night"},
+        {"name": "skipped", "cron": once},
+    ]})
+    .to_string()
+}
+
+/// Waits until the wall clock is past `t`.
+fn until_past(t: DateTime<Utc>) {
+    while Utc::now() <= t {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_bad_schedule_is_refused_by_config_check_and_at_start_with_its_name_and_key() {
+    let sb = Switchboard::new();
+    sb.write(
+        "switchboard.json",
+        "{\"schedules\": [\n  {\"name\": \"triage\", \"cron\": \"0 9 * *\", \"timezone\": \"Europe/Berlin\"}\n]}",
+    );
+    let shown = sb
+        .home
+        .path()
+        .join("switchboard.json")
+        .display()
+        .to_string();
+    let want = format!(
+        "{shown}:2:30: schedule 0 `triage`: invalid `cron` \"0 9 * *\": expected 5 fields \
+         (minute hour day-of-month month day-of-week) or 6 with seconds first, got 4"
+    );
+    let out = sb.cli(&["config", "check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains(&want), "{}", stdout(&out));
+    let json = sb.cli(&["config", "check", "--format", "json"]);
+    let errors: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(errors[0]["code"], "invalid_cron", "{errors}");
+    assert_eq!(errors[0]["key"], "schedules[0].cron", "{errors}");
+
+    let daemon = sb.cli(&["daemon", "--no-listen"]);
+    assert!(!daemon.status.success());
+    assert!(stderr(&daemon).contains(&want), "{}", stderr(&daemon));
+
+    sb.write(
+        "switchboard.json",
+        r#"{"schedules": [{"name": "triage", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin"}]}"#,
+    );
+    let ok = sb.cli(&["config", "check"]);
+    assert!(ok.status.success(), "{}", stdout(&ok));
+    assert!(
+        stdout(&ok).contains("ok, 0 upstreams; 1 schedule: triage"),
+        "{}",
+        stdout(&ok)
+    );
+}
+
+#[test]
+fn a_schedule_across_restarts_fires_once_and_catches_up_only_when_asked() {
+    let mut sb = Switchboard::new();
+    // Start 1: a tick every second; `caught` and `skipped` far in the future, so that the
+    // daemon records that it has seen them.
+    sb.write("switchboard.json", &config("* * * * * *", "0 0 1 1 *"));
+    sb.spawn();
+    let seen = eventually(Duration::from_secs(10), "two ticks", || {
+        let t = firings(&sb, "tick");
+        (t.len() >= 2).then_some(t)
+    });
+    sb.terminate();
+    let last_tick = *seen.last().unwrap();
+
+    // While it is down, `caught` and `skipped` fall due, as do some ticks.
+    let due = (Utc::now() + chrono::Duration::seconds(2))
+        .with_nanosecond(0)
+        .unwrap();
+    let once = format!("{} {} {} * * *", due.second(), due.minute(), due.hour());
+    sb.write("switchboard.json", &config("* * * * * *", &once));
+    until_past(due + chrono::Duration::seconds(1));
+
+    // Start 2: `caught` fires its missed firing once; `skipped` does not.
+    let second_start = Utc::now();
+    sb.spawn();
+    eventually(Duration::from_secs(10), "the caught-up firing", || {
+        (!firings(&sb, "caught").is_empty()).then_some(())
+    });
+    eventually(Duration::from_secs(10), "a tick after the restart", || {
+        firings(&sb, "tick")
+            .iter()
+            .any(|t| *t > second_start)
+            .then_some(())
+    });
+    sb.terminate();
+
+    // Start 3, at once: nothing is caught up twice.
+    let third_start = Utc::now();
+    sb.spawn();
+    eventually(
+        Duration::from_secs(10),
+        "a tick after the second restart",
+        || {
+            firings(&sb, "tick")
+                .iter()
+                .any(|t| *t > third_start + chrono::Duration::seconds(1))
+                .then_some(())
+        },
+    );
+    sb.terminate();
+
+    assert_eq!(
+        firings(&sb, "caught"),
+        [due],
+        "caught up once: {}",
+        sb.log()
+    );
+    assert!(firings(&sb, "skipped").is_empty(), "{}", sb.log());
+    let ticks = firings(&sb, "tick");
+    let mut unique = ticks.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ticks.len(), "a tick stored twice: {ticks:?}");
+    let missed: Vec<_> = ticks
+        .iter()
+        .filter(|t| **t > last_tick && **t < second_start)
+        .collect();
+    assert!(
+        missed.len() <= 1,
+        "the downtime's ticks are caught up once, the latest: {missed:?}"
+    );
+    let journal = std::fs::read_to_string(sb.home.path().join("channels.jsonl")).unwrap();
+    let caught: Value = journal
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|m| m["metadata"]["schedule"] == "caught")
+        .unwrap();
+    assert_eq!(caught["channel"], "schedule/caught");
+    assert_eq!(caught["content"], "triage the night");
+    assert_eq!(
+        caught["id"],
+        format!("schedule/caught/{}", due.format("%Y-%m-%dT%H:%M:%SZ"))
+    );
+}
