@@ -16,6 +16,7 @@ pub use crate::delivery::mcp::McpSettings;
 pub use crate::home::{HOME_ENV, Home, HomeError, HomeLock, restrict, write_atomic};
 pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
+pub use crate::sources::jetstream::JetStreamSettings;
 
 impl Home {
     /// Loads `switchboard.json`, or the defaults when it does not exist.
@@ -169,6 +170,9 @@ pub struct Config {
     /// [`crate::sources::upstream::config::parse`] turns them into `UpstreamConfig`s.
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub upstreams: serde_json::Map<String, serde_json::Value>,
+    /// A shared NATS JetStream stream for many instances; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jetstream: Option<JetStreamSettings>,
 }
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other

@@ -39,6 +39,19 @@ pub trait ToolHub: Send + Sync + 'static {
     fn changed(&self) -> watch::Receiver<u64>;
 }
 
+/// Where appends go instead of the local inbox when the daemon shares a stream with other
+/// instances: the stream, whose consumer stores them here (with the `replicate` op) as it
+/// stores everyone's. Messages come within the inbox's limits; the reply comes once the stream
+/// has them, with this inbox's seqs as far as its consumer stored them by then.
+pub trait Relay: Send + Sync + 'static {
+    /// Publishes `messages`, in order, counted as from `source`.
+    fn append(
+        &self,
+        messages: Vec<crate::message::NewMessage>,
+        source: &str,
+    ) -> BoxFuture<'_, Result<Vec<crate::inbox::Appended>, ApiError>>;
+}
+
 /// What a part reports in `stats`, read when asked: the core's stats come in, so that a part
 /// can say what the lifecycle holds for it (exec's queue).
 pub type StatusFn = Box<dyn Fn(&CoreStats) -> serde_json::Value + Send + Sync>;
@@ -72,6 +85,7 @@ pub struct Parts {
     daemon: DaemonInfo,
     frontend: FrontendSettings,
     tools: Option<Arc<dyn ToolHub>>,
+    relay: Option<Arc<dyn Relay>>,
     statuses: Vec<(String, StatusFn)>,
     metrics: Vec<MetricsFn>,
 }
@@ -83,6 +97,7 @@ impl Parts {
             daemon: DaemonInfo::default(),
             frontend,
             tools: None,
+            relay: None,
             statuses: Vec::new(),
             metrics: Vec::new(),
         }
@@ -97,6 +112,12 @@ impl Parts {
     /// The upstream tools.
     pub fn tools(mut self, hub: Arc<dyn ToolHub>) -> Parts {
         self.tools = Some(hub);
+        self
+    }
+
+    /// Appends go to a shared stream.
+    pub fn relay(mut self, relay: Arc<dyn Relay>) -> Parts {
+        self.relay = Some(relay);
         self
     }
 
@@ -225,6 +246,11 @@ impl Local {
     /// The upstream tools, when the daemon has any.
     pub(in crate::control) fn tools(&self) -> Option<&Arc<dyn ToolHub>> {
         self.parts.tools.as_ref()
+    }
+
+    /// The shared stream appends go to, when the daemon has one.
+    pub(in crate::control) fn relay(&self) -> Option<&Arc<dyn Relay>> {
+        self.parts.relay.as_ref()
     }
 
     /// The core's stats and every part's report.

@@ -10,6 +10,7 @@
 pub mod alertmanager;
 pub mod github;
 pub mod http;
+pub mod jetstream;
 pub mod upstream;
 
 use tokio_util::sync::CancellationToken;

@@ -47,6 +47,8 @@ impl Op for AppendEach {
             .collect();
         let appended = if fit.is_empty() {
             Vec::new()
+        } else if let Some(relay) = cx.local.relay() {
+            relay.append(fit, &self.source).await?
         } else {
             cx.local.core().append(fit, &self.source).await?
         };

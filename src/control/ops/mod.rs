@@ -113,6 +113,8 @@ ops! {
     ExecFinish => exec_finish::ExecFinish,
     /// Stop the daemon.
     Shutdown => shutdown::Shutdown,
+    /// A shared stream's consumer stores what it delivers.
+    Replicate => replicate::Replicate,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {
