@@ -83,6 +83,25 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
                     message: format!("invalid `http.rateLimit` \"{}\": {e}", c.http.rate_limit),
                 });
             }
+            if let Some(js) = &c.jetstream {
+                for (key, message) in js.problems() {
+                    let pos = crate::sources::upstream::locate::Locator::new(text)
+                        .value(&["jetstream", key]);
+                    let code = match key {
+                        "servers" => ErrorCode::InvalidUrl,
+                        "stream" | "subjectPrefix" => ErrorCode::InvalidName,
+                        _ => ErrorCode::WrongType,
+                    };
+                    errors.push(ConfigError {
+                        code,
+                        upstream: None,
+                        key: Some(format!("jetstream.{key}")),
+                        line: pos.map(|p| p.line),
+                        column: pos.map(|p| p.column),
+                        message,
+                    });
+                }
+            }
             Some(c)
         }
         Err(e) => {
@@ -363,6 +382,28 @@ mod tests {
             let text = format!(r#"{{"http": {{"rateLimit": "{ok}"}}}}"#);
             assert!(check(&text).is_ok(), "{ok:?}");
         }
+    }
+
+    #[test]
+    fn the_jetstream_section_is_optional_and_checked_where_written() {
+        assert!(check("{}").unwrap().jetstream.is_none());
+        let c = check(r#"{"jetstream": {"servers": ["nats://127.0.0.1:4222"]}}"#).unwrap();
+        assert_eq!(c.jetstream.unwrap().stream, "SWITCHBOARD");
+        let errors =
+            check("{\"jetstream\": {\"servers\": [],\n  \"stream\": \"a.b\"}}").unwrap_err();
+        let got: Vec<_> = errors
+            .iter()
+            .map(|e| (e.code.as_str(), e.key.as_deref().unwrap_or(""), e.line))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("invalid_url", "jetstream.servers", Some(1)),
+                ("invalid_name", "jetstream.stream", Some(2)),
+            ],
+            "{errors:?}"
+        );
+        assert!(check(r#"{"jetstream": {"servers": ["nats://x"], "stram": "A"}}"#).is_err());
     }
 
     #[test]

@@ -228,6 +228,22 @@ fn a_message_posted_to_one_instance_reaches_every_instance_once() {
         "{status}"
     );
     assert!(status.contains("oncall-a ("), "{status}");
+    let auth = format!("Bearer {}", all[2].token());
+    let metrics = http_request(
+        all[2].ingest.as_deref().unwrap(),
+        "GET",
+        "/metrics",
+        &[("Authorization", auth.as_str())],
+        b"",
+    );
+    for line in [
+        "switchboard_jetstream_connected 1",
+        "switchboard_jetstream_instances 2",
+        "switchboard_jetstream_stored_total 1",
+        "switchboard_jetstream_applied_seq 1",
+    ] {
+        assert!(metrics.body.contains(line), "{line}: {}", metrics.body);
+    }
 }
 
 #[test]

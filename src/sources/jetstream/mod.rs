@@ -228,7 +228,7 @@ impl JetStream {
         settings: JetStreamSettings,
         home: &std::path::Path,
     ) -> anyhow::Result<JetStream> {
-        let problems = settings.problems();
+        let problems: Vec<String> = settings.problems().into_iter().map(|(_, p)| p).collect();
         if !problems.is_empty() {
             anyhow::bail!("switchboard.json: {}", problems.join("; "));
         }

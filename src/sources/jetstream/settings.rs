@@ -62,38 +62,45 @@ impl Default for JetStreamSettings {
 }
 
 impl JetStreamSettings {
-    /// Every problem of the section, each as `key: reason`.
-    pub fn problems(&self) -> Vec<String> {
+    /// Every problem of the section: the key (`servers`, `ackWait`, ...) and the sentence.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if self.servers.is_empty() {
-            out.push(
+            out.push((
+                "servers",
                 "`jetstream.servers`: at least one NATS URL is needed (\"nats://127.0.0.1:4222\")"
-                    .into(),
-            );
+                    .to_string(),
+            ));
+        }
+        for s in &self.servers {
+            if let Err(e) = s.parse::<async_nats::ServerAddr>() {
+                out.push(("servers", format!("`jetstream.servers` \"{s}\": {e}")));
+            }
         }
         if self.credentials.is_some() && self.token.is_some() {
-            out.push("`jetstream.credentials` and `jetstream.token`: give one, not both".into());
+            out.push((
+                "credentials",
+                "`jetstream.credentials` and `jetstream.token`: give one, not both".to_string(),
+            ));
         }
         if !is_token(&self.stream) {
-            out.push(format!(
-                "`jetstream.stream` \"{}\": a stream name is letters, digits, `_` and `-`",
-                self.stream
+            out.push((
+                "stream",
+                format!(
+                    "`jetstream.stream` \"{}\": a stream name is letters, digits, `_` and `-`",
+                    self.stream
+                ),
             ));
         }
         if self.subject_prefix.is_empty() || !self.subject_prefix.split('.').all(is_token) {
-            out.push(format!(
-                "`jetstream.subjectPrefix` \"{}\": dot-separated tokens of letters, digits, `_` and `-`",
-                self.subject_prefix
+            out.push((
+                "subjectPrefix",
+                format!(
+                    "`jetstream.subjectPrefix` \"{}\": dot-separated tokens of letters, digits, \
+                     `_` and `-`",
+                    self.subject_prefix
+                ),
             ));
-        }
-        for (key, d) in [
-            ("publishTimeout", self.publish_timeout),
-            ("ackWait", self.ack_wait),
-            ("heartbeat", self.heartbeat),
-        ] {
-            if d.is_zero() {
-                out.push(format!("`jetstream.{key}`: must be longer than zero"));
-            }
         }
         out
     }
@@ -149,20 +156,20 @@ mod tests {
     #[test]
     fn problems_name_the_key() {
         let s: JetStreamSettings = serde_json::from_str(
-            r#"{"token": "t", "credentials": "/c.creds", "stream": "a.b", "subjectPrefix": "x.>",
-                "ackWait": "0"}"#,
+            r#"{"token": "t", "credentials": "/c.creds", "stream": "a.b", "subjectPrefix": "x.>"}"#,
         )
         .unwrap();
-        let p = s.problems().join("\n");
-        for key in [
-            "servers",
-            "credentials",
-            "stream",
-            "subjectPrefix",
-            "ackWait",
-        ] {
-            assert!(p.contains(&format!("`jetstream.{key}")), "{key}: {p}");
+        let p = s.problems();
+        let keys: Vec<_> = p.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, ["servers", "credentials", "stream", "subjectPrefix"]);
+        for (key, sentence) in &p {
+            assert!(
+                sentence.starts_with(&format!("`jetstream.{key}")),
+                "{sentence}"
+            );
         }
         assert!(serde_json::from_str::<JetStreamSettings>(r#"{"server": []}"#).is_err());
+        // Durations longer than zero, refused as they are read.
+        assert!(serde_json::from_str::<JetStreamSettings>(r#"{"ackWait": "0"}"#).is_err());
     }
 }
