@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::append_each::{EachAppended, Refused};
+use super::append_each::EachAppended;
 use crate::control::{ApiError, Ctx, Op};
 use crate::message::NewMessage;
 
@@ -22,16 +22,7 @@ impl Op for Replicate {
     const REMOTE: bool = false;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<EachAppended, ApiError> {
-        let (fit, refused) = cx.local.core().split_by_limits(self.messages);
-        let refused = refused
-            .into_iter()
-            .map(|(index, reason)| Refused { index, reason })
-            .collect();
-        let appended = if fit.is_empty() {
-            Vec::new()
-        } else {
-            cx.local.core().append(fit, &self.source).await?
-        };
-        Ok(EachAppended { appended, refused })
+        // Never relayed: it came from the stream.
+        super::append_each::each(cx, self.messages, &self.source, None).await
     }
 }
