@@ -680,6 +680,24 @@ impl Core {
         result
     }
 
+    /// Checks `messages` against the inbox's limits as an append does, storing nothing: the
+    /// first one over a limit, as the append would refuse it.
+    pub fn check_limits(&self, messages: &[NewMessage]) -> Result<(), InboxError> {
+        let batch = messages.len() > 1;
+        for (index, m) in messages.iter().enumerate() {
+            self.settings
+                .inbox
+                .limits
+                .check(m)
+                .map_err(|error| InboxError::TooLarge {
+                    index,
+                    batch,
+                    error,
+                })?;
+        }
+        Ok(())
+    }
+
     /// Splits `messages` into those within the inbox's limits and, by position, why each of
     /// the others is over one.
     pub fn split_by_limits(

@@ -19,6 +19,7 @@ pub use crate::home::{
 };
 pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
+pub use crate::sources::jetstream::JetStreamSettings;
 pub use crate::sources::schedule::ScheduleSettings;
 
 impl Home {
@@ -88,6 +89,25 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
                     column: pos.map(|p| p.column),
                     message: format!("invalid `http.rateLimit` \"{}\": {e}", c.http.rate_limit),
                 });
+            }
+            if let Some(js) = &c.jetstream {
+                for (key, message) in js.problems() {
+                    let pos = crate::sources::upstream::locate::Locator::new(text)
+                        .value(&["jetstream", key]);
+                    let code = match key {
+                        "servers" => ErrorCode::InvalidUrl,
+                        "stream" | "subjectPrefix" => ErrorCode::InvalidName,
+                        _ => ErrorCode::WrongType,
+                    };
+                    errors.push(ConfigError {
+                        code,
+                        upstream: None,
+                        key: Some(format!("jetstream.{key}")),
+                        line: pos.map(|p| p.line),
+                        column: pos.map(|p| p.column),
+                        message,
+                    });
+                }
             }
             Some(c)
         }
@@ -177,6 +197,9 @@ pub struct Config {
     /// Cron schedules that append a message when they fire; [`check`] validates them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<ScheduleSettings>,
+    /// A shared NATS JetStream stream for many instances; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jetstream: Option<JetStreamSettings>,
 }
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other
@@ -367,6 +390,28 @@ mod tests {
             let text = format!(r#"{{"http": {{"rateLimit": "{ok}"}}}}"#);
             assert!(check(&text).is_ok(), "{ok:?}");
         }
+    }
+
+    #[test]
+    fn the_jetstream_section_is_optional_and_checked_where_written() {
+        assert!(check("{}").unwrap().jetstream.is_none());
+        let c = check(r#"{"jetstream": {"servers": ["nats://127.0.0.1:4222"]}}"#).unwrap();
+        assert_eq!(c.jetstream.unwrap().stream, "SWITCHBOARD");
+        let errors =
+            check("{\"jetstream\": {\"servers\": [],\n  \"stream\": \"a.b\"}}").unwrap_err();
+        let got: Vec<_> = errors
+            .iter()
+            .map(|e| (e.code.as_str(), e.key.as_deref().unwrap_or(""), e.line))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("invalid_url", "jetstream.servers", Some(1)),
+                ("invalid_name", "jetstream.stream", Some(2)),
+            ],
+            "{errors:?}"
+        );
+        assert!(check(r#"{"jetstream": {"servers": ["nats://x"], "stram": "A"}}"#).is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod integration {
     mod hostile;
     mod inbox;
     mod ingest;
+    mod jetstream;
     mod lifecycle;
     mod mcp;
     mod model_double;

@@ -267,6 +267,9 @@ fn stats_text(all: &Stats) -> String {
             out.push(format!("{:<9} WARNING not listening: {error}", l.what));
         }
     }
+    if let Some(js) = all.part::<crate::sources::jetstream::JetStreamState>("jetstream") {
+        out.push(format!("jetstream {}", js.line()));
+    }
     if let Some(r) = all.part::<crate::config::ConfigReload>("config_reload") {
         out.push(format!("config    {} (at {})", r.message, r.at));
     }

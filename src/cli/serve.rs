@@ -262,6 +262,12 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
     for u in &upstreams {
         println!("  upstream {}", super::show::upstream_line(u));
     }
+    if let Some(js) = status
+        .stats
+        .part::<crate::sources::jetstream::JetStreamState>("jetstream")
+    {
+        println!("  jetstream: {}", js.line());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -45,6 +45,19 @@ pub trait WebLinks: Send + Sync + 'static {
     fn link(&self) -> Result<String, String>;
 }
 
+/// Where appends go instead of the local inbox when the daemon shares a stream with other
+/// instances: the stream, whose consumer stores them here (with the `replicate` op) as it
+/// stores everyone's. Messages come within the inbox's limits; the reply comes once the stream
+/// has them, with this inbox's seqs as far as its consumer stored them by then.
+pub trait Relay: Send + Sync + 'static {
+    /// Publishes `messages`, in order, counted as from `source`.
+    fn append(
+        &self,
+        messages: Vec<crate::message::NewMessage>,
+        source: &str,
+    ) -> BoxFuture<'_, Result<Vec<crate::inbox::Appended>, ApiError>>;
+}
+
 /// What a part reports in `stats`, read when asked: the core's stats come in, so that a part
 /// can say what the lifecycle holds for it (exec's queue).
 pub type StatusFn = Box<dyn Fn(&CoreStats) -> serde_json::Value + Send + Sync>;
@@ -78,6 +91,7 @@ pub struct Parts {
     daemon: DaemonInfo,
     frontend: FrontendSettings,
     tools: Option<Arc<dyn ToolHub>>,
+    relay: Option<Arc<dyn Relay>>,
     statuses: Vec<(String, StatusFn)>,
     metrics: Vec<MetricsFn>,
     web: Option<Arc<dyn WebLinks>>,
@@ -90,6 +104,7 @@ impl Parts {
             daemon: DaemonInfo::default(),
             frontend,
             tools: None,
+            relay: None,
             statuses: Vec::new(),
             metrics: Vec::new(),
             web: None,
@@ -111,6 +126,12 @@ impl Parts {
     /// The upstream tools.
     pub fn tools(mut self, hub: Arc<dyn ToolHub>) -> Parts {
         self.tools = Some(hub);
+        self
+    }
+
+    /// Appends go to a shared stream.
+    pub fn relay(mut self, relay: Arc<dyn Relay>) -> Parts {
+        self.relay = Some(relay);
         self
     }
 
@@ -244,6 +265,11 @@ impl Local {
     /// The upstream tools, when the daemon has any.
     pub(in crate::control) fn tools(&self) -> Option<&Arc<dyn ToolHub>> {
         self.parts.tools.as_ref()
+    }
+
+    /// The shared stream appends go to, when the daemon has one.
+    pub(in crate::control) fn relay(&self) -> Option<&Arc<dyn Relay>> {
+        self.parts.relay.as_ref()
     }
 
     /// The core's stats and every part's report.

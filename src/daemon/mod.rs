@@ -207,7 +207,30 @@ pub async fn run(
         let ups = upstreams.clone();
         move |_| ups.metrics()
     });
+    // A shared stream (the `jetstream` section): appends go there, its consumer stores here.
+    let jetstream = match config.jetstream.clone() {
+        Some(settings) => {
+            Some(crate::sources::jetstream::JetStream::connect(settings, home.dir()).await?)
+        }
+        None => None,
+    };
+    let parts = match &jetstream {
+        Some(js) => parts
+            .relay(Arc::new(js.clone()))
+            .status("jetstream", {
+                let js = js.clone();
+                move |_| serde_json::to_value(js.state()).unwrap_or_default()
+            })
+            .metrics({
+                let js = js.clone();
+                move |_| js.metrics()
+            }),
+        None => parts,
+    };
     let local = Local::new(core.clone(), parts);
+    if let Some(js) = &jetstream {
+        js.run(local.clone(), &tasks);
+    }
     exec.spawn(local.clone(), tasks.clone());
     let sources = SourceContext::new(local.clone(), tasks.clone());
     crate::sources::upstream::start(&sources, &upstreams, upstream_configs);

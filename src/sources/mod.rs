@@ -11,6 +11,7 @@
 pub mod alertmanager;
 pub mod github;
 pub mod http;
+pub mod jetstream;
 pub mod schedule;
 pub mod upstream;
 

@@ -1,5 +1,7 @@
 //! `append`: every source's way in (HTTP ingest, upstream servers, `switchboard send`) —
 //! messages appended in order, all or nothing, durable under the fsync policy before the reply.
+//! With a shared stream (the daemon's [`crate::control::Relay`]) they go to the stream instead,
+//! within the inbox's limits, and the reply waits for the stream's acknowledgement.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +23,10 @@ impl Op for Append {
     type Reply = Vec<Appended>;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Vec<Appended>, ApiError> {
+        if let Some(relay) = cx.local.relay() {
+            cx.local.core().check_limits(&self.messages)?;
+            return relay.append(self.messages, &self.source).await;
+        }
         Ok(cx
             .local
             .core()

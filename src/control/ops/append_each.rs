@@ -40,16 +40,30 @@ impl Op for AppendEach {
     type Reply = EachAppended;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<EachAppended, ApiError> {
-        let (fit, refused) = cx.local.core().split_by_limits(self.messages);
-        let refused = refused
-            .into_iter()
-            .map(|(index, reason)| Refused { index, reason })
-            .collect();
-        let appended = if fit.is_empty() {
-            Vec::new()
-        } else {
-            cx.local.core().append(fit, &self.source).await?
-        };
-        Ok(EachAppended { appended, refused })
+        let relay = cx.local.relay().cloned();
+        each(cx, self.messages, &self.source, relay).await
     }
+}
+
+/// Stores what fits of `messages`, in order, through `relay` when there is one (a shared
+/// stream), else in the local inbox.
+pub(super) async fn each(
+    cx: &Ctx<'_>,
+    messages: Vec<NewMessage>,
+    source: &str,
+    relay: Option<std::sync::Arc<dyn crate::control::Relay>>,
+) -> Result<EachAppended, ApiError> {
+    let (fit, refused) = cx.local.core().split_by_limits(messages);
+    let refused = refused
+        .into_iter()
+        .map(|(index, reason)| Refused { index, reason })
+        .collect();
+    let appended = if fit.is_empty() {
+        Vec::new()
+    } else if let Some(relay) = relay {
+        relay.append(fit, source).await?
+    } else {
+        cx.local.core().append(fit, source).await?
+    };
+    Ok(EachAppended { appended, refused })
 }

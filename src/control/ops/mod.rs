@@ -125,6 +125,8 @@ ops! {
     Closed => closed::Closed,
     /// A one-time link to the approval page.
     UiLink => ui_link::UiLink,
+    /// A shared stream's consumer stores what it delivers.
+    Replicate => replicate::Replicate,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

@@ -1,0 +1,407 @@
+//! Many instances on one NATS JetStream stream, beside bare JetStream on the same machine.
+//!
+//! Not a criterion bench: what is measured is a set of processes (a `nats-server -js` and 1, 3
+//! or 5 switchboard daemons, each with its own home), so each figure is one timed run, and the
+//! script-like `main` prints a Markdown table. Run it with `cargo bench --bench jetstream_load`
+//! (it needs `nats-server` on PATH; without it, it says so and measures nothing).
+//!
+//! - **messages/s**: `MESSAGES` messages posted over `CONCURRENCY` HTTP connections, spread
+//!   over the instances, until every instance has stored every one (each instance's consumer
+//!   stores all of them: with 3 instances that is 3 × `MESSAGES` stores).
+//! - **ingest → remote wait**: one message at a time posted to the first instance while a
+//!   session on the last instance waits (`wait`); from the request's start to the wait's
+//!   return, p50 and p99 over `SAMPLES` messages. With one instance, the same instance.
+//! - **bare JetStream**: the floor switchboard adds to — async-nats publishes the same
+//!   payloads with the same concurrency, each awaiting its ack, and one durable pull consumer
+//!   per "instance" acknowledges them; latency is publish start → consumer receipt.
+//!
+//! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
+//! `INSTANCES` ("1 3 5").
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer::pull, stream};
+use futures::StreamExt;
+use switchboard::app::SessionSpec;
+use switchboard::backend::Client;
+use switchboard::control::ops::{Open, Wait};
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child killed (and reaped) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// One daemon on its own home.
+struct Instance {
+    _proc: Proc,
+    home: tempfile::TempDir,
+    ingest: String,
+    token: String,
+}
+
+fn start_instance(url: &str, stream: &str, prefix: &str, name: &str) -> Instance {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("switchboard.json"),
+        serde_json::json!({
+            "http": {"rateLimit": "0"},
+            "jetstream": {"servers": [url], "stream": stream, "subjectPrefix": prefix,
+                          "instance": name},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    // Latency messages nudge; load messages match no rule (evaluated, no queue fills).
+    std::fs::write(
+        home.path().join("triggers.json"),
+        r#"{"rules": [{"name": "lat", "channel": "lat/*", "mode": "notify"}]}"#,
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--home")
+        .arg(home.path())
+        .args(["daemon", "--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn switchboard");
+    let proc = Proc(child);
+    let endpoint = home.path().join("endpoint.json");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ingest = loop {
+        if let Ok(text) = std::fs::read_to_string(&endpoint)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+            && let Some(i) = v["ingest"].as_str()
+        {
+            break i.to_string();
+        }
+        assert!(Instant::now() < deadline, "daemon not ready");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let token = std::fs::read_to_string(home.path().join("token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    Instance {
+        _proc: proc,
+        home,
+        ingest,
+        token,
+    }
+}
+
+/// The `jetstream` part of an instance's stats.
+async fn js_state(home: &Path) -> serde_json::Value {
+    let Ok(mut c) = Client::connect(home).await else {
+        return serde_json::Value::Null;
+    };
+    match c
+        .call(switchboard::control::ops::GetStats { consumer: None })
+        .await
+    {
+        Ok(s) => serde_json::to_value(&s.stats).unwrap_or_default()["jetstream"].clone(),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+fn payload(i: usize, channel: &str) -> String {
+    serde_json::json!({"server": "bench", "channel": channel,
+        "content": format!("load {i}: a message the size of a small alert"),
+        "metadata": {"n": i.to_string()}})
+    .to_string()
+}
+
+async fn switchboard_run(
+    url: &str,
+    n: usize,
+    messages: usize,
+    concurrency: usize,
+    samples: usize,
+) -> (f64, Duration, Duration) {
+    let (stream, prefix) = (format!("SB{n}"), format!("sb{n}"));
+    let instances: Vec<Instance> = (0..n)
+        .map(|i| start_instance(url, &stream, &prefix, &format!("i{i}")))
+        .collect();
+    for inst in &instances {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while js_state(inst.home.path()).await["ready"] != true {
+            assert!(Instant::now() < deadline, "consumer not ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let http = reqwest::Client::new();
+    let targets: Arc<Vec<(String, String)>> = Arc::new(
+        instances
+            .iter()
+            .map(|i| (format!("http://{}/v1/messages", i.ingest), i.token.clone()))
+            .collect(),
+    );
+    // Throughput.
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let (http, targets) = (http.clone(), targets.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = t;
+            while i < messages {
+                let (url, token) = &targets[i % targets.len()];
+                let r = http
+                    .post(url)
+                    .bearer_auth(token)
+                    .header("content-type", "application/json")
+                    .body(payload(i, "load/x"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 202);
+                i += concurrency;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for inst in &instances {
+        while js_state(inst.home.path()).await["stored"]
+            .as_u64()
+            .unwrap_or(0)
+            < messages as u64
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let rate = messages as f64 / start.elapsed().as_secs_f64();
+    // Latency: ingest on the first instance, a wait on the last.
+    let far = instances.last().unwrap();
+    let mut client = Client::connect(far.home.path()).await.unwrap();
+    let session = client
+        .call(Open {
+            spec: SessionSpec {
+                client: "bench".into(),
+                named: None,
+                resume: None,
+            },
+            handle: None,
+        })
+        .await
+        .unwrap();
+    let mut lat = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let (url, token) = &targets[0];
+        let t0 = Instant::now();
+        let post = http
+            .post(url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(payload(i, "lat/x"))
+            .send();
+        let wait = async {
+            loop {
+                let got = client
+                    .call(Wait {
+                        session: session.id,
+                        consumer: session.consumer.clone(),
+                        max: 10,
+                        timeout_ms: 5000,
+                    })
+                    .await
+                    .unwrap();
+                if got.items.iter().any(|it| it.message.channel == "lat/x") {
+                    return t0.elapsed();
+                }
+            }
+        };
+        let (r, d) = tokio::join!(post, wait);
+        assert_eq!(r.unwrap().status().as_u16(), 202);
+        lat.push(d);
+    }
+    lat.sort();
+    (rate, percentile(&lat, 0.5), percentile(&lat, 0.99))
+}
+
+async fn bare_run(
+    url: &str,
+    n: usize,
+    messages: usize,
+    concurrency: usize,
+    samples: usize,
+) -> (f64, Duration, Duration) {
+    let client = async_nats::connect(url).await.unwrap();
+    let js = jetstream::ContextBuilder::new()
+        .max_ack_inflight(65536)
+        .backpressure_on_inflight(true)
+        .build(client.clone());
+    let name = format!("BARE{n}");
+    let st = js
+        .get_or_create_stream(stream::Config {
+            name: name.clone(),
+            subjects: vec![format!("bare{n}.>")],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, String)>();
+    for c in 0..n {
+        let consumer = st
+            .get_or_create_consumer(
+                &format!("c{c}"),
+                pull::Config {
+                    durable_name: Some(format!("c{c}")),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut msgs = consumer.messages().await.unwrap();
+            while let Some(Ok(m)) = msgs.next().await {
+                let _ = m.ack().await;
+                let _ = tx.send((c, m.subject.to_string()));
+            }
+        });
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let js = js.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = t;
+            while i < messages {
+                let ack = js
+                    .publish(format!("bare{n}.load"), payload(i, "load/x").into())
+                    .await
+                    .unwrap();
+                ack.await.unwrap();
+                i += concurrency;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut got = 0;
+    while got < messages * n {
+        rx.recv().await.unwrap();
+        got += 1;
+    }
+    let rate = messages as f64 / start.elapsed().as_secs_f64();
+    let mut lat = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let t0 = Instant::now();
+        js.publish(format!("bare{n}.lat"), payload(i, "lat/x").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        loop {
+            let (c, subject) = rx.recv().await.unwrap();
+            if c == n - 1 && subject.ends_with(".lat") {
+                break;
+            }
+        }
+        lat.push(t0.elapsed());
+    }
+    lat.sort();
+    (rate, percentile(&lat, 0.5), percentile(&lat, 0.99))
+}
+
+fn main() {
+    let Some(nats) = on_path("nats-server") else {
+        eprintln!(
+            "jetstream_load: nats-server is not on PATH (apt-get install nats-server); nothing measured"
+        );
+        return;
+    };
+    let messages = env_or("MESSAGES", 2000);
+    let concurrency = env_or("CONCURRENCY", 16);
+    let samples = env_or("SAMPLES", 200);
+    let counts: Vec<usize> = std::env::var("INSTANCES")
+        .unwrap_or_else(|_| "1 3 5".into())
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let store = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _server = Proc(
+        Command::new(nats)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nats-server"),
+    );
+    let addr = format!("127.0.0.1:{port}");
+    while std::net::TcpStream::connect(&addr).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("nats://{addr}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    println!(
+        "{messages} messages over {concurrency} connections; latency over {samples} messages, one at a time\n"
+    );
+    println!(
+        "| instances | switchboard msg/s | bare JetStream msg/s | overhead | switchboard ingest→remote wait p50 / p99 ms | bare publish→consume p50 / p99 ms |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for n in counts {
+        let (bare_rate, bare_p50, bare_p99) =
+            rt.block_on(bare_run(&url, n, messages, concurrency, samples));
+        let (rate, p50, p99) =
+            rt.block_on(switchboard_run(&url, n, messages, concurrency, samples));
+        println!(
+            "| {n} | {rate:.0} | {bare_rate:.0} | {:.2}× | {} / {} | {} / {} |",
+            bare_rate / rate,
+            ms(p50),
+            ms(p99),
+            ms(bare_p50),
+            ms(bare_p99)
+        );
+    }
+}

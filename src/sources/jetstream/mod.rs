@@ -1,0 +1,811 @@
+//! NATS JetStream: one message stream for many switchboard instances (the `jetstream`
+//! section of `switchboard.json`).
+//!
+//! # The design: beside the journal, not instead of it
+//!
+//! Each instance keeps its own inbox — ring, local journal, cursors, engine, actions — and the
+//! stream becomes the way in. This component owns the connection, the stream's and this
+//! instance's consumer's state, and the instances heard on the heartbeat subject:
+//! - **Publish on ingest.** Every front end's append (HTTP ingest, upstream servers,
+//!   `switchboard send`) reaches the daemon's [`crate::control::Relay`], implemented here: each
+//!   message is published to `PREFIX.msg.<channel>` (the channel's `/` as `.`), its source id
+//!   as `Nats-Msg-Id` so that JetStream's duplicate window drops a retry, and the sender is
+//!   answered only once JetStream acknowledged every message (then 202; unreachable or not
+//!   acknowledged in `publishTimeout`: 503, nothing claimed that is not in the stream).
+//! - **One durable consumer per instance** (named after `instance`) feeds the local inbox in
+//!   stream order through the `replicate` operation: a batch is stored (journal, fsync
+//!   policy) before its messages are acknowledged to JetStream. The stream seq goes with the
+//!   record as metadata (`jetstream.seq`, and the ingesting instance as `jetstream.instance`),
+//!   so that at boot the inbox's newest records say how far this instance got: a message
+//!   delivered again after a crash between store and acknowledgement is acknowledged, not
+//!   stored twice. Every instance therefore sees every message once, in the same order.
+//! - The ingesting instance stores its own messages through its consumer too, like everyone
+//!   else's; its sender's reply waits (up to `publishTimeout`) for that, so that it carries
+//!   this inbox's seqs as it always has (0 when the consumer is behind).
+//!
+//! Why not a second [`crate::inbox::log::Log`]: the log takes records that already have this
+//! inbox's seqs, under its append lock; messages from other instances would have to enter
+//! below it. Feeding the inbox from the consumer, above it, leaves the ring, the seqs, the
+//! cursors, the engine and the actions exactly as they are: a message from another machine is
+//! an append like any other, and a JetStream outage only stops new messages — sessions go on
+//! reading and working on what is local.
+//!
+//! Outages: while the connection is down (or the stream not yet created) an append is refused
+//! at once (`ApiError::Refused`, which ingest answers with 503); the client reconnects in the
+//! background and the consumer carries on from its ack floor. `stats`, `status` and
+//! `/metrics` show the connection, the consumer's lag (messages in the stream not yet
+//! delivered to it), redeliveries, and the other instances heard on `PREFIX.hb.*`.
+
+mod settings;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer::pull, message::PublishMessage, stream};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
+
+use crate::control::local::BoxFuture;
+use crate::control::ops::{List, Replicate};
+use crate::control::{ApiError, Local, Relay};
+use crate::inbox::Appended;
+use crate::message::NewMessage;
+
+pub use settings::{JetStreamSettings, host_name};
+
+/// The metadata key that carries a message's stream seq in every instance's inbox.
+pub const SEQ_KEY: &str = "jetstream.seq";
+/// The metadata key that names the instance that ingested a message.
+pub const INSTANCE_KEY: &str = "jetstream.instance";
+/// The header that names the ingesting instance.
+const INSTANCE_HEADER: &str = "Switchboard-Instance";
+/// The header that names the source an instance counted the message as from.
+const SOURCE_HEADER: &str = "Switchboard-Source";
+/// How many stream seqs → local answers are remembered for the replies of ingest.
+const REMEMBERED: usize = 4096;
+/// Messages stored in the local inbox as one batch, at most.
+const BATCH: usize = 256;
+
+/// What `stats` and `status` show of the shared stream (the `jetstream` part).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JetStreamState {
+    /// This instance's name on the stream.
+    pub instance: String,
+    /// The NATS servers.
+    pub servers: Vec<String>,
+    /// `connected`, `connecting` or `disconnected`.
+    pub connection: String,
+    /// The stream.
+    pub stream: String,
+    /// Whether the stream and this instance's consumer are ready (appends are refused until).
+    pub ready: bool,
+    /// The newest stream seq this instance stored.
+    pub applied: u64,
+    /// Messages in the stream not yet delivered to this instance's consumer (as of the last
+    /// look, every heartbeat).
+    pub lag: u64,
+    /// Delivered but not yet acknowledged.
+    pub ack_pending: u64,
+    /// Messages JetStream delivered to this consumer more than once (its own count).
+    pub redelivered: u64,
+    /// Messages this instance published (acknowledged by JetStream).
+    pub published: u64,
+    /// Of those, dropped by JetStream's duplicate window.
+    pub duplicates: u64,
+    /// Appends refused because JetStream could not be reached or did not acknowledge.
+    pub refused: u64,
+    /// Messages stored from the stream into this inbox.
+    pub stored: u64,
+    /// Messages of the stream this inbox refused (over its limits, or undecodable).
+    pub skipped: u64,
+    /// The last error, while the connection or the consumer fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The other instances heard on the heartbeat subject within three heartbeats.
+    #[serde(default)]
+    pub instances: Vec<InstanceSeen>,
+}
+
+/// Another instance, as its heartbeat says.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InstanceSeen {
+    /// Its name.
+    pub instance: String,
+    /// The newest stream seq it stored.
+    pub applied: u64,
+    /// Its version.
+    pub version: String,
+    /// Seconds since its last heartbeat.
+    pub seen_s: f64,
+}
+
+impl JetStreamState {
+    /// One line for `status` and `stats`.
+    pub fn line(&self) -> String {
+        let others = if self.instances.is_empty() {
+            "no other instance heard".to_string()
+        } else {
+            let names: Vec<_> = self
+                .instances
+                .iter()
+                .map(|i| format!("{} ({:.0}s ago)", i.instance, i.seen_s))
+                .collect();
+            format!("instances: {}", names.join(", "))
+        };
+        format!(
+            "{} as `{}`, stream {} {}; applied seq {}, lag {}, {} redelivered; {}{}",
+            self.connection,
+            self.instance,
+            self.stream,
+            if self.ready { "ready" } else { "NOT READY" },
+            self.applied,
+            self.lag,
+            self.redelivered,
+            others,
+            self.error
+                .as_deref()
+                .map(|e| format!("; error: {e}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// The heartbeat's payload.
+#[derive(Debug, Serialize, Deserialize)]
+struct Heartbeat {
+    instance: String,
+    applied: u64,
+    version: String,
+}
+
+#[derive(Default)]
+struct Counters {
+    published: AtomicU64,
+    duplicates: AtomicU64,
+    refused: AtomicU64,
+    stored: AtomicU64,
+    skipped: AtomicU64,
+    redelivered: AtomicU64,
+    lag: AtomicU64,
+    ack_pending: AtomicU64,
+}
+
+/// What the relay, the consumer and the reports share.
+struct Shared {
+    settings: JetStreamSettings,
+    instance: String,
+    /// The durable consumer's name: the instance, as a NATS name.
+    durable: String,
+    client: async_nats::Client,
+    js: jetstream::Context,
+    /// The stream and the consumer exist: appends may be published.
+    ready: AtomicBool,
+    /// The newest stream seq stored in the local inbox.
+    applied: watch::Sender<u64>,
+    /// Recent stream seqs and what the local inbox answered for them.
+    answers: Mutex<VecDeque<(u64, Appended)>>,
+    counters: Counters,
+    error: Mutex<Option<String>>,
+    instances: Mutex<BTreeMap<String, (Instant, Heartbeat)>>,
+}
+
+/// The running component: the [`Relay`] for the daemon's appends, and its reports.
+#[derive(Clone)]
+pub struct JetStream {
+    shared: Arc<Shared>,
+}
+
+/// `name` as a NATS token: what is not a letter, digit, `_` or `-` becomes `_`.
+fn token(name: &str) -> String {
+    let t: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if t.is_empty() { "_".into() } else { t }
+}
+
+/// The subject of a message on `channel`: `PREFIX.msg.` and the channel's segments as tokens.
+pub fn subject(prefix: &str, channel: &str) -> String {
+    let channel = crate::message::normalize_channel_owned(channel.to_string());
+    let tokens: Vec<String> = channel.split('/').map(token).collect();
+    format!("{prefix}.msg.{}", tokens.join("."))
+}
+
+impl JetStream {
+    /// Connects, in the background: the daemon starts while NATS is down, and its appends are
+    /// refused until the stream is reached. [`JetStream::run`] starts the consumer.
+    pub async fn connect(
+        settings: JetStreamSettings,
+        home: &std::path::Path,
+    ) -> anyhow::Result<JetStream> {
+        let problems: Vec<String> = settings.problems().into_iter().map(|(_, p)| p).collect();
+        if !problems.is_empty() {
+            anyhow::bail!("switchboard.json: {}", problems.join("; "));
+        }
+        let instance = settings.instance_name(home);
+        let mut options = match (&settings.credentials, &settings.token) {
+            (Some(path), _) => async_nats::ConnectOptions::with_credentials_file(path)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "switchboard.json: `jetstream.credentials` {}: {e}",
+                        path.display()
+                    )
+                })?,
+            (None, Some(t)) => async_nats::ConnectOptions::with_token(t.clone()),
+            (None, None) => async_nats::ConnectOptions::new(),
+        };
+        options = options
+            .name(format!("switchboard {instance}"))
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connection_timeout(Duration::from_secs(2))
+            .reconnect_delay_callback(|n| Duration::from_millis((n as u64 * 100).min(1000)));
+        let addrs = settings
+            .servers
+            .iter()
+            .map(|s| {
+                s.parse::<async_nats::ServerAddr>().map_err(|e| {
+                    anyhow::anyhow!("switchboard.json: `jetstream.servers` \"{s}\": {e}")
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let client = options
+            .connect(addrs)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to NATS: {e}"))?;
+        let js = jetstream::ContextBuilder::new()
+            .timeout(settings.publish_timeout)
+            .max_ack_inflight(65536)
+            .backpressure_on_inflight(true)
+            .build(client.clone());
+        let durable = token(&instance);
+        let shared = Arc::new(Shared {
+            settings,
+            instance,
+            durable,
+            client,
+            js,
+            ready: AtomicBool::new(false),
+            applied: watch::channel(0).0,
+            answers: Mutex::new(VecDeque::new()),
+            counters: Counters::default(),
+            error: Mutex::new(None),
+            instances: Mutex::new(BTreeMap::new()),
+        });
+        Ok(JetStream { shared })
+    }
+
+    /// Starts the consumer (storing into `local`), the heartbeat and the lag refresher on
+    /// `tasks`; they stop when the daemon shuts down.
+    pub fn run(&self, local: Local, tasks: &TaskTracker) {
+        tasks.spawn(consume(self.shared.clone(), local.clone()));
+        tasks.spawn(heartbeat(self.shared.clone(), local));
+    }
+
+    /// What `stats` and `status` show.
+    pub fn state(&self) -> JetStreamState {
+        let s = &*self.shared;
+        let c = &s.counters;
+        let every = s.settings.heartbeat * 3;
+        let instances = s
+            .instances
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|(at, _)| at.elapsed() <= every)
+            .map(|(at, hb)| InstanceSeen {
+                instance: hb.instance.clone(),
+                applied: hb.applied,
+                version: hb.version.clone(),
+                seen_s: at.elapsed().as_secs_f64(),
+            })
+            .collect();
+        JetStreamState {
+            instance: s.instance.clone(),
+            servers: s.settings.servers.clone(),
+            connection: match s.client.connection_state() {
+                async_nats::connection::State::Connected => "connected",
+                async_nats::connection::State::Pending => "connecting",
+                async_nats::connection::State::Disconnected => "disconnected",
+            }
+            .into(),
+            stream: s.settings.stream.clone(),
+            ready: s.ready.load(Ordering::Relaxed),
+            applied: *s.applied.borrow(),
+            lag: c.lag.load(Ordering::Relaxed),
+            ack_pending: c.ack_pending.load(Ordering::Relaxed),
+            redelivered: c.redelivered.load(Ordering::Relaxed),
+            published: c.published.load(Ordering::Relaxed),
+            duplicates: c.duplicates.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            stored: c.stored.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            error: s.error.lock().unwrap().clone(),
+            instances,
+        }
+    }
+
+    /// What it adds to `/metrics`.
+    pub fn metrics(&self) -> String {
+        let st = self.state();
+        let mut out = String::new();
+        let mut line = |name: &str, kind: &str, help: &str, v: f64| {
+            out.push_str(&format!(
+                "# HELP switchboard_jetstream_{name} {help}\n# TYPE switchboard_jetstream_{name} {kind}\nswitchboard_jetstream_{name} {v}\n"
+            ));
+        };
+        line(
+            "connected",
+            "gauge",
+            "1 while connected to NATS and the stream is ready.",
+            f64::from(u8::from(st.connection == "connected" && st.ready)),
+        );
+        line(
+            "consumer_lag",
+            "gauge",
+            "Messages in the stream not yet delivered to this instance's consumer.",
+            st.lag as f64,
+        );
+        line(
+            "ack_pending",
+            "gauge",
+            "Messages delivered to this instance's consumer and not yet acknowledged.",
+            st.ack_pending as f64,
+        );
+        line(
+            "redelivered_total",
+            "counter",
+            "Messages JetStream delivered to this instance's consumer more than once.",
+            st.redelivered as f64,
+        );
+        line(
+            "published_total",
+            "counter",
+            "Messages this instance published and JetStream acknowledged.",
+            st.published as f64,
+        );
+        line(
+            "publish_refused_total",
+            "counter",
+            "Appends refused because JetStream was unreachable or did not acknowledge.",
+            st.refused as f64,
+        );
+        line(
+            "stored_total",
+            "counter",
+            "Messages from the stream stored in this instance's inbox.",
+            st.stored as f64,
+        );
+        line(
+            "applied_seq",
+            "gauge",
+            "The newest stream seq stored in this instance's inbox.",
+            st.applied as f64,
+        );
+        line(
+            "instances",
+            "gauge",
+            "Other instances heard on the heartbeat subject within three heartbeats.",
+            st.instances.len() as f64,
+        );
+        out
+    }
+}
+
+impl Shared {
+    fn fail(&self, what: &str, e: impl std::fmt::Display) {
+        let text = format!("{what}: {e}");
+        let mut error = self.error.lock().unwrap();
+        if error.as_deref() != Some(text.as_str()) {
+            tracing::warn!(cause = %e, "jetstream: {what}");
+        }
+        *error = Some(text);
+    }
+
+    fn unreachable(&self, why: impl std::fmt::Display) -> ApiError {
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        ApiError::refused(format!(
+            "not stored: JetStream ({}) {why}; retry later (a retry with the same ids is \
+             dropped as a duplicate if the first one reached the stream)",
+            self.settings.servers.join(", ")
+        ))
+    }
+
+    async fn publish(
+        &self,
+        messages: Vec<NewMessage>,
+        source: &str,
+    ) -> Result<Vec<Appended>, ApiError> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            return Err(self.unreachable("is not reachable"));
+        }
+        if !self.ready.load(Ordering::Acquire) {
+            return Err(self.unreachable("has no stream for switchboard yet"));
+        }
+        let now = chrono::Utc::now();
+        let mut acks = Vec::with_capacity(messages.len());
+        for mut m in messages {
+            // One time for every instance, not each one's receive time.
+            m.timestamp.get_or_insert(now);
+            let subject = subject(&self.settings.subject_prefix, &m.channel);
+            let payload = serde_json::to_vec(&m).unwrap_or_default();
+            let mut publish = PublishMessage::build()
+                .payload(payload.into())
+                .header(INSTANCE_HEADER, self.instance.as_str())
+                .header(SOURCE_HEADER, source);
+            if let Some(id) = m.id.as_deref().filter(|id| !id.is_empty()) {
+                publish = publish.message_id(id);
+            }
+            let ack = self
+                .js
+                .send_publish(subject, publish)
+                .await
+                .map_err(|e| self.unreachable(format_args!("did not take the message: {e}")))?;
+            acks.push(ack);
+        }
+        let mut seqs = Vec::with_capacity(acks.len());
+        for ack in acks {
+            let ack = ack
+                .await
+                .map_err(|e| self.unreachable(format_args!("did not acknowledge: {e}")))?;
+            self.counters.published.fetch_add(1, Ordering::Relaxed);
+            if ack.duplicate {
+                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+            }
+            seqs.push((ack.sequence, ack.duplicate));
+        }
+        // The sender hears this inbox's seqs, once its consumer stored them.
+        let last = seqs.iter().map(|(s, _)| *s).max().unwrap_or(0);
+        let mut applied = self.applied.subscribe();
+        let _ = tokio::time::timeout(
+            self.settings.publish_timeout,
+            applied.wait_for(|a| *a >= last),
+        )
+        .await;
+        let answers = self.answers.lock().unwrap();
+        Ok(seqs
+            .into_iter()
+            .map(|(seq, duplicate)| {
+                let local = answers
+                    .iter()
+                    .rev()
+                    .find(|(s, _)| *s == seq)
+                    .map_or(0, |(_, a)| a.seq);
+                Appended {
+                    seq: local,
+                    duplicate: duplicate || answers.iter().any(|(s, a)| *s == seq && a.duplicate),
+                }
+            })
+            .collect())
+    }
+}
+
+impl Relay for JetStream {
+    fn append(
+        &self,
+        messages: Vec<NewMessage>,
+        source: &str,
+    ) -> BoxFuture<'_, Result<Vec<Appended>, ApiError>> {
+        let source = source.to_string();
+        Box::pin(async move { self.shared.publish(messages, &source).await })
+    }
+}
+
+/// The newest stream seq the local inbox holds (0: none), from the newest records' metadata.
+async fn applied_mark(local: &Local) -> u64 {
+    let recent = local
+        .call(List {
+            channel: None,
+            limit: usize::MAX,
+        })
+        .await
+        .map(|r| r.messages)
+        .unwrap_or_default();
+    recent
+        .iter()
+        .filter_map(|m| m.metadata.get(SEQ_KEY)?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Creates the stream (when missing) and this instance's durable consumer (when missing: it
+/// starts with the messages published from now on).
+async fn prepare(s: &Shared) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
+    let prefix = &s.settings.subject_prefix;
+    let stream =
+        s.js.get_or_create_stream(stream::Config {
+            name: s.settings.stream.clone(),
+            subjects: vec![format!("{prefix}.msg.>")],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("stream `{}`: {e}", s.settings.stream))?;
+    let consumer = stream
+        .get_or_create_consumer(
+            &s.durable,
+            pull::Config {
+                durable_name: Some(s.durable.clone()),
+                description: Some(format!("switchboard instance {}", s.instance)),
+                deliver_policy: jetstream::consumer::DeliverPolicy::New,
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: s.settings.ack_wait,
+                filter_subject: format!("{prefix}.msg.>"),
+                max_ack_pending: 4096,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("consumer `{}`: {e}", s.durable))?;
+    Ok(consumer)
+}
+
+/// The consumer: delivered messages into the local inbox, in stream order, then acknowledged.
+async fn consume(s: Arc<Shared>, local: Local) {
+    let shutdown = local.shutdown().clone();
+    let mark = applied_mark(&local).await;
+    s.applied.send_replace(mark);
+    tracing::info!(instance = %s.instance, stream = %s.settings.stream, applied = mark, "jetstream: starting");
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let run = async {
+            let mut consumer = prepare(&s).await?;
+            let info = consumer.info().await?.clone();
+            // A new consumer starts at the stream's end: nothing before it is owed here.
+            s.applied.send_if_modified(|a| {
+                let floor = info.ack_floor.stream_sequence;
+                (floor > *a).then(|| *a = floor).is_some()
+            });
+            s.ready.store(true, Ordering::Release);
+            *s.error.lock().unwrap() = None;
+            tracing::info!(consumer = %s.durable, applied = *s.applied.borrow(), "jetstream: consuming");
+            let messages = consumer
+                .stream()
+                .max_messages_per_batch(BATCH)
+                .heartbeat(Duration::from_secs(5))
+                .expires(Duration::from_secs(30))
+                .messages()
+                .await?;
+            let mut chunks = messages.ready_chunks(BATCH);
+            while let Some(chunk) = chunks.next().await {
+                let mut batch = Vec::with_capacity(chunk.len());
+                for m in chunk {
+                    batch.push(m?);
+                }
+                store(&s, &local, batch).await;
+            }
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = run => {
+                if let Err(e) = r {
+                    s.fail("consumer", format!("{e:#}"));
+                } else {
+                    s.fail("consumer", "the message stream ended");
+                }
+            }
+        }
+        s.ready.store(
+            s.client.connection_state() == async_nats::connection::State::Connected
+                && s.ready.load(Ordering::Relaxed),
+            Ordering::Release,
+        );
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Stores one batch of delivered messages (those past the applied mark), retrying while the
+/// inbox cannot take them, then acknowledges every one.
+async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
+    let applied = *s.applied.borrow();
+    let mut seqs = Vec::with_capacity(batch.len());
+    let mut news = Vec::with_capacity(batch.len());
+    for m in &batch {
+        let Ok(info) = m.info() else { continue };
+        if info.delivered > 1 {
+            s.counters.redelivered.fetch_add(1, Ordering::Relaxed);
+        }
+        let seq = info.stream_sequence;
+        if seq <= applied {
+            continue;
+        }
+        match serde_json::from_slice::<NewMessage>(&m.payload) {
+            Ok(mut new) => {
+                let from = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(INSTANCE_HEADER))
+                    .map(|v| v.as_str().to_string())
+                    .unwrap_or_default();
+                new.metadata.insert(SEQ_KEY.into(), seq.to_string());
+                new.metadata.insert(INSTANCE_KEY.into(), from);
+                seqs.push(seq);
+                news.push(new);
+            }
+            Err(e) => {
+                s.counters.skipped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(seq, cause = %e, "jetstream: a message of the stream is not a switchboard message; skipped");
+            }
+        }
+    }
+    let newest = batch
+        .iter()
+        .filter_map(|m| m.info().ok().map(|i| i.stream_sequence))
+        .max()
+        .unwrap_or(0);
+    if !news.is_empty() {
+        let source = batch
+            .first()
+            .and_then(|m| {
+                m.headers
+                    .as_ref()?
+                    .get(SOURCE_HEADER)
+                    .map(|v| v.as_str().to_string())
+            })
+            .unwrap_or_else(|| "jetstream".into());
+        let mut wait = Duration::from_millis(100);
+        let done = loop {
+            match local
+                .call(Replicate {
+                    messages: news.clone(),
+                    source: source.clone(),
+                })
+                .await
+            {
+                Ok(done) => break done,
+                Err(e) => {
+                    s.fail("storing in the local inbox", &e);
+                    if local.shutdown().is_cancelled() {
+                        return;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+        let refused: std::collections::HashSet<usize> =
+            done.refused.iter().map(|r| r.index).collect();
+        for r in &done.refused {
+            s.counters.skipped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(seq = seqs[r.index], reason = %r.reason, "jetstream: a message of the stream is over this inbox's limits; skipped");
+        }
+        let mut appended = done.appended.into_iter();
+        let mut answers = s.answers.lock().unwrap();
+        for (i, seq) in seqs.iter().enumerate() {
+            if refused.contains(&i) {
+                continue;
+            }
+            if let Some(a) = appended.next() {
+                if !a.duplicate {
+                    s.counters.stored.fetch_add(1, Ordering::Relaxed);
+                }
+                answers.push_back((*seq, a));
+                if answers.len() > REMEMBERED {
+                    answers.pop_front();
+                }
+            }
+        }
+    }
+    s.applied
+        .send_if_modified(|a| (newest > *a).then(|| *a = newest).is_some());
+    for m in &batch {
+        if let Err(e) = m.ack().await {
+            tracing::debug!(cause = %e, "jetstream: an acknowledgement was not sent; the message comes again and is skipped");
+        }
+    }
+}
+
+/// Says this instance is alive every `heartbeat`, hears the others, and refreshes the
+/// consumer's lag.
+async fn heartbeat(s: Arc<Shared>, local: Local) {
+    let shutdown = local.shutdown().clone();
+    let prefix = s.settings.subject_prefix.clone();
+    let mut subscription = None;
+    let mut tick = tokio::time::interval(s.settings.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if subscription.is_none() {
+            subscription = s.client.subscribe(format!("{prefix}.hb.*")).await.ok();
+        }
+        let next = async {
+            match subscription.as_mut() {
+                Some(sub) => sub.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            got = next => match got {
+                Some(msg) => {
+                    if let Ok(hb) = serde_json::from_slice::<Heartbeat>(&msg.payload)
+                        && hb.instance != s.instance
+                    {
+                        s.instances.lock().unwrap().insert(hb.instance.clone(), (Instant::now(), hb));
+                    }
+                }
+                None => subscription = None,
+            },
+            _ = tick.tick() => {
+                let hb = Heartbeat {
+                    instance: s.instance.clone(),
+                    applied: *s.applied.borrow(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                };
+                let body = serde_json::to_vec(&hb).unwrap_or_default();
+                let _ = s.client.publish(format!("{prefix}.hb.{}", s.durable), body.into()).await;
+                if s.ready.load(Ordering::Relaxed) {
+                    refresh(&s).await;
+                }
+            }
+        }
+    }
+}
+
+/// Reads the consumer's lag and pending acknowledgements.
+async fn refresh(s: &Shared) {
+    let Ok(stream) = s.js.get_stream(&s.settings.stream).await else {
+        return;
+    };
+    let Ok(mut consumer) = stream.get_consumer::<pull::Config>(&s.durable).await else {
+        return;
+    };
+    if let Ok(info) = consumer.info().await {
+        s.counters.lag.store(info.num_pending, Ordering::Relaxed);
+        s.counters
+            .ack_pending
+            .store(info.num_ack_pending as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_becomes_subject_tokens() {
+        assert_eq!(
+            subject("switchboard", "alerts/critical"),
+            "switchboard.msg.alerts.critical"
+        );
+        assert_eq!(subject("sb", ""), "sb.msg.default");
+        assert_eq!(subject("sb", "a.b/c d/*/>"), "sb.msg.a_b.c_d._._");
+    }
+
+    #[test]
+    fn the_state_line_names_the_instances_heard() {
+        let st = JetStreamState {
+            instance: "a".into(),
+            connection: "connected".into(),
+            stream: "SWITCHBOARD".into(),
+            ready: true,
+            applied: 7,
+            instances: vec![InstanceSeen {
+                instance: "b".into(),
+                seen_s: 1.2,
+                ..InstanceSeen::default()
+            }],
+            ..JetStreamState::default()
+        };
+        assert_eq!(
+            st.line(),
+            "connected as `a`, stream SWITCHBOARD ready; applied seq 7, lag 0, 0 redelivered; \
+             instances: b (1s ago)"
+        );
+    }
+}
