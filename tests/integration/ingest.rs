@@ -384,14 +384,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file())
-}
-
 /// The Alertmanager and amtool binaries, installed with apt when missing; `None` (the test is
 /// skipped) only where there is no apt-get.
 fn alertmanager_binaries() -> Option<(PathBuf, PathBuf)> {
@@ -409,28 +401,7 @@ fn alertmanager_binaries() -> Option<(PathBuf, PathBuf)> {
         );
         return None;
     }
-    for args in [
-        &["update"][..],
-        &[
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "prometheus-alertmanager",
-        ][..],
-    ] {
-        let out = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run apt-get");
-        assert!(
-            out.status.success(),
-            "apt-get {args:?} failed:\n{}\n{}",
-            stdout(&out),
-            stderr(&out)
-        );
-    }
+    apt_install(&["prometheus-alertmanager"]);
     Some(find().expect("prometheus-alertmanager and amtool after apt-get install"))
 }
 

@@ -2,13 +2,13 @@
 //! with apt-get when missing) and switchboard daemons as separate processes with separate
 //! homes, each stopped at the end (their `Drop`), like the server.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::util::{Switchboard, eventually, free_port, http_request, stderr, stdout};
+use super::util::{Switchboard, apt_install, eventually, free_port, http_request, on_path, stdout};
 
 /// A `nats-server -js` on a loopback port with its store in a temporary directory; killed
 /// when dropped.
@@ -75,14 +75,6 @@ impl Drop for Nats {
     }
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file())
-}
-
 /// Debian's `nats-server`, installed with apt when missing; `None` only where there is no
 /// apt-get.
 fn nats_binary() -> Option<PathBuf> {
@@ -93,23 +85,7 @@ fn nats_binary() -> Option<PathBuf> {
         eprintln!("SKIPPED: nats-server is not installed and there is no apt-get to install it");
         return None;
     }
-    for args in [
-        &["update"][..],
-        &["install", "-y", "--no-install-recommends", "nats-server"][..],
-    ] {
-        let out = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run apt-get");
-        assert!(
-            out.status.success(),
-            "apt-get {args:?} failed:\n{}\n{}",
-            stdout(&out),
-            stderr(&out)
-        );
-    }
+    apt_install(&["nats-server"]);
     Some(on_path("nats-server").expect("nats-server after apt-get install"))
 }
 

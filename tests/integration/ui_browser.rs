@@ -60,30 +60,7 @@ fn browser() -> bool {
     if ready() {
         return true;
     }
-    for args in [
-        &["update"][..],
-        &[
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "chromium",
-            "chromium-driver",
-            "python3-selenium",
-        ][..],
-    ] {
-        let out = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run apt-get");
-        assert!(
-            out.status.success(),
-            "apt-get {args:?} failed:\n{}\n{}",
-            stdout(&out),
-            stderr(&out)
-        );
-    }
+    apt_install(&["chromium", "chromium-driver", "python3-selenium"]);
     assert!(
         ready(),
         "chromium, chromedriver and selenium after apt-get install"

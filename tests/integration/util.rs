@@ -643,3 +643,33 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         data = &data[size + 2..];
     }
 }
+
+/// Installs Debian `packages` with apt-get (`update`, then `install --no-install-recommends`), as
+/// the tests that need a real Alertmanager, Chromium or nats-server do; fails the test when
+/// apt-get does.
+pub fn apt_install(packages: &[&str]) {
+    let install = [&["install", "-y", "--no-install-recommends"][..], packages].concat();
+    for args in [&["update"][..], &install[..]] {
+        let out = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run apt-get");
+        assert!(
+            out.status.success(),
+            "apt-get {args:?} failed:\n{}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+}
+
+/// `name` in a directory of `PATH`.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
