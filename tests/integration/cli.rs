@@ -419,6 +419,12 @@ fn the_readme_quick_start_runs_as_written() {
         .position(|l| l.starts_with("switchboard send"))
         .expect("a send line");
     let (setup, rest) = script.split_at(split);
+    // A reader sees `watch`'s header before typing the curl line; a script waits for it.
+    let curl = setup
+        .iter()
+        .position(|l| l.starts_with("curl"))
+        .expect("a curl line");
+    let (start, setup) = setup.split_at(curl);
 
     let root = tempfile::tempdir().unwrap();
     let bin_dir = root.path().join("bin");
@@ -463,9 +469,13 @@ fn the_readme_quick_start_runs_as_written() {
     }
     let shown = || std::fs::read_to_string(&out_file).unwrap_or_default();
 
-    let (status, group) = run(setup);
+    let (status, group) = run(start);
     let watch = Group(group);
     assert!(status.success(), "{}", shown());
+    eventually(Duration::from_secs(10), "watch has started", || {
+        shown().contains("watching ").then_some(())
+    });
+    assert!(run(setup).0.success(), "{}", shown());
     assert!(
         shown().contains(": ok, 1 rule: ci-failed"),
         "rules check:\n{}",
