@@ -54,6 +54,12 @@ pub type Connecting = Pin<Box<dyn Future<Output = anyhow::Result<Option<UnixStre
 /// none answers (the daemon layer provides it); `None` when none runs and none may be started.
 pub type Connector = Arc<dyn Fn() -> Connecting + Send + Sync>;
 
+/// The connection ended before the daemon answered the hello: a daemon that is stopping, or
+/// one that just started and replaced its socket. Worth one more try; a refusal is not.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HelloLost(String);
+
 /// Says hello on `stream`; the daemon's welcome, or why it refused.
 pub async fn greet(
     stream: UnixStream,
@@ -90,9 +96,17 @@ pub async fn greet(
         })?;
     match (got, sent) {
         (Ok(true), _) => {}
-        (_, Err(e)) => anyhow::bail!("cannot say hello to the daemon: {e}"),
-        (Ok(false), Ok(())) => anyhow::bail!("the daemon closed the connection (it is stopping)"),
-        (Err(e), Ok(())) => anyhow::bail!("cannot read the daemon's answer to the hello: {e}"),
+        (_, Err(e)) => return Err(HelloLost(format!("cannot say hello to the daemon: {e}")).into()),
+        (Ok(false), Ok(())) => {
+            return Err(
+                HelloLost("the daemon closed the connection (it is stopping)".into()).into(),
+            );
+        }
+        (Err(e), Ok(())) => {
+            return Err(
+                HelloLost(format!("cannot read the daemon's answer to the hello: {e}")).into(),
+            );
+        }
     }
     match serde_json::from_slice::<Greeting>(&line) {
         Ok(Greeting::Welcome(welcome)) if welcome.protocol == PROTOCOL => {
@@ -191,7 +205,20 @@ impl Remote {
             demand: Default::default(),
             tasks: tasks.clone(),
         });
-        let first = connect(&inner).await?;
+        // A daemon this front end just started (or one being replaced) may drop the first
+        // connection before it answers: try a few more times before giving up.
+        let mut tries = 0;
+        let first = loop {
+            match connect(&inner).await {
+                Ok(conn) => break conn,
+                Err(e) if e.is::<HelloLost>() && tries < 5 => {
+                    tries += 1;
+                    tracing::debug!(cause = %e, "attach: trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         tasks.spawn(supervise(inner.clone(), first));
         Ok(Remote { inner })
     }
