@@ -405,14 +405,6 @@ fn alertmanager_binaries() -> Option<(PathBuf, PathBuf)> {
     Some(find().expect("prometheus-alertmanager and amtool after apt-get install"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

@@ -603,15 +603,6 @@ async fn a_flooding_upstream_leaves_ingest_and_waits_responsive_and_memory_bound
     assert!(sb.terminate().success(), "{}", sb.log());
 }
 
-/// A free TCP port on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A child in its own process group, killed (group and all) on drop.
 struct Group(std::process::Child);
 
