@@ -22,96 +22,18 @@
 //! thread of its own over a keep-alive connection and paced by the clock. Clients and server
 //! share the machine's cores. Prints a Markdown table on stdout.
 
+mod common;
+
+use common::{Client, Daemon, env_or, loadavg, nanos, row, start_daemon, wait_call};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
-type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The server process; killed and reaped when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server(bin: &Path, home: &Path, fsync: &str) -> (Server, String, String, String) {
-    std::fs::write(
-        home.join("switchboard.json"),
-        format!(r#"{{"http": {{"rateLimit": "0"}}, "inbox": {{"fsync": "{fsync}"}}}}"#),
-    )
-    .unwrap();
-    std::fs::write(
-        home.join("triggers.json"),
-        r#"{"rules": [{"name": "wake-probe", "channel": "wake/probe"}]}"#,
-    )
-    .unwrap();
-    let log = std::fs::File::create(home.with_extension("log")).unwrap();
-    let child = Command::new(bin)
-        .args(["--home"])
-        .arg(home)
-        .args(["serve", "--no-stdio", "--listen", "127.0.0.1:0"])
-        .args(["--http", "127.0.0.1:0"])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (build it: cargo build --release)", bin.display()));
-    let server = Server(child);
-    let endpoint = home.join("endpoint.json");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let endpoint: serde_json::Value = loop {
-        if let Ok(text) = std::fs::read_to_string(&endpoint)
-            && let Ok(v) = serde_json::from_str(&text)
-        {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "switchboard did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let token = std::fs::read_to_string(home.join("token")).unwrap();
-    let field = |k: &str| endpoint[k].as_str().unwrap().to_string();
-    (
-        server,
-        field("ingest"),
-        field("mcp"),
-        token.trim().to_string(),
-    )
-}
-
-async fn wait_call(client: &Client) -> Vec<serde_json::Value> {
-    let mut args = serde_json::Map::new();
-    args.insert("timeout_s".into(), 20.0.into());
-    args.insert("max_items".into(), 50.into());
-    let result = client
-        .call_tool(CallToolRequestParams::new("wait_for_inbound_message").with_arguments(args))
-        .await
-        .expect("wait call");
-    result
-        .structured_content
-        .and_then(|v| v["items"].as_array().cloned())
-        .unwrap_or_default()
-}
-
-/// Other traffic at `rate`/s on a thread of its own until `stop`; returns (sent, refused).
 fn load(ingest: String, token: String, rate: f64, stop: Arc<AtomicBool>) -> (u64, u64) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -162,7 +84,7 @@ async fn phase(
 ) -> Phase {
     let mut out = Phase::default();
     for n in 0..samples {
-        let marker = format!("wake-{n}-{}", nanos_since_epoch());
+        let marker = format!("wake-{n}-{}", nanos());
         let waiter = tokio::spawn({
             let (client, marker) = (client.clone(), marker.clone());
             async move {
@@ -208,28 +130,6 @@ async fn phase(
     out
 }
 
-/// A marker that differs between runs.
-fn nanos_since_epoch() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos()
-}
-
-fn row(phase: &str, measure: &str, mut v: Vec<Duration>) -> String {
-    v.sort();
-    let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1000.0);
-    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    format!(
-        "| {phase} | {measure} | {} | {} | {} | {} | {} |",
-        ms(at(0.5)),
-        ms(at(0.9)),
-        ms(at(0.99)),
-        ms(v[v.len() - 1]),
-        v.len()
-    )
-}
-
 fn rows_of(name: &str, p: Phase) -> [String; 3] {
     [
         row(name, "POST → wait returns", p.wakes),
@@ -238,10 +138,17 @@ fn rows_of(name: &str, p: Phase) -> [String; 3] {
     ]
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split(' ').take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
+/// The daemon with `fsync` as its inbox policy and no ingest rate limit.
+fn start_daemon_with_fsync(
+    bin: &Path,
+    home: &Path,
+    fsync: &str,
+) -> (Daemon, String, String, String) {
+    start_daemon(
+        bin,
+        home,
+        &format!(r#"{{"http": {{"rateLimit": "0"}}, "inbox": {{"fsync": "{fsync}"}}}}"#),
+    )
 }
 
 fn main() {
@@ -261,7 +168,7 @@ fn main() {
     let home = dir.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let start_load = loadavg();
-    let (server, ingest, mcp, token) = start_server(&bin, &home, &fsync);
+    let (server, ingest, mcp, token) = start_daemon_with_fsync(&bin, &home, &fsync);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -18,94 +18,18 @@
 //! the same-run baseline. Prints a Markdown table (p50, p90, p99, max over every session of
 //! every sample).
 
+mod common;
+
+use common::{Client, env_or, loadavg, nanos, row, start_daemon, wait_call};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 
-type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The daemon; killed and reaped when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_daemon(bin: &Path, home: &Path) -> (Daemon, String, String, String) {
-    std::fs::write(
-        home.join("switchboard.json"),
-        r#"{"http": {"rateLimit": "0"}, "mcp": {"maxSessions": 1024}}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        home.join("triggers.json"),
-        r#"{"rules": [{"name": "wake-probe", "channel": "wake/probe"}]}"#,
-    )
-    .unwrap();
-    let log = std::fs::File::create(home.with_extension("log")).unwrap();
-    let child = Command::new(bin)
-        .arg("--home")
-        .arg(home)
-        .args(["daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (build it: cargo build --release)", bin.display()));
-    let daemon = Daemon(child);
-    let endpoint = home.join("endpoint.json");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let endpoint: serde_json::Value = loop {
-        if let Ok(text) = std::fs::read_to_string(&endpoint)
-            && let Ok(v) = serde_json::from_str(&text)
-        {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "switchboard did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let token = std::fs::read_to_string(home.join("token")).unwrap();
-    let field = |k: &str| endpoint[k].as_str().unwrap().to_string();
-    (
-        daemon,
-        field("ingest"),
-        field("mcp"),
-        token.trim().to_string(),
-    )
-}
-
-async fn wait_call(client: &Client) -> Vec<serde_json::Value> {
-    let mut args = serde_json::Map::new();
-    args.insert("timeout_s".into(), 20.0.into());
-    args.insert("max_items".into(), 50.into());
-    let result = client
-        .call_tool(CallToolRequestParams::new("wait_for_inbound_message").with_arguments(args))
-        .await
-        .expect("wait call");
-    result
-        .structured_content
-        .and_then(|v| v["items"].as_array().cloned())
-        .unwrap_or_default()
-}
-
-/// `samples` wake-ups of every client: (POST → each result, POST → 202).
 async fn phase(
     clients: &[Arc<Client>],
     http: &reqwest::Client,
@@ -161,33 +85,6 @@ async fn phase(
     (wakes, posts)
 }
 
-fn nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos()
-}
-
-fn row(transport: &str, measure: &str, mut v: Vec<Duration>) -> String {
-    v.sort();
-    let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1000.0);
-    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    format!(
-        "| {transport} | {measure} | {} | {} | {} | {} | {} |",
-        ms(at(0.5)),
-        ms(at(0.9)),
-        ms(at(0.99)),
-        ms(v[v.len() - 1]),
-        v.len()
-    )
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split(' ').take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing to run quickly.
     if !std::env::args().any(|a| a == "--bench") {
@@ -204,7 +101,11 @@ fn main() {
     let home = dir.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let start_load = loadavg();
-    let (daemon, ingest, mcp, token) = start_daemon(&bin, &home);
+    let (daemon, ingest, mcp, token) = start_daemon(
+        &bin,
+        &home,
+        r#"{"http": {"rateLimit": "0"}, "mcp": {"maxSessions": 1024}}"#,
+    );
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
