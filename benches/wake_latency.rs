@@ -9,7 +9,7 @@
 //!
 //! The same measurement as `benches/wake_latency.sh`, with the clients in Rust instead of
 //! python, so that the client's own interpreter and thread switches stay out of the tail. One
-//! `switchboard serve --no-stdio` on a temporary home (`{"http": {"rateLimit": "0"}}`, `fsync`
+//! `switchboard daemon` on a temporary home (`{"http": {"rateLimit": "0"}}`, `fsync`
 //! from `FSYNC`), one notify rule on channel `wake/probe`. One rmcp client session over
 //! streamable HTTP; each sample calls `wait_for_inbound_message` on a task, lets `GAP_MS` pass
 //! so the wait is pending in the server, reads the clock, POSTs one ~120-byte message on
