@@ -1,15 +1,23 @@
-//! Process counters, rendered as Prometheus text for `GET /metrics`.
+//! Process counters, and the scrape that `GET /metrics` serves.
 //!
 //! The core counts through the methods here (ingest by source, actions by rule and mode,
 //! suppressions by reason: `dedup`, `rate_limited`, and `inactive` / `muted` for a rule its
 //! time intervals held back; rules reloads by result); the lifecycle's counters and the gauges
-//! (queue depths, ring depth) are read at render time. The daemon's other parts (HTTP ingest,
-//! upstreams, exec) render their own families beside these.
+//! (queue depths, ring depth) are read at scrape time. The daemon's other parts (HTTP ingest,
+//! upstreams, JetStream) add their own families to the same [`Scrape`].
+//!
+//! A [`Scrape`] is data (families of samples, serializable, so the `metrics` operation can
+//! answer it across the control socket); [`Scrape::encode`] turns it into the OpenMetrics text
+//! exposition through `prometheus-client`'s encoder (a `Collector` read at scrape time: every
+//! value here is read from state that exists anyway, so nothing is counted twice). That
+//! encoder writes label values as they are, so each goes through [`Escaped`] first: a rule
+//! named `crit "alerts"` must not make the whole scrape unparseable.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
 
 use crate::actions::Mode;
 use crate::engine::SuppressReason;
@@ -120,8 +128,182 @@ impl ReloadResult {
     }
 }
 
-/// A value read from a running part at render time: `(name, help, value)`.
-pub type Reading<'a> = (&'a str, &'a str, f64);
+/// Whether a family counts up or goes up and down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Only grows (since start, or since the rules loaded).
+    Counter,
+    /// A reading taken now.
+    Gauge,
+}
+
+/// One metric family: its name, help, kind and samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Family {
+    /// The sample name; a counter's ends in `_total`.
+    pub name: String,
+    /// One line saying what it counts.
+    pub help: String,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Each label set with its value.
+    pub samples: Vec<Sample>,
+}
+
+/// One sample of a family.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// `(label, value)` pairs, in this order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<(String, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+/// Every family of one `/metrics` scrape, in the order they were added.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Scrape {
+    /// The families.
+    pub families: Vec<Family>,
+}
+
+impl Scrape {
+    /// A counter family named `name` (ending in `_total`); add its samples to the result.
+    pub fn counter(&mut self, name: &str, help: &str) -> &mut Family {
+        debug_assert!(name.ends_with("_total"), "{name}: a counter ends in _total");
+        self.family(name, help, Kind::Counter)
+    }
+
+    /// A gauge family named `name`; add its samples to the result.
+    pub fn gauge(&mut self, name: &str, help: &str) -> &mut Family {
+        self.family(name, help, Kind::Gauge)
+    }
+
+    fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
+        self.families.push(Family {
+            name: name.to_string(),
+            help: help.to_string(),
+            kind,
+            samples: Vec::new(),
+        });
+        self.families.last_mut().unwrap()
+    }
+
+    /// The OpenMetrics text exposition of every family (`# EOF` last), through
+    /// `prometheus-client`'s encoder.
+    pub fn encode(self) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+impl Family {
+    /// A sample without labels.
+    pub fn value(&mut self, value: impl Into<f64>) -> &mut Family {
+        self.with(&[], value)
+    }
+
+    /// A sample with `labels`.
+    pub fn with(&mut self, labels: &[(&str, &str)], value: impl Into<f64>) -> &mut Family {
+        self.samples.push(Sample {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value: value.into(),
+        });
+        self
+    }
+}
+
+/// A count as a sample value (exact below 2^53, which no counter here reaches).
+pub fn count(n: u64) -> f64 {
+    n as f64
+}
+
+impl prometheus_client::collector::Collector for Scrape {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> std::fmt::Result {
+        use prometheus_client::metrics::MetricType;
+        for family in &self.families {
+            // The encoder adds `_total` to a counter's samples itself.
+            let (name, kind) = match family.kind {
+                Kind::Counter => (
+                    family.name.strip_suffix("_total").unwrap_or(&family.name),
+                    MetricType::Counter,
+                ),
+                Kind::Gauge => (family.name.as_str(), MetricType::Gauge),
+            };
+            let mut metric = encoder.encode_descriptor(name, &family.help, None, kind)?;
+            for sample in &family.samples {
+                let labels: Vec<(&str, Escaped)> = sample
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), Escaped(v)))
+                    .collect();
+                // A sample without labels is the family's own (`name 3`, not `name{} 3`).
+                if labels.is_empty() {
+                    put(&mut metric, family.kind, sample.value)?;
+                } else {
+                    put(
+                        &mut metric.encode_family(&labels)?,
+                        family.kind,
+                        sample.value,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One value; an integral one printed as an integer (`3`, not `3.0`).
+fn put(
+    m: &mut prometheus_client::encoding::MetricEncoder,
+    kind: Kind,
+    value: f64,
+) -> std::fmt::Result {
+    use prometheus_client::encoding::NoLabelSet;
+    let integral = value.fract() == 0.0 && value.abs() < 9e15;
+    match kind {
+        Kind::Counter if integral && value >= 0.0 => {
+            m.encode_counter::<NoLabelSet, _, u64>(&(value as u64), None)
+        }
+        Kind::Counter => m.encode_counter::<NoLabelSet, _, f64>(&value, None),
+        Kind::Gauge if integral => m.encode_gauge(&(value as i64)),
+        Kind::Gauge => m.encode_gauge(&value),
+    }
+}
+
+/// A label value escaped as the exposition formats require (`\`, `"` and a line feed), which
+/// `prometheus-client` 0.24's text encoder leaves to the caller.
+#[derive(Clone, Copy, Debug)]
+pub struct Escaped<'a>(pub &'a str);
+
+impl prometheus_client::encoding::EncodeLabelValue for Escaped<'_> {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
+    ) -> std::fmt::Result {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            match c {
+                '\\' => encoder.write_str("\\\\")?,
+                '"' => encoder.write_str("\\\"")?,
+                '\n' => encoder.write_str("\\n")?,
+                c => encoder.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Metrics {
     /// `n` messages accepted from `source` (`alertmanager`, `github`, `http`, `cli`, an upstream name).
@@ -170,150 +352,48 @@ impl Metrics {
             .unwrap_or(0)
     }
 
-    /// Prometheus text exposition of every counter and gauge of the core: these counters, the
-    /// lifecycle's (`delivery`), and readings of the inbox and the queues taken now.
-    pub fn render(
+    /// Every counter and gauge of the core, read now: these counters, the lifecycle's
+    /// (`delivery`), and readings of the inbox and the queues.
+    pub fn scrape(
         &self,
+        out: &mut Scrape,
         inbox: &crate::inbox::InboxStats,
         delivery: &crate::actions::lifecycle::LifecycleStats,
-    ) -> String {
-        let counters = [
-            (
-                "switchboard_journal_write_errors_total",
-                "Failed inbox journal writes since start.",
-                inbox.journal_errors as f64,
-            ),
-            (
-                "switchboard_duplicates_total",
-                "Messages acknowledged as a repeat of a recent source id and not stored again.",
-                inbox.duplicates as f64,
-            ),
-        ];
-        let gauges = [
-            (
-                "switchboard_ring_depth",
-                "Messages held in the in-memory ring.",
-                inbox.ring_depth as f64,
-            ),
-            (
-                "switchboard_last_seq",
-                "Highest committed message seq.",
-                inbox.last_seq as f64,
-            ),
-            (
-                "switchboard_journal_failing",
-                "1 while inbox journal writes fail, else 0.",
-                f64::from(u8::from(inbox.journal_status.starts_with("failing"))),
-            ),
-            (
-                "switchboard_queue_nudges",
-                "Nudges no consumer has seen yet.",
-                delivery.nudges_undelivered as f64,
-            ),
-            (
-                "switchboard_queue_pending_confirms",
-                "Confirms waiting for an answer.",
-                delivery.pending_confirms as f64,
-            ),
-            (
-                "switchboard_queue_work",
-                "Auto prompts and approved confirms waiting for the agent.",
-                delivery.queued_work as f64,
-            ),
-            (
-                "switchboard_queue_claimed_work",
-                "Work claimed by a wait whose result is not yet sent.",
-                delivery.claimed_work as f64,
-            ),
-            (
-                "switchboard_sessions",
-                "MCP sessions connected now.",
-                delivery.sessions as f64,
-            ),
-            (
-                "switchboard_exec_running",
-                "Exec runs in flight.",
-                delivery.exec_running as f64,
-            ),
-            (
-                "switchboard_exec_queued",
-                "Exec work waiting for a slot.",
-                delivery.exec_queued as f64,
-            ),
-        ];
-        self.render_with(&delivery.counters, &counters, &gauges)
-    }
-
-    /// Prometheus text exposition of the counters, followed by `counters` and `gauges` read
-    /// from the running parts (journal write errors, duplicates; ring and queue depths).
-    /// `lifecycle` are the action lifecycle's own counters (drops, transitions), read as they
-    /// are so that `/metrics` and `inbox_stats` never disagree.
-    pub fn render_with(
-        &self,
-        lifecycle: &crate::actions::lifecycle::Counters,
-        counters: &[Reading],
-        gauges: &[Reading],
-    ) -> String {
-        let mut out = String::new();
-        family(
-            &mut out,
+    ) {
+        let c = out.counter(
             "switchboard_messages_ingested_total",
-            "counter",
             "Messages accepted, by source.",
         );
         for (source, n) in self.ingested.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "switchboard_messages_ingested_total{{source=\"{}\"}} {n}",
-                escape(source)
-            );
+            c.with(&[("source", source)], count(*n));
         }
-        family(
-            &mut out,
+        let c = out.counter(
             "switchboard_actions_total",
-            "counter",
             "Actions fired, by rule and mode.",
         );
         for ((rule, mode), n) in self.actions.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "switchboard_actions_total{{rule=\"{}\",mode=\"{mode}\"}} {n}",
-                escape(rule)
-            );
+            c.with(&[("rule", rule), ("mode", mode.as_str())], count(*n));
         }
-        family(
-            &mut out,
+        let c = out.counter(
             "switchboard_suppressed_total",
-            "counter",
             "Matching rules that did not fire, by reason.",
         );
         for ((rule, reason), n) in self.suppressed.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "switchboard_suppressed_total{{rule=\"{}\",reason=\"{}\"}} {n}",
-                escape(rule),
-                reason.as_str()
-            );
+            c.with(&[("rule", rule), ("reason", reason.as_str())], count(*n));
         }
-        family(
-            &mut out,
+        let lifecycle = &delivery.counters;
+        let c = out.counter(
             "switchboard_actions_dropped_total",
-            "counter",
             "Actions refused by a full queue, by mode.",
         );
         for (mode, n) in &lifecycle.dropped {
-            let _ = writeln!(
-                out,
-                "switchboard_actions_dropped_total{{mode=\"{mode}\"}} {n}"
-            );
+            c.with(&[("mode", mode.as_str())], count(*n));
         }
-        family(
-            &mut out,
+        let c = out.counter(
             "switchboard_action_transitions_total",
-            "counter",
             "Action lifecycle transitions, by the state entered.",
         );
-        let transitions = [
+        for (state, n) in [
             ("claimed", lifecycle.claimed),
             ("delivered", lifecycle.delivered),
             ("released", lifecycle.released),
@@ -325,134 +405,145 @@ impl Metrics {
             ("succeeded", lifecycle.succeeded),
             ("failed", lifecycle.failed),
             ("cancelled", lifecycle.cancelled),
-        ];
-        for (state, n) in transitions {
-            let _ = writeln!(
-                out,
-                "switchboard_action_transitions_total{{state=\"{state}\"}} {n}"
-            );
+        ] {
+            c.with(&[("state", state)], count(n));
         }
-        family(
-            &mut out,
+        let c = out.counter(
             "switchboard_exec_failures_total",
-            "counter",
             "Exec runs that did not succeed, by kind.",
         );
         for kind in crate::actions::ExecFailure::ALL {
             let n = lifecycle.exec_failures.get(&kind).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "switchboard_exec_failures_total{{kind=\"{kind}\"}} {n}"
-            );
+            c.with(&[("kind", kind.as_str())], count(n));
         }
-        family(
-            &mut out,
+        out.gauge(
             "switchboard_wait_calls_in_flight",
-            "gauge",
             "wait_for_inbound_message calls waiting now.",
-        );
-        let _ = writeln!(
-            out,
-            "switchboard_wait_calls_in_flight {}",
-            self.wait_calls_in_flight.load(Ordering::Relaxed)
-        );
-        family(
-            &mut out,
+        )
+        .value(count(self.wait_calls_in_flight.load(Ordering::Relaxed)));
+        let c = out.counter(
             "switchboard_rule_reloads_total",
-            "counter",
             "Rules reloads since start (SIGHUP, `rules reload`, file watcher), by result.",
         );
         for result in ReloadResult::ALL {
-            let _ = writeln!(
-                out,
-                "switchboard_rule_reloads_total{{result=\"{}\"}} {}",
-                result.as_str(),
-                self.rule_reloads(result)
+            c.with(
+                &[("result", result.as_str())],
+                count(self.rule_reloads(result)),
             );
         }
-        for (readings, kind) in [(counters, "counter"), (gauges, "gauge")] {
-            for (name, help, value) in readings {
-                family(&mut out, name, kind, help);
-                let _ = writeln!(out, "{name} {value}");
-            }
+        out.counter(
+            "switchboard_journal_write_errors_total",
+            "Failed inbox journal writes since start.",
+        )
+        .value(count(inbox.journal_errors));
+        out.counter(
+            "switchboard_duplicates_total",
+            "Messages acknowledged as a repeat of a recent source id and not stored again.",
+        )
+        .value(count(inbox.duplicates));
+        let gauges = [
+            (
+                "switchboard_ring_depth",
+                "Messages held in the in-memory ring.",
+                inbox.ring_depth as u64,
+            ),
+            (
+                "switchboard_last_seq",
+                "Highest committed message seq.",
+                inbox.last_seq,
+            ),
+            (
+                "switchboard_journal_failing",
+                "1 while inbox journal writes fail, else 0.",
+                u64::from(inbox.journal_status.starts_with("failing")),
+            ),
+            (
+                "switchboard_queue_nudges",
+                "Nudges no consumer has seen yet.",
+                delivery.nudges_undelivered as u64,
+            ),
+            (
+                "switchboard_queue_pending_confirms",
+                "Confirms waiting for an answer.",
+                delivery.pending_confirms as u64,
+            ),
+            (
+                "switchboard_queue_work",
+                "Auto prompts and approved confirms waiting for the agent.",
+                delivery.queued_work as u64,
+            ),
+            (
+                "switchboard_queue_claimed_work",
+                "Work claimed by a wait whose result is not yet sent.",
+                delivery.claimed_work as u64,
+            ),
+            (
+                "switchboard_sessions",
+                "MCP sessions connected now.",
+                delivery.sessions as u64,
+            ),
+            (
+                "switchboard_exec_running",
+                "Exec runs in flight.",
+                delivery.exec_running as u64,
+            ),
+            (
+                "switchboard_exec_queued",
+                "Exec work waiting for a slot.",
+                delivery.exec_queued as u64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            out.gauge(name, help).value(count(value));
         }
-        out
     }
 }
 
 /// The stop hooks' part of `/metrics`: stops by host and outcome (`delivered` is work handed
 /// over by a hook), and whether on-duty mode is on.
-pub fn render_hooks(hooks: &crate::actions::duty::HookStats) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
+pub fn scrape_hooks(out: &mut Scrape, hooks: &crate::actions::duty::HookStats) {
+    let c = out.counter(
         "switchboard_hook_stops_total",
-        "counter",
         "Agent stops seen by the stop hooks, by host and outcome (delivered = work handed over).",
     );
     for (host, outcomes) in &hooks.stops {
         for (outcome, n) in outcomes {
-            let _ = writeln!(
-                out,
-                "switchboard_hook_stops_total{{host=\"{}\",outcome=\"{}\"}} {n}",
-                escape(host),
-                escape(outcome)
-            );
+            c.with(&[("host", host), ("outcome", outcome)], count(*n));
         }
     }
-    family(
-        &mut out,
+    out.gauge(
         "switchboard_on_duty",
-        "gauge",
         "1 while on-duty mode keeps agents with nothing queued listening, else 0.",
-    );
-    let _ = writeln!(out, "switchboard_on_duty {}", u8::from(hooks.duty.on));
-    out
+    )
+    .value(count(u64::from(hooks.duty.on)));
 }
 
-/// The `# HELP` and `# TYPE` lines that open a metric family.
 /// `switchboard_regex_budget_total`: searches of each rule's content or resolve regex that its
 /// budget stopped (see [`crate::rules::ContentRegex::check`]); the rule did not fire for those
-/// messages.
-/// Counted since the rules loaded.
-pub fn render_regex_budget(rules: &crate::rules::RuleSet) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
+/// messages. Counted since the rules loaded.
+pub fn scrape_regex_budget(out: &mut Scrape, rules: &crate::rules::RuleSet) {
+    let c = out.counter(
         "switchboard_regex_budget_total",
-        "counter",
         "Content regex searches stopped by their budget (the rule did not fire), by rule.",
     );
     for rule in rules.rules() {
         let n = rule.content_regex.as_ref().map_or(0, |re| re.over_budget())
             + rule.resolve.as_ref().map_or(0, |r| r.regex.over_budget());
         if n > 0 {
-            let _ = writeln!(
-                out,
-                "switchboard_regex_budget_total{{rule=\"{}\"}} {n}",
-                escape(&rule.name)
-            );
+            c.with(&[("rule", &rule.name)], count(n));
         }
     }
-    out
-}
-
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// Escapes a Prometheus label value.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn text(f: impl FnOnce(&mut Scrape)) -> String {
+        let mut scrape = Scrape::default();
+        f(&mut scrape);
+        scrape.encode()
+    }
 
     #[test]
     fn hook_stops_render_by_host_and_outcome() {
@@ -463,7 +554,7 @@ mod tests {
             .or_default()
             .insert("delivered".into(), 3);
         hooks.duty.on = true;
-        let text = render_hooks(&hooks);
+        let text = text(|s| scrape_hooks(s, &hooks));
         assert!(
             text.contains(
                 "switchboard_hook_stops_total{host=\"copilot\",outcome=\"delivered\"} 3\n"
@@ -485,24 +576,27 @@ mod tests {
         m.rule_reload(ReloadResult::Ok);
         m.rule_reload(ReloadResult::Invalid);
         m.rule_reload(ReloadResult::Invalid);
-        let lifecycle = crate::actions::lifecycle::Counters {
-            dropped: [(Mode::Auto, 1)].into(),
-            released: 2,
+        let delivery = crate::actions::lifecycle::LifecycleStats {
+            counters: crate::actions::lifecycle::Counters {
+                dropped: [(Mode::Auto, 1)].into(),
+                released: 2,
+                ..Default::default()
+            },
             ..Default::default()
         };
-        let text = m.render_with(
-            &lifecycle,
-            &[(
-                "switchboard_journal_write_errors_total",
-                "Failed writes.",
-                2.0,
-            )],
-            &[("switchboard_ring_depth", "Messages in the ring.", 7.0)],
-        );
+        let inbox = crate::inbox::InboxStats {
+            journal_errors: 2,
+            ring_depth: 7,
+            ..Default::default()
+        };
+        let text = text(|s| m.scrape(s, &inbox, &delivery));
         assert!(text.contains("switchboard_messages_ingested_total{source=\"alertmanager\"} 3\n"));
-        assert!(text.contains(
-            "switchboard_actions_total{rule=\"crit \\\"alerts\\\"\",mode=\"confirm\"} 1\n"
-        ));
+        assert!(
+            text.contains(
+                "switchboard_actions_total{rule=\"crit \\\"alerts\\\"\",mode=\"confirm\"} 1\n"
+            ),
+            "a quote in a label value is escaped: {text}"
+        );
         assert!(text.contains("switchboard_suppressed_total{rule=\"ci\",reason=\"dedup\"} 1\n"));
         assert!(
             text.contains("switchboard_suppressed_total{rule=\"office\",reason=\"inactive\"} 1\n")
@@ -511,10 +605,13 @@ mod tests {
             text.contains("switchboard_suppressed_total{rule=\"office\",reason=\"muted\"} 2\n")
         );
         assert!(text.contains("switchboard_actions_dropped_total{mode=\"auto\"} 1\n"));
-        assert!(text.contains("switchboard_ring_depth 7\n"));
-        assert!(text.contains(
-            "# TYPE switchboard_journal_write_errors_total counter\nswitchboard_journal_write_errors_total 2\n"
-        ));
+        assert!(text.contains("# TYPE switchboard_ring_depth gauge\nswitchboard_ring_depth 7\n"));
+        assert!(
+            text.contains(
+                "# TYPE switchboard_journal_write_errors counter\nswitchboard_journal_write_errors_total 2\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("switchboard_rule_reloads_total{result=\"ok\"} 1\n"));
         assert!(text.contains("switchboard_rule_reloads_total{result=\"invalid\"} 2\n"));
         assert!(
@@ -522,5 +619,33 @@ mod tests {
             "every result is listed, also at zero"
         );
         assert!(text.contains("switchboard_action_transitions_total{state=\"released\"} 2\n"));
+        assert!(
+            text.ends_with("# EOF\n"),
+            "OpenMetrics ends with EOF: {text}"
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped_and_values_print_as_numbers() {
+        let text = text(|s| {
+            s.counter("x_total", "X.")
+                .with(&[("rule", "a\\b\"c\nd")], 1.0);
+            s.gauge("y", "Y.").value(0.25).value(-3.0);
+        });
+        assert!(
+            text.contains("x_total{rule=\"a\\\\b\\\"c\\nd\"} 1\n"),
+            "backslash, quote and line feed escaped: {text}"
+        );
+        assert!(text.contains("y 0.25\n"), "{text}");
+        assert!(text.contains("y -3\n"), "{text}");
+        assert!(text.contains("# HELP x X.\n# TYPE x counter\n"), "{text}");
+    }
+
+    #[test]
+    fn a_scrape_crosses_the_control_socket_as_json() {
+        let mut scrape = Scrape::default();
+        scrape.gauge("g", "G.").with(&[("k", "v")], 2.0);
+        let json = serde_json::to_string(&scrape).unwrap();
+        assert_eq!(serde_json::from_str::<Scrape>(&json).unwrap(), scrape);
     }
 }

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::ops::stats::Stats;
 use super::{ApiError, Ctx, DaemonListeners, Feed, FrontendSettings, Op, PushPolicy};
 use crate::app::{Core, CoreStats};
+use crate::metrics::Scrape;
 
 /// A boxed future, for the object-safe traits of parts.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -62,8 +63,8 @@ pub trait Relay: Send + Sync + 'static {
 /// can say what the lifecycle holds for it (exec's queue).
 pub type StatusFn = Box<dyn Fn(&CoreStats) -> serde_json::Value + Send + Sync>;
 
-/// What a part adds to `/metrics`, as Prometheus text, read when scraped.
-pub type MetricsFn = Box<dyn Fn(&CoreStats) -> String + Send + Sync>;
+/// What a part adds to `/metrics`: its families, read when scraped.
+pub type MetricsFn = Box<dyn Fn(&CoreStats, &mut Scrape) + Send + Sync>;
 
 /// Who the daemon is, for `status`.
 #[derive(Clone, Debug)]
@@ -148,7 +149,7 @@ impl Parts {
     /// What a part adds to `/metrics`.
     pub fn metrics(
         mut self,
-        render: impl Fn(&CoreStats) -> String + Send + Sync + 'static,
+        render: impl Fn(&CoreStats, &mut Scrape) + Send + Sync + 'static,
     ) -> Parts {
         self.metrics.push(Box::new(render));
         self
@@ -286,13 +287,16 @@ impl Local {
     }
 
     /// `/metrics`: the core's counters and gauges, then each part's.
-    pub(in crate::control) fn render_metrics(&self) -> String {
+    pub(in crate::control) fn scrape(&self) -> Scrape {
         let stats = self.core.stats();
-        let mut out = self.core.metrics().render(&stats.inbox, &stats.delivery);
-        out.push_str(&crate::metrics::render_regex_budget(&self.core.rules()));
-        out.push_str(&crate::metrics::render_hooks(&stats.hooks));
+        let mut out = Scrape::default();
+        self.core
+            .metrics()
+            .scrape(&mut out, &stats.inbox, &stats.delivery);
+        crate::metrics::scrape_regex_budget(&mut out, &self.core.rules());
+        crate::metrics::scrape_hooks(&mut out, &stats.hooks);
         for part in &self.parts.metrics {
-            out.push_str(&part(&stats));
+            part(&stats, &mut out);
         }
         out
     }

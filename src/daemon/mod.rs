@@ -205,7 +205,7 @@ pub async fn run(
     })
     .metrics({
         let ups = upstreams.clone();
-        move |_| ups.metrics()
+        move |_, out| ups.metrics(out)
     });
     // A shared stream (the `jetstream` section): appends go there, its consumer stores here.
     let jetstream = match config.jetstream.clone() {
@@ -223,7 +223,7 @@ pub async fn run(
             })
             .metrics({
                 let js = js.clone();
-                move |_| js.metrics()
+                move |_, out| js.metrics(out)
             }),
         None => parts,
     };

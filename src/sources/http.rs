@@ -282,22 +282,20 @@ impl Ingest {
         }
     }
 
-    /// `/metrics`: the daemon's families, then this listener's refusals.
+    /// `/metrics`: the daemon's families, then this listener's refusals, as OpenMetrics text.
     async fn metrics(&self) -> String {
-        use std::fmt::Write;
         let mut out = self.cx.metrics().await;
-        let _ = writeln!(
-            out,
-            "# HELP switchboard_http_rejections_total HTTP ingest requests refused, by error code and status.\n\
-             # TYPE switchboard_http_rejections_total counter"
+        let c = out.counter(
+            "switchboard_http_rejections_total",
+            "HTTP ingest requests refused, by error code and status.",
         );
         for ((code, status), n) in self.rejected.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "switchboard_http_rejections_total{{code=\"{code}\",status=\"{status}\"}} {n}"
+            c.with(
+                &[("code", code), ("status", &status.to_string())],
+                crate::metrics::count(*n),
             );
         }
-        out
+        out.encode()
     }
 
     /// The live settings; rebuilt first when a config reload changed them (one atomic read
@@ -589,13 +587,13 @@ async fn post_github(
     ingest.store(Source::Github, batch).await
 }
 
+/// The content type of the OpenMetrics text exposition (Prometheus asks for it first).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// `GET /metrics`: the counters, and gauges read now.
 async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
     (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-        )],
+        [(header::CONTENT_TYPE, HeaderValue::from_static(OPENMETRICS))],
         ingest.metrics().await,
     )
         .into_response()

@@ -67,8 +67,8 @@ impl SourceContext {
             .await
     }
 
-    /// `/metrics` as Prometheus text (HTTP ingest serves it).
-    pub async fn metrics(&self) -> String {
+    /// Every family of `/metrics`, read now (HTTP ingest adds its own and serves the text).
+    pub async fn metrics(&self) -> crate::metrics::Scrape {
         self.api.call(RenderMetrics {}).await.unwrap_or_default()
     }
 

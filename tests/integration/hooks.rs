@@ -262,13 +262,19 @@ fn queued_work_is_the_next_turn(host: Host) {
         1,
         "{stats}"
     );
+    // The `metrics` operation answers the families as data; `/metrics` encodes them.
     let metrics = control(rig.home(), json!({"op": "metrics"}));
-    let line = format!(
-        "switchboard_hook_stops_total{{host=\"{}\",outcome=\"delivered\"}} 1\n",
-        host.name()
-    );
+    let stops = metrics["result"]["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "switchboard_hook_stops_total")
+        .unwrap_or_else(|| panic!("no hook stops family: {metrics}"));
     assert!(
-        metrics["result"].as_str().unwrap().contains(&line),
+        stops["samples"].as_array().unwrap().contains(&json!({
+            "labels": [["host", host.name()], ["outcome", "delivered"]],
+            "value": 1.0
+        })),
         "{metrics}"
     );
 }

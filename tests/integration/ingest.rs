@@ -580,3 +580,99 @@ fn alertmanager_delivers_firing_and_resolved_alerts_end_to_end() {
     let stats: Value = serde_json::from_slice(&sb.cli(&["stats", "--json"]).stdout).unwrap();
     assert_eq!(stats["delivery"]["counters"]["resolved"], 1);
 }
+
+/// Debian's Python, where apt-get installs `python3-prometheus-client`.
+const DEBIAN_PYTHON: &str = "/usr/bin/python3";
+
+/// `/metrics` parsed by a real OpenMetrics parser (the Prometheus project's Python client, from
+/// Debian): every family is valid, and a rule whose name has a quote, a backslash and a line
+/// feed comes back as that name, so one odd rule name cannot make a scrape unparseable.
+#[test]
+fn metrics_parse_as_openmetrics_even_with_a_quote_in_a_rule_name() {
+    if !python_module("prometheus_client") {
+        if on_path("apt-get").is_none() {
+            eprintln!("SKIPPED: python3-prometheus-client is missing and there is no apt-get");
+            return;
+        }
+        apt_install(&["python3-prometheus-client"]);
+    }
+    let mut sb = Switchboard::new();
+    let rule = "crit \"alerts\" \\ x";
+    sb.write(
+        "triggers.json",
+        &json!({"rules": [{"name": rule, "channel": "*", "mode": "notify"}]}).to_string(),
+    );
+    sb.spawn();
+    let r = post(
+        &sb,
+        "/v1/messages",
+        br#"{"server":"s","channel":"c","content":"x"}"#,
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let scrape = || {
+        http_request(
+            ingest(&sb),
+            "GET",
+            "/metrics",
+            &[("Authorization", &format!("Bearer {}", sb.token()))],
+            b"",
+        )
+    };
+    let body = eventually(Duration::from_secs(10), "the rule fired", || {
+        let reply = scrape();
+        reply
+            .body
+            .contains("switchboard_actions_total{rule=")
+            .then_some(reply.body)
+    });
+    let parsed = Command::new(DEBIAN_PYTHON)
+        .args([
+            "-c",
+            "import json, sys\n\
+             from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+             out = {}\n\
+             for f in text_string_to_metric_families(sys.stdin.read()):\n\
+             \x20   for s in f.samples:\n\
+             \x20       out.setdefault(f.name + ' ' + f.type, []).append([s.name, s.labels, s.value])\n\
+             print(json.dumps(out))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(body.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("run python3");
+    assert!(
+        parsed.status.success(),
+        "the OpenMetrics parser refused /metrics: {}\n{body}",
+        stderr(&parsed)
+    );
+    let families: Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    assert_eq!(
+        families["switchboard_actions counter"],
+        json!([["switchboard_actions_total", {"rule": rule, "mode": "notify"}, 1]]),
+        "{families:#}"
+    );
+    assert_eq!(
+        families["switchboard_messages_ingested counter"],
+        json!([["switchboard_messages_ingested_total", {"source": "http"}, 1]])
+    );
+    assert_eq!(
+        families["switchboard_ring_depth gauge"],
+        json!([["switchboard_ring_depth", {}, 1]])
+    );
+}
+
+/// Whether Debian's Python can import `module`.
+fn python_module(module: &str) -> bool {
+    Command::new(DEBIAN_PYTHON)
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

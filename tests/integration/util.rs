@@ -646,10 +646,26 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
 
 /// Installs Debian `packages` with apt-get (`update`, then `install --no-install-recommends`), as
 /// the tests that need a real Alertmanager, Chromium or nats-server do; fails the test when
-/// apt-get does.
+/// apt-get does. The tests of this binary call it one at a time; beside another apt-get on the
+/// machine it waits for dpkg's lock instead of failing.
 pub fn apt_install(packages: &[&str]) {
-    let install = [&["install", "-y", "--no-install-recommends"][..], packages].concat();
-    for args in [&["update"][..], &install[..]] {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let install = [
+        &[
+            "-o",
+            "DPkg::Lock::Timeout=300",
+            "install",
+            "-y",
+            "--no-install-recommends",
+        ][..],
+        packages,
+    ]
+    .concat();
+    for args in [
+        &["-o", "DPkg::Lock::Timeout=300", "update"][..],
+        &install[..],
+    ] {
         let out = Command::new("apt-get")
             .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")

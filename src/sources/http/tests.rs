@@ -954,7 +954,7 @@ async fn metrics_show_ingest_actions_rejections_and_queue_depths() {
         assert_eq!(r.status, StatusCode::OK);
         assert_eq!(
             r.header("content-type"),
-            Some("text/plain; version=0.0.4; charset=utf-8")
+            Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
         );
         if r.text
             .contains("switchboard_actions_total{rule=\"default\",mode=\"notify\"} 1\n")
@@ -975,9 +975,10 @@ async fn metrics_show_ingest_actions_rejections_and_queue_depths() {
         "switchboard_journal_write_errors_total 0\n",
         "switchboard_journal_failing 0\n",
         "switchboard_wait_calls_in_flight 0\n",
-        "# TYPE switchboard_actions_dropped_total counter\n",
-        "# TYPE switchboard_suppressed_total counter\n",
+        "# TYPE switchboard_actions_dropped counter\n",
+        "# TYPE switchboard_suppressed counter\n",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
+    assert!(text.ends_with("# EOF\n"), "{text}");
 }

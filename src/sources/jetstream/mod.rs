@@ -337,13 +337,15 @@ impl JetStream {
     }
 
     /// What it adds to `/metrics`.
-    pub fn metrics(&self) -> String {
+    pub fn metrics(&self, out: &mut crate::metrics::Scrape) {
         let st = self.state();
-        let mut out = String::new();
         let mut line = |name: &str, kind: &str, help: &str, v: f64| {
-            out.push_str(&format!(
-                "# HELP switchboard_jetstream_{name} {help}\n# TYPE switchboard_jetstream_{name} {kind}\nswitchboard_jetstream_{name} {v}\n"
-            ));
+            let name = format!("switchboard_jetstream_{name}");
+            match kind {
+                "counter" => out.counter(&name, help),
+                _ => out.gauge(&name, help),
+            }
+            .value(v);
         };
         line(
             "connected",
@@ -399,7 +401,6 @@ impl JetStream {
             "Other instances heard on the heartbeat subject within three heartbeats.",
             st.instances.len() as f64,
         );
-        out
     }
 }
 

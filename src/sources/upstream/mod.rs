@@ -346,13 +346,11 @@ impl Upstreams {
         self.inner.changed.subscribe()
     }
 
-    /// Prometheus text for every upstream (appended to `/metrics`).
-    pub fn metrics(&self) -> String {
-        use std::fmt::Write;
+    /// Every upstream's families of `/metrics`.
+    pub fn metrics(&self, out: &mut crate::metrics::Scrape) {
         let states = self.states();
-        let mut out = String::new();
         if states.is_empty() {
-            return out;
+            return;
         }
         let families: [Family; 9] = [
             (
@@ -416,12 +414,14 @@ impl Upstreams {
             ),
         ];
         for (name, kind, help, value) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            let family = match kind {
+                "counter" => out.counter(name, help),
+                _ => out.gauge(name, help),
+            };
             for s in &states {
-                let _ = writeln!(out, "{name}{{upstream=\"{}\"}} {}", s.name, value(s));
+                family.with(&[("upstream", &s.name)], value(s));
             }
         }
-        out
     }
 
     /// Rebuilds the exported table from every entry's tools; tells sessions when it changed.
