@@ -323,3 +323,53 @@ fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
     );
     assert!(text.ends_with("no pending confirms\n"), "{text}");
 }
+
+/// Elicitation forms through the official Python SDK (`mcp` 2.3.0) as the client, with an
+/// elicitation callback, over stdio: approve (the prompt reaches the next wait, `via:
+/// elicitation` in `pending --closed` and actions.jsonl), deny, decline and cancel (left
+/// pending), no form for a rule whose `approveVia` leaves it out, an answer from the CLI while
+/// the form is open and an expiry while it is open (the form is cancelled both times). The
+/// checks are in `tests/python/elicitation.py`; this runs it in the Python SDK tests' venv.
+#[test]
+fn elicitation_forms_through_the_python_sdk_over_stdio() {
+    let python = match super::python_sdk::python() {
+        Ok(Some(p)) => p,
+        Ok(None) => return,
+        Err(e) => panic!("Python SDK setup failed: {e}"),
+    };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/elicitation.py");
+    let run = run_limited(
+        std::process::Command::new(&python)
+            .arg(&script)
+            .arg("--bin")
+            .arg(bin())
+            .args(["--transport", "stdio"])
+            .env("PYTHONUNBUFFERED", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+        Duration::from_secs(120),
+    );
+    let report = format!(
+        "{}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        script.display(),
+        run.describe(),
+        run.stdout,
+        run.stderr
+    );
+    assert!(run.status.is_some_and(|s| s.success()), "{report}");
+    assert!(
+        !run.leftovers,
+        "processes of the run outlived it (killed now)\n{report}"
+    );
+    for check in [
+        "approved in the form",
+        "denied in the form",
+        "decline in the form",
+        "cancel in the form",
+        "puts no form",
+        "answered at the CLI while the form was open",
+        "expired while the form was open",
+    ] {
+        assert!(run.stderr.contains(check), "{check}\n{report}");
+    }
+}
