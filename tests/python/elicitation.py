@@ -5,6 +5,7 @@
 Run by `cargo test` (tests/integration/approvals.rs) in the venv of the Python SDK tests, or:
 
     python tests/python/elicitation.py --bin target/debug/switchboard --transport stdio
+    python tests/python/elicitation.py --bin target/debug/switchboard --transport http
 
 One home, one client session (`claude-code`) that keeps a `wait_for_inbound_message` in flight
 as an agent does. Checks, each reported on stderr:
@@ -18,7 +19,8 @@ as an agent does. Checks, each reported on stderr:
 - a rule whose `approveVia` leaves out `elicitation`: no form;
 - an answer from the CLI while the form is open: the form is cancelled
   (`notifications/cancelled`), the CLI's answer stands;
-- expiry while the form is open: the form is cancelled, the confirm ends expired.
+- expiry while the form is open: the form is cancelled, the confirm ends expired;
+- over HTTP: every form rode the stream of the wait it relates to (rmcp logs when it cannot).
 
 Exit status 0 when every check passed, 1 (with the reason on stderr) otherwise.
 """
@@ -39,7 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx2
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, ElicitResult, Implementation
 
 ARRIVAL_S = 10.0
@@ -145,6 +149,11 @@ class Home:
     bin: Path
     dir: Path
 
+    @property
+    def log(self) -> Path:
+        """The server's log (its stderr)."""
+        return self.dir / "server.log"
+
     def cli(self, *args: str) -> str:
         out = subprocess.run(
             [str(self.bin), "--home", str(self.dir), *args],
@@ -175,7 +184,7 @@ class Home:
 
     def log_lines(self, needle: str) -> str:
         """The lines of the stdio server's log that contain `needle`."""
-        text = (self.dir / "serve.log").read_text(errors="replace")
+        text = self.log.read_text(errors="replace")
         return "\n".join(line for line in text.splitlines() if needle in line)
 
     def journal(self, id: int) -> list[dict[str, Any]]:
@@ -225,12 +234,36 @@ async def confirm_with_form(client: Client, user: User, home: Home, channel: str
     return id, form
 
 
-async def run(bin: Path) -> None:
+async def run(bin: Path, transport: str) -> None:
     with tempfile.TemporaryDirectory(prefix="sb-elicit-") as tmp:
         home = Home(bin=bin, dir=Path(tmp))
         (home.dir / "triggers.json").write_text(json.dumps(RULES))
         user = User()
-        errlog = open(home.dir / "serve.log", "w")
+        if transport == "http":
+            # The HTTP server of the SDK end-to-end test: `serve --no-stdio --http 127.0.0.1:0`.
+            from mcp_sdk_e2e import http_server
+
+            async with http_server(home) as url:
+                token = (home.dir / "token").read_text().strip()
+                http = httpx2.AsyncClient(
+                    timeout=httpx2.Timeout(30, read=300), headers={"Authorization": f"Bearer {token}"}
+                )
+                async with http:
+                    client = Client(
+                        streamable_http_client(url, http_client=http),
+                        client_info=Implementation(name="claude-code", version="1.0.0"),
+                        elicitation_callback=user.callback,
+                        read_timeout_seconds=60,
+                    )
+                    async with client:
+                        await scenarios(client, user, home)
+            # rmcp says so when a request it should send on its originating request's stream
+            # cannot be (the wait had ended): every form rode its wait's stream.
+            fallback = home.log_lines("falling back to standalone stream")
+            check(not fallback, f"a form did not ride its wait's stream: {fallback}")
+            passed("every form was sent on the stream of the wait it relates to")
+            return
+        errlog = open(home.log, "w")
         params = StdioServerParameters(
             command=str(bin), args=["--home", str(home.dir), "serve", "--no-listen"], env=SERVER_ENV
         )
@@ -347,10 +380,10 @@ async def eventually(get: Any, what: str) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True, type=Path)
-    parser.add_argument("--transport", default="stdio", choices=["stdio"])
+    parser.add_argument("--transport", default="stdio", choices=["stdio", "http"])
     args = parser.parse_args()
     try:
-        asyncio.run(asyncio.wait_for(run(args.bin.resolve()), TOTAL_S))
+        asyncio.run(asyncio.wait_for(run(args.bin.resolve(), args.transport), TOTAL_S))
     except CheckFailed as e:
         print(f"FAIL {e}", file=sys.stderr, flush=True)
         return 1

@@ -810,7 +810,10 @@ async fn one_session_at_a_time_asks_a_confirm_in_a_form_and_a_late_form_answer_i
     assert!(lc.elicit(1, a, true), "the first session to ask gets it");
     assert!(!lc.elicit(1, b, true), "while a asks, b does not");
     assert!(lc.elicit(1, a, true), "asking again is idempotent");
-    assert!(!lc.elicit(2, a, true), "approveVia without elicitation: no form");
+    assert!(
+        !lc.elicit(2, a, true),
+        "approveVia without elicitation: no form"
+    );
     assert!(!lc.elicit(9, a, true), "no such confirm");
 
     // a's form ended (declined): b may ask.

@@ -44,6 +44,9 @@ pub const EXCERPT_CHARS: usize = 400;
 /// to be logged.
 const LATE_ANSWER_GRACE: Duration = Duration::from_secs(30);
 
+/// The longest a wait's result over HTTP waits for its form to go out first.
+const FORM_ON_STREAM: Duration = Duration::from_millis(500);
+
 /// The field of the form, and its two values.
 pub const DECISION: &str = "decision";
 /// Approve: the prompt is queued for the next wait.
@@ -158,12 +161,21 @@ impl Drop for WaitGuard {
 impl WaitGuard {
     /// A wait's result is about to be sent with `items`: the confirms among them that can be
     /// put in a form are, the first now (related to this wait, which is still in flight).
-    pub(super) async fn finish(self, items: &[Item]) {
+    /// Over HTTP, the result waits (briefly) until the form went out on this request's stream:
+    /// rmcp sends the two from separate tasks, and a form routed after the result would fall
+    /// back to the session's standalone stream.
+    pub(super) async fn finish(self, items: &[Item], http: Option<&super::http::RequestGuard>) {
         if !enabled(&self.server, &self.peer()) {
             return;
         }
         self.server.forms.state.lock().unwrap().offer(items);
-        pump(&self.server).await;
+        let before = http.map(|g| g.forms_carried());
+        if pump(&self.server).await
+            && let (Some(guard), Some(before)) = (http, before)
+            && !guard.forms_sent(before + 1, FORM_ON_STREAM).await
+        {
+            tracing::debug!("elicitation: the form was not seen on the wait's stream in time");
+        }
     }
 
     fn peer(&self) -> Option<Peer<RoleServer>> {
@@ -217,14 +229,15 @@ fn enabled(server: &McpServer, peer: &Option<Peer<RoleServer>>) -> bool {
         })
 }
 
-/// Sends the next form, if one waits and none is open, in relation to the wait in flight.
-async fn pump(server: &McpServer) {
+/// Sends the next form, if one waits and none is open, in relation to the wait in flight;
+/// whether one was sent.
+async fn pump(server: &McpServer) -> bool {
     loop {
         let (id, wait) = {
             let mut s = server.forms.state.lock().unwrap();
             let waiting = s.wait.is_some();
             match s.next(Utc::now(), waiting) {
-                Next::Nothing => return,
+                Next::Nothing => return false,
                 Next::Ask(id) => (id, s.wait.clone().expect("next needs a wait")),
             }
         };
@@ -262,7 +275,7 @@ async fn pump(server: &McpServer) {
                 let server = server.clone();
                 let tasks = server.tasks.clone();
                 tasks.spawn(follow(server, wait, item, handle, events));
-                return;
+                return true;
             }
             Err(e) => {
                 tracing::warn!(

@@ -844,7 +844,8 @@ async fn wait(
     }
     drop(cancel);
     server.hold(&context, claims_of(&reply.items));
-    forms.finish(&reply.items).await;
+    let http = super::http::request_guard(&context.extensions);
+    forms.finish(&reply.items, http.as_deref()).await;
     Ok(WaitResult {
         items: reply.items.iter().map(ItemView::from).collect(),
         cursor: reply.cursor,
