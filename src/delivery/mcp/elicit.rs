@@ -708,4 +708,17 @@ mod tests {
         s.closed(6);
         assert_eq!(s.next(now, true), Next::Ask(7));
     }
+
+    #[test]
+    fn forms_are_on_by_default_and_mcp_elicitation_false_turns_them_off() {
+        let on: super::super::McpSettings = serde_json::from_value(json!({})).unwrap();
+        assert!(on.elicitation);
+        let off: super::super::McpSettings =
+            serde_json::from_value(json!({"elicitation": false})).unwrap();
+        assert!(!off.elicitation);
+        // A daemon older than the setting says nothing: its front ends keep forms on.
+        let older: crate::control::wire::FrontendSettings =
+            serde_json::from_value(json!({"max_wait_s": 55, "claude_channel": "auto"})).unwrap();
+        assert!(older.elicitation);
+    }
 }
