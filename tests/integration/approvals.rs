@@ -332,35 +332,9 @@ fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
 /// the stream of the wait it relates to. The checks are in `tests/python/elicitation.py`; this
 /// runs it in the Python SDK tests' venv.
 fn elicitation_through_the_python_sdk(transport: &str) {
-    let python = match super::python_sdk::python() {
-        Ok(Some(p)) => p,
-        Ok(None) => return,
-        Err(e) => panic!("Python SDK setup failed: {e}"),
+    let Some(stderr) = super::python_sdk::run_sdk_script("elicitation.py", transport) else {
+        return;
     };
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/elicitation.py");
-    let run = run_limited(
-        std::process::Command::new(&python)
-            .arg(&script)
-            .arg("--bin")
-            .arg(bin())
-            .args(["--transport", transport])
-            .env("PYTHONUNBUFFERED", "1")
-            .env("PYTHONDONTWRITEBYTECODE", "1"),
-        Duration::from_secs(120),
-    );
-    let report = format!(
-        "{} --transport {transport}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        script.display(),
-        run.describe(),
-        run.stdout,
-        run.stderr
-    );
-    assert!(run.status.is_some_and(|s| s.success()), "{report}");
-    assert!(
-        !run.leftovers,
-        "processes of the run outlived it (killed now)\n{report}"
-    );
     let mut checks = vec![
         "approved in the form",
         "denied in the form",
@@ -374,7 +348,7 @@ fn elicitation_through_the_python_sdk(transport: &str) {
         checks.push("every form was sent on the stream of the wait it relates to");
     }
     for check in checks {
-        assert!(run.stderr.contains(check), "{check}\n{report}");
+        assert!(stderr.contains(check), "{check}\n{stderr}");
     }
 }
 

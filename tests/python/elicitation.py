@@ -36,15 +36,17 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx2
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, ElicitResult, Implementation
+
+# The checks' helpers and the HTTP server of the SDK end-to-end test, beside this script.
+from mcp_sdk_e2e import CheckFailed, check, http_server, passed, within
 
 ARRIVAL_S = 10.0
 TOTAL_S = 100.0
@@ -78,28 +80,6 @@ RULES = {
         },
     ]
 }
-
-T = TypeVar("T")
-
-
-class CheckFailed(Exception):
-    """An assertion about the server's behaviour did not hold."""
-
-
-def check(condition: Any, what: str) -> None:
-    if not condition:
-        raise CheckFailed(what)
-
-
-def passed(what: str) -> None:
-    print(f"ok   {what}", file=sys.stderr, flush=True)
-
-
-async def within(seconds: float, awaitable: Awaitable[T], what: str) -> T:
-    try:
-        return await asyncio.wait_for(awaitable, seconds)
-    except TimeoutError:
-        raise CheckFailed(f"timed out after {seconds:g} s: {what}") from None
 
 
 @dataclass
@@ -240,9 +220,7 @@ async def run(bin: Path, transport: str) -> None:
         (home.dir / "triggers.json").write_text(json.dumps(RULES))
         user = User()
         if transport == "http":
-            # The HTTP server of the SDK end-to-end test: `serve --no-stdio --http 127.0.0.1:0`.
-            from mcp_sdk_e2e import http_server
-
+            # `serve --no-stdio --no-listen --http 127.0.0.1:0`, stopped with SIGTERM.
             async with http_server(home) as url:
                 token = (home.dir / "token").read_text().strip()
                 http = httpx2.AsyncClient(
