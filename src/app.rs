@@ -587,6 +587,12 @@ impl Core {
         self.lifecycle.push_by(id, session)
     }
 
+    /// Whether session `session` may put confirm `id` to its user in an elicitation form
+    /// (`ask`), or that it stopped asking.
+    pub fn elicit(&self, id: ActionId, session: u64, ask: bool) -> bool {
+        self.lifecycle.elicit(id, session, ask)
+    }
+
     /// Settles claims: delivered once the result carrying them was sent, else released with
     /// `why` to the front of the queue.
     pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {

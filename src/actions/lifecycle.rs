@@ -404,6 +404,21 @@ impl Lifecycle {
         self.lock().work.push_by(id, session)
     }
 
+    /// Whether `session` may put pending confirm `id` to its user in an elicitation form
+    /// (`ask`), or that it stopped asking (`!ask`, always true): one session asks a confirm
+    /// at a time, and only when the rule's `approveVia` takes `elicitation`.
+    pub fn elicit(&self, id: ActionId, session: SessionId, ask: bool) -> bool {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        if !ask {
+            s.confirms.unask(id, session);
+            return true;
+        }
+        let sessions = &s.sessions;
+        s.confirms
+            .ask(id, session, |other| sessions.consumer_of(other).is_some())
+    }
+
     /// Settles claims: `delivered` once the result carrying them was sent, else they go back
     /// to the front of the queue (`released`) for the next session.
     pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {

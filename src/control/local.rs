@@ -180,6 +180,7 @@ impl Local {
             Parts::new(FrontendSettings {
                 max_wait_s,
                 claude_channel: PushPolicy::Auto,
+                elicitation: true,
             }),
         )
     }

@@ -142,6 +142,15 @@ pub struct FrontendSettings {
     pub max_wait_s: u64,
     /// When to send `notifications/claude/channel`.
     pub claude_channel: PushPolicy,
+    /// Whether confirms are put to users in elicitation forms (`mcp.elicitation`); absent
+    /// from an older daemon: on.
+    #[serde(default = "elicitation_on")]
+    pub elicitation: bool,
+}
+
+/// `elicitation` when a daemon's settings do not say.
+fn elicitation_on() -> bool {
+    true
 }
 
 /// When to send the Claude Code channel push.

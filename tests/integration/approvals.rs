@@ -323,3 +323,41 @@ fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
     );
     assert!(text.ends_with("no pending confirms\n"), "{text}");
 }
+
+/// Elicitation forms through the official Python SDK (`mcp` 2.3.0) as the client, with an
+/// elicitation callback: approve (the prompt reaches the next wait, `via: elicitation` in
+/// `pending --closed` and actions.jsonl), deny, decline and cancel (left pending), no form for
+/// a rule whose `approveVia` leaves it out, an answer from the CLI while the form is open and
+/// an expiry while it is open (the form is cancelled both times); over HTTP, every form rides
+/// the stream of the wait it relates to. The checks are in `tests/python/elicitation.py`; this
+/// runs it in the Python SDK tests' venv.
+fn elicitation_through_the_python_sdk(transport: &str) {
+    let Some(stderr) = super::python_sdk::run_sdk_script("elicitation.py", transport) else {
+        return;
+    };
+    let mut checks = vec![
+        "approved in the form",
+        "denied in the form",
+        "decline in the form leaves it pending",
+        "cancel in the form leaves it pending",
+        "puts no form",
+        "answered at the CLI while the form was open",
+        "expired while the form was open",
+    ];
+    if transport == "http" {
+        checks.push("every form was sent on the stream of the wait it relates to");
+    }
+    for check in checks {
+        assert!(stderr.contains(check), "{check}\n{stderr}");
+    }
+}
+
+#[test]
+fn elicitation_forms_through_the_python_sdk_over_stdio() {
+    elicitation_through_the_python_sdk("stdio");
+}
+
+#[test]
+fn elicitation_forms_through_the_python_sdk_over_http() {
+    elicitation_through_the_python_sdk("http");
+}

@@ -144,14 +144,18 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Runs the SDK script over `transport` and asserts that every check passed.
-fn sdk_end_to_end(transport: &str) {
+/// Runs `tests/python/SCRIPT --bin BIN --transport TRANSPORT` in the SDK's venv and asserts
+/// that it passed and left no process behind; its stderr (every check it reports), or `None`
+/// when the tests skip (no `python3` outside CI).
+pub(super) fn run_sdk_script(script: &str, transport: &str) -> Option<String> {
     let python = match python() {
         Ok(Some(p)) => p,
-        Ok(None) => return,
+        Ok(None) => return None,
         Err(e) => panic!("Python SDK setup failed: {e}"),
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_sdk_e2e.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
     let run = run_limited(
         Command::new(&python)
             .arg(&script)
@@ -180,6 +184,12 @@ fn sdk_end_to_end(transport: &str) {
         "{report}"
     );
     eprintln!("{report}");
+    Some(run.stderr)
+}
+
+/// Runs the SDK script over `transport` and asserts that every check passed.
+fn sdk_end_to_end(transport: &str) {
+    run_sdk_script("mcp_sdk_e2e.py", transport);
 }
 
 #[test]

@@ -104,6 +104,9 @@ pub(super) struct Confirms {
     closed: HashMap<ActionId, ClosedConfirm>,
     /// The remembered ids, oldest first.
     closed_order: VecDeque<ActionId>,
+    /// Which session's user is being asked each pending confirm in an elicitation form: one
+    /// session at a time per confirm (see [`Confirms::ask`]).
+    asked: HashMap<ActionId, u64>,
 }
 
 impl Confirms {
@@ -149,6 +152,7 @@ impl Confirms {
         how: impl FnOnce(&mut ClosedConfirm),
     ) -> Option<Item> {
         let item = self.pending.remove(&id)?;
+        self.asked.remove(&id);
         let mut closed = ClosedConfirm {
             id,
             rule: item.rule.clone(),
@@ -168,6 +172,33 @@ impl Confirms {
             }
         }
         Some(item)
+    }
+
+    /// Lets `session` put pending confirm `id` to its user in an elicitation form: true when
+    /// the confirm is pending, takes answers via `elicitation`, and no other session is
+    /// asking it (a session that `live` says has ended does not count). The session asks
+    /// until [`Confirms::unask`] or the confirm closes.
+    pub(super) fn ask(&mut self, id: ActionId, session: u64, live: impl Fn(u64) -> bool) -> bool {
+        let Some(item) = self.pending.get(&id) else {
+            return false;
+        };
+        if !item.allows(Via::Elicitation) {
+            return false;
+        }
+        match self.asked.get(&id) {
+            Some(&other) if other != session && live(other) => false,
+            _ => {
+                self.asked.insert(id, session);
+                true
+            }
+        }
+    }
+
+    /// `session` no longer asks confirm `id` (its form was answered, declined or dropped).
+    pub(super) fn unask(&mut self, id: ActionId, session: u64) {
+        if self.asked.get(&id) == Some(&session) {
+            self.asked.remove(&id);
+        }
     }
 
     /// Why an answer to `id`, which is not pending, is refused.

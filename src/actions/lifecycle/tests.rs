@@ -792,3 +792,44 @@ async fn approve_via_refuses_a_path_the_rule_does_not_list_and_records_the_path(
     );
     assert_eq!(lc.closed_confirms(10), [closed]);
 }
+
+#[tokio::test]
+async fn one_session_at_a_time_asks_a_confirm_in_a_form_and_a_late_form_answer_is_refused() {
+    let lc = Lifecycle::default();
+    let a = lc.open_session("claude#1", false, None);
+    let b = lc.open_session("claude#2", false, None);
+    let now = Utc::now();
+    let (mut cli_only, msg) = action(2, Mode::Confirm, now);
+    cli_only.approve_via = vec![Via::Cli];
+    lc.offer(
+        vec![action(1, Mode::Confirm, now), (cli_only, msg)],
+        None,
+        now,
+    )
+    .await;
+    assert!(lc.elicit(1, a, true), "the first session to ask gets it");
+    assert!(!lc.elicit(1, b, true), "while a asks, b does not");
+    assert!(lc.elicit(1, a, true), "asking again is idempotent");
+    assert!(
+        !lc.elicit(2, a, true),
+        "approveVia without elicitation: no form"
+    );
+    assert!(!lc.elicit(9, a, true), "no such confirm");
+
+    // a's form ended (declined): b may ask.
+    assert!(lc.elicit(1, a, false));
+    assert!(lc.elicit(1, b, true));
+    // b's session ends with its form open: a may ask again.
+    lc.close_session(b, now);
+    assert!(lc.elicit(1, a, true));
+
+    // Answered elsewhere first: no one asks any more, and the form's late answer is refused.
+    lc.confirm(1, true, "cli", Via::Cli, None, now).unwrap();
+    assert!(!lc.elicit(1, a, true));
+    assert_eq!(
+        lc.confirm(1, true, "claude#1", Via::Elicitation, None, now)
+            .unwrap_err()
+            .to_string(),
+        "confirm 1 was already answered: approved via cli by cli"
+    );
+}

@@ -127,6 +127,8 @@ ops! {
     UiLink => ui_link::UiLink,
     /// A shared stream's consumer stores what it delivers.
     Replicate => replicate::Replicate,
+    /// Whether a session puts a confirm to its user in an elicitation form.
+    Elicit => elicit::Elicit,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

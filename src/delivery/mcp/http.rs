@@ -147,6 +147,8 @@ pub struct RequestGuard {
     cancel: CancellationToken,
     api: Api,
     phase: Mutex<Phase>,
+    /// How many elicitation forms the request's stream has carried (see [`super::elicit`]).
+    forms: tokio::sync::watch::Sender<usize>,
 }
 
 impl RequestGuard {
@@ -155,7 +157,22 @@ impl RequestGuard {
             cancel: CancellationToken::new(),
             api,
             phase: Mutex::new(Phase::Open(Vec::new())),
+            forms: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Waits (at most `limit`) until the request's stream has carried `count` forms, so that
+    /// a form sent in relation to this request goes out on its stream before its result.
+    pub async fn forms_sent(&self, count: usize, limit: std::time::Duration) -> bool {
+        let mut seen = self.forms.subscribe();
+        tokio::time::timeout(limit, seen.wait_for(|n| *n >= count))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// How many forms the request's stream has carried.
+    pub fn forms_carried(&self) -> usize {
+        *self.forms.borrow()
     }
 
     fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
@@ -277,7 +294,12 @@ impl Stream for Guarded {
                 self.done = true;
                 self.guard.finish(true);
             }
-            Poll::Ready(Some(Ok(frame))) => self.handed = Some(frame.clone()),
+            Poll::Ready(Some(Ok(frame))) => {
+                if memchr_form(frame) {
+                    self.guard.forms.send_modify(|n| *n += 1);
+                }
+                self.handed = Some(frame.clone())
+            }
             _ => {}
         }
         polled
@@ -291,6 +313,12 @@ impl Drop for Guarded {
             self.guard.finish(sent);
         }
     }
+}
+
+/// Whether `frame` carries an elicitation form (`elicitation/create`).
+fn memchr_form(frame: &[u8]) -> bool {
+    const METHOD: &[u8] = b"\"elicitation/create\"";
+    frame.windows(METHOD.len()).any(|w| w == METHOD)
 }
 
 /// Whether `frame` (one SSE event, or a plain JSON body) is a JSON-RPC response: an `id`, a

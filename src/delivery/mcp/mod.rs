@@ -21,6 +21,7 @@
 //! the refusal is made in front of rmcp, by the stdio framing and the HTTP guard. Protocol
 //! versions are capped at 2025-11-25 for the same reason.
 
+pub mod elicit;
 pub mod http;
 mod push;
 pub mod stdio;
@@ -71,6 +72,9 @@ pub struct McpSettings {
     pub session_idle_timeout: std::time::Duration,
     /// The most HTTP sessions open at once (`maxSessions`, default 256).
     pub max_sessions: usize,
+    /// Put each new confirm to the user in an elicitation form when the client declares the
+    /// capability (`elicitation`, default true); see [`elicit`].
+    pub elicitation: bool,
 }
 
 impl Default for McpSettings {
@@ -81,6 +85,7 @@ impl Default for McpSettings {
             allowed_origins: Vec::new(),
             session_idle_timeout: std::time::Duration::from_secs(180),
             max_sessions: 256,
+            elicitation: true,
         }
     }
 }
@@ -202,6 +207,8 @@ pub struct McpServer {
     link: Arc<SessionLink>,
     /// `serve --consumer NAME`: the consumer this session reads as.
     named: Option<String>,
+    /// The confirms this session puts to its user in elicitation forms.
+    forms: Arc<elicit::Forms>,
     /// Ends the session when the last handle goes (an HTTP session rmcp dropped).
     _end_on_drop: Arc<tokio_util::sync::DropGuard>,
 }
@@ -242,6 +249,7 @@ impl McpServer {
             own: Arc::default(),
             link,
             named: named.filter(|n| !n.trim().is_empty()),
+            forms: Arc::default(),
             _end_on_drop: Arc::new(guard),
         }
     }

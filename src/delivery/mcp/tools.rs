@@ -752,6 +752,15 @@ async fn wait(
     context: RequestContext<RoleServer>,
 ) -> Result<WaitResult, Refusal> {
     let (session, consumer) = server.consumer(a.consumer.as_deref()).await?;
+    // In flight from here: a confirm waiting for a form is put to the user in relation to it.
+    let forms = super::elicit::wait_started(
+        &server,
+        context.id.clone(),
+        context.peer.clone(),
+        session,
+        consumer.clone(),
+    )
+    .await;
     let cap = server.api.settings().max_wait_s as f64;
     let timeout = Duration::from_secs_f64(a.timeout_s.clamp(0.0, cap.max(0.0)));
     let max = a.max_items.clamp(1, 100);
@@ -835,6 +844,8 @@ async fn wait(
     }
     drop(cancel);
     server.hold(&context, claims_of(&reply.items));
+    let http = super::http::request_guard(&context.extensions);
+    forms.finish(&reply.items, http.as_deref()).await;
     Ok(WaitResult {
         items: reply.items.iter().map(ItemView::from).collect(),
         cursor: reply.cursor,
