@@ -335,3 +335,171 @@ fn nats_killed_mid_ingest_loses_no_acknowledged_message_and_ingest_answers_503_m
     let text = stdout(&a.cli(&["stats"]));
     assert!(text.contains("jetstream connected as `a`"), "{text}");
 }
+
+// ---- work exactly once across instances ---------------------------------------------------
+
+/// An `auto` rule every worker has: each instance makes the same work from each message.
+const TRIAGE: &str = r#"{"rules": [
+  {"name": "triage", "channel": "alerts/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]}
+]}"#;
+
+/// A daemon like [`instance`], with the `triage` rule, MCP over HTTP, and `workAckWait` 2s.
+fn worker(nats: &Nats, name: &str) -> Switchboard {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "switchboard.json",
+        &serde_json::json!({
+            "jetstream": {
+                "servers": [nats.url()],
+                "instance": name,
+                "publishTimeout": "2s",
+                "heartbeat": "200ms",
+                "workAckWait": "2s",
+            }
+        })
+        .to_string(),
+    );
+    sb.write("triggers.json", TRIAGE);
+    sb.spawn_with(&["daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
+    eventually(Duration::from_secs(20), "the consumer is ready", || {
+        (jetstream_state(&sb)["ready"] == true).then_some(())
+    });
+    sb
+}
+
+/// `wait_for_inbound_message` calls in flight on `sb`.
+fn waits_in_flight(sb: &Switchboard) -> u64 {
+    super::util::control(sb.home.path(), serde_json::json!({"op": "stats"}))["result"]
+        ["wait_calls_in_flight"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The `state` records of `actions.jsonl` on `sb`.
+fn records_in(sb: &Switchboard, state: &str) -> Vec<serde_json::Value> {
+    super::util::action_records(sb.home.path())
+        .into_iter()
+        .filter(|r| r["state"] == state)
+        .collect()
+}
+
+/// What one session's loop of waits received: (instance, content, work key).
+type Got = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// A session on `sb` calling `wait_for_inbound_message` in a loop until `stop`, recording
+/// every auto item it is given.
+async fn wait_loop(sb: &Switchboard, name: &'static str, got: Got, stop: Arc<AtomicBool>) {
+    use rmcp::ServiceExt;
+    let client = rmcp::model::ClientConfig::default()
+        .serve(super::util::http_transport(sb))
+        .await
+        .expect("rmcp client connects");
+    while !stop.load(Ordering::Relaxed) {
+        let r = super::util::tool(
+            &client,
+            "wait_for_inbound_message",
+            serde_json::json!({"timeout_s": 2}),
+        )
+        .await;
+        for item in r["items"].as_array().cloned().unwrap_or_default() {
+            if item["kind"] == "auto" {
+                got.lock().unwrap().push((
+                    name.to_string(),
+                    item["message"]["content"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .into(),
+                    item["message"]["metadata"]["jetstream.work"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .into(),
+                ));
+            }
+        }
+    }
+    let _ = client.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_auto_messages_posted_to_three_instances_are_each_delivered_exactly_once() {
+    let Some(nats) = Nats::start() else { return };
+    let names = ["work-a", "work-b", "work-c"];
+    let all: Vec<Arc<Switchboard>> = names.iter().map(|n| Arc::new(worker(&nats, n))).collect();
+    let got: Got = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops: Vec<_> = all
+        .iter()
+        .zip(names)
+        .map(|(sb, name)| {
+            let (sb, got, stop) = (sb.clone(), got.clone(), stop.clone());
+            tokio::spawn(async move { wait_loop(&sb, name, got, stop).await })
+        })
+        .collect();
+    for sb in &all {
+        eventually(Duration::from_secs(10), "each session waits", || {
+            (waits_in_flight(sb) >= 1).then_some(())
+        });
+    }
+    let sent: Vec<String> = (1..=30).map(|i| format!("alert {i}")).collect();
+    for (i, content) in sent.iter().enumerate() {
+        let r = post(
+            &all[i % 3],
+            serde_json::json!({"server": "alertmanager", "channel": "alerts/critical",
+                "content": content, "id": format!("fp-{i}")}),
+        );
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    // Every item delivered and acknowledged: nothing is left that JetStream could deliver
+    // again, so whatever was delivered twice has been by now.
+    eventually(
+        Duration::from_secs(60),
+        "30 items delivered and acknowledged",
+        || {
+            let delivered = got.lock().unwrap().len();
+            let settled = all.iter().all(|sb| {
+                let w = &jetstream_state(sb)["work"];
+                w["pending"] == 0 && w["in_flight"] == 0 && w["held"] == 0
+            });
+            (delivered >= 30 && settled).then_some(())
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        l.await.unwrap();
+    }
+    let got = got.lock().unwrap().clone();
+    let mut contents: Vec<String> = got.iter().map(|(_, c, _)| c.clone()).collect();
+    contents.sort();
+    let mut want = sent.clone();
+    want.sort();
+    assert_eq!(contents, want, "each of the 30 exactly once: {got:?}");
+    let keys: std::collections::BTreeSet<&str> = got.iter().map(|(_, _, k)| k.as_str()).collect();
+    assert_eq!(keys.len(), 30, "30 work items, each its own key: {keys:?}");
+    assert!(keys.iter().all(|k| k.ends_with(".triage")), "{keys:?}");
+    // Each instance made all 30 from its own rule; the queue kept the first of each.
+    let (mut published, mut duplicates, mut acked) = (0, 0, 0);
+    for sb in &all {
+        let w = eventually(Duration::from_secs(10), "every copy accounted for", || {
+            let w = jetstream_state(sb)["work"].clone();
+            let made = w["published"].as_u64()? + w["duplicates"].as_u64()?;
+            (made == 30).then_some(w)
+        });
+        published += w["published"].as_u64().unwrap();
+        duplicates += w["duplicates"].as_u64().unwrap();
+        acked += w["acked"].as_u64().unwrap();
+        assert_eq!(
+            records_in(sb, "shared").len(),
+            30,
+            "each copy made here is recorded as shared"
+        );
+    }
+    assert_eq!((published, duplicates, acked), (30, 60, 30));
+    let delivered: usize = all.iter().map(|sb| records_in(sb, "delivered").len()).sum();
+    assert_eq!(delivered, 30, "30 deliveries in the instances' journals");
+    let by: std::collections::BTreeMap<&str, usize> =
+        got.iter().fold(Default::default(), |mut m, (n, _, _)| {
+            *m.entry(n.as_str()).or_default() += 1;
+            m
+        });
+    eprintln!("deliveries by instance: {by:?}");
+}
