@@ -503,3 +503,123 @@ async fn thirty_auto_messages_posted_to_three_instances_are_each_delivered_exact
         });
     eprintln!("deliveries by instance: {by:?}");
 }
+
+/// A child process killed (also when stopped) and reaped when dropped, also by a panic.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn work_held_by_an_instance_killed_9_is_redelivered_to_another_within_ack_wait() {
+    use std::io::{BufRead, BufReader, Write};
+    let Some(nats) = Nats::start() else { return };
+    let a = worker(&nats, "hold-a");
+    let mut b = worker(&nats, "hold-b");
+    let c = worker(&nats, "hold-c");
+    // B's session: the stdio front end, a separate process from B's daemon. Its wait is in
+    // flight when it is stopped (SIGSTOP): the daemon's answer, claimed work in it, is never
+    // read, so the claim is never settled.
+    let mut front = KillOnDrop(
+        std::process::Command::new(super::util::bin())
+            .arg("--home")
+            .arg(b.home.path())
+            .args(["serve", "--no-listen"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn switchboard serve"),
+    );
+    let mut stdin = front.0.stdin.take().unwrap();
+    let mut stdout = BufReader::new(front.0.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(
+        stdin,
+        "{}",
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "copilot-cli", "version": "1"}}})
+    )
+    .unwrap();
+    stdout.read_line(&mut line).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "wait_for_inbound_message", "arguments": {"timeout_s": 50}}})
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), "b's session waits", || {
+        (waits_in_flight(&b) == 1).then_some(())
+    });
+    // SAFETY: signals a child of this test.
+    unsafe { libc::kill(front.0.id() as i32, libc::SIGSTOP) };
+
+    let r = post(
+        &a,
+        serde_json::json!({"server": "alertmanager", "channel": "alerts/critical",
+            "content": "DiskFull db-1", "id": "fp-disk"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    eventually(
+        Duration::from_secs(10),
+        "b's session claimed the work",
+        || {
+            let s = super::util::control(b.home.path(), serde_json::json!({"op": "stats"}));
+            (s["result"]["delivery"]["claimed_work"] == 1).then_some(())
+        },
+    );
+    assert!(
+        records_in(&b, "delivered").is_empty(),
+        "claimed, not delivered"
+    );
+    assert_eq!(jetstream_state(&b)["work"]["held"], 1);
+    assert_eq!(jetstream_state(&c)["work"]["taken"], 0);
+
+    // B dies holding it; C's session waits.
+    b.kill9();
+    let killed = std::time::Instant::now();
+    let client = {
+        use rmcp::ServiceExt;
+        rmcp::model::ClientConfig::default()
+            .serve(super::util::http_transport(&c))
+            .await
+            .expect("rmcp client connects")
+    };
+    let r = super::util::tool(
+        &client,
+        "wait_for_inbound_message",
+        serde_json::json!({"timeout_s": 20}),
+    )
+    .await;
+    let took = killed.elapsed();
+    let _ = client.cancel().await;
+    drop(front);
+    assert_eq!(r["items"][0]["kind"], "auto", "{r}");
+    assert_eq!(r["items"][0]["message"]["content"], "DiskFull db-1", "{r}");
+    assert_eq!(
+        r["items"][0]["message"]["metadata"]["jetstream.work"],
+        "1.triage"
+    );
+    eprintln!("redelivered to c {took:?} after b was killed (workAckWait 2s)");
+    assert!(
+        took < Duration::from_millis(2000 + 2000),
+        "redelivered within the ack wait (2s, extended at most every 0.67s) and a margin: {took:?}"
+    );
+    let w = eventually(Duration::from_secs(5), "c acknowledged it", || {
+        let w = jetstream_state(&c)["work"].clone();
+        (w["acked"] == 1).then_some(w)
+    });
+    assert_eq!(w["redelivered"], 1, "JetStream delivered it before: {w}");
+    assert!(records_in(&a, "delivered").is_empty());
+}
