@@ -502,6 +502,32 @@ async fn thirty_auto_messages_posted_to_three_instances_are_each_delivered_exact
             m
         });
     eprintln!("deliveries by instance: {by:?}");
+    // `status` and `/metrics` show the work queue.
+    let status = stdout(&all[0].cli(&["status"]));
+    assert!(
+        status.contains("; work: 0 pending, 0 in flight, 0 redelivering; here "),
+        "{status}"
+    );
+    let auth = format!("Bearer {}", all[0].token());
+    let metrics = http_request(
+        all[0].ingest.as_deref().unwrap(),
+        "GET",
+        "/metrics",
+        &[("Authorization", auth.as_str())],
+        b"",
+    );
+    let w = jetstream_state(&all[0])["work"].clone();
+    for line in [
+        "switchboard_jetstream_work_pending 0".to_string(),
+        "switchboard_jetstream_work_in_flight 0".to_string(),
+        format!("switchboard_jetstream_work_acked_total {}", w["acked"]),
+        format!(
+            "switchboard_jetstream_work_duplicates_total {}",
+            w["duplicates"]
+        ),
+    ] {
+        assert!(metrics.body.contains(&line), "{line}: {}", metrics.body);
+    }
 }
 
 /// A child process killed (also when stopped) and reaped when dropped, also by a panic.
