@@ -91,7 +91,15 @@ fn nats_binary() -> Option<PathBuf> {
 
 /// A daemon on a fresh home named `name` on the stream of `nats`, ingest on a free port.
 fn instance(nats: &Nats, name: &str) -> Switchboard {
-    let mut sb = Switchboard::new();
+    let mut sb = home_on(nats, name);
+    start(&mut sb);
+    sb
+}
+
+/// A fresh home whose `switchboard.json` names it `name` on the stream of `nats` (shared work
+/// extended every 0.67 s, given to another instance after 2 s without a sign of life).
+fn home_on(nats: &Nats, name: &str) -> Switchboard {
+    let sb = Switchboard::new();
     sb.write(
         "switchboard.json",
         &serde_json::json!({
@@ -100,17 +108,22 @@ fn instance(nats: &Nats, name: &str) -> Switchboard {
                 "instance": name,
                 "publishTimeout": "2s",
                 "heartbeat": "200ms",
+                "workAckWait": "2s",
             }
         })
         .to_string(),
     );
-    start(&mut sb);
     sb
 }
 
 /// (Re)starts the daemon of `sb` and waits until its consumer is ready.
 fn start(sb: &mut Switchboard) {
-    sb.spawn_with(&["daemon", "--listen", "127.0.0.1:0"]);
+    start_with(sb, &["daemon", "--listen", "127.0.0.1:0"]);
+}
+
+/// [`start`] with these arguments.
+fn start_with(sb: &mut Switchboard, args: &[&str]) {
+    sb.spawn_with(args);
     eventually(Duration::from_secs(20), "the consumer is ready", || {
         (jetstream_state(sb)["ready"] == true).then_some(())
     });
@@ -343,27 +356,12 @@ const TRIAGE: &str = r#"{"rules": [
   {"name": "triage", "channel": "alerts/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]}
 ]}"#;
 
-/// A daemon like [`instance`], with the `triage` rule, MCP over HTTP, and `workAckWait` 2s.
+/// A daemon like [`instance`], with the `triage` rule and MCP over HTTP.
 fn worker(nats: &Nats, name: &str) -> Switchboard {
-    let mut sb = Switchboard::new();
-    sb.write(
-        "switchboard.json",
-        &serde_json::json!({
-            "jetstream": {
-                "servers": [nats.url()],
-                "instance": name,
-                "publishTimeout": "2s",
-                "heartbeat": "200ms",
-                "workAckWait": "2s",
-            }
-        })
-        .to_string(),
-    );
+    let mut sb = home_on(nats, name);
     sb.write("triggers.json", TRIAGE);
-    sb.spawn_with(&["daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
-    eventually(Duration::from_secs(20), "the consumer is ready", || {
-        (jetstream_state(&sb)["ready"] == true).then_some(())
-    });
+    let http = ["daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    start_with(&mut sb, &http);
     sb
 }
 

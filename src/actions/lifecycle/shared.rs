@@ -249,6 +249,8 @@ impl Lifecycle {
             ..Record::transition(id, ActionState::Shared, Utc::now())
         });
         self.commit(s, changes);
+        // A session that is still idle (one the work's audience left out) may want another.
+        self.inner.sharing.demand.notify_waiters();
         true
     }
 
