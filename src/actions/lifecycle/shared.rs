@@ -349,6 +349,30 @@ mod tests {
         assert_eq!(lc.stats().counters.delivered, 1);
     }
 
+    #[test]
+    fn work_taken_in_before_a_restart_is_not_queued_again() {
+        use crate::actions::journal::LiveAction;
+        let live = |id: ActionId, taken_in: bool| {
+            let (action, message) = action(id, Mode::Auto);
+            let mut message = Message::clone(&message);
+            if taken_in {
+                message.metadata.insert(WORK_KEY.into(), "5.r".into());
+            }
+            LiveAction {
+                action,
+                message,
+                state: ActionState::Claimed,
+            }
+        };
+        let lc = Lifecycle::default();
+        lc.restore([live(1, true), live(2, false)]);
+        // The shared queue delivers the first again; the second was made here.
+        assert_eq!(lc.stats().queued_work, 1);
+        let session = lc.open_session("w#1", false, None);
+        let taken = lc.take(session, "w#1", 10);
+        assert_eq!(taken.iter().map(|i| i.action_id).collect::<Vec<_>>(), [2]);
+    }
+
     #[tokio::test]
     async fn work_no_session_took_is_given_back() {
         let lc = Lifecycle::default();
