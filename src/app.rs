@@ -1023,3 +1023,43 @@ impl Core {
         self.lifecycle.unseen_confirms(consumer, shown)
     }
 }
+
+/// Work shared with other instances (see `actions::lifecycle::shared`): what the shared
+/// queue's component asks of the lifecycle, through its operations.
+impl Core {
+    /// From now on the work `shareable` accepts goes to the shared queue.
+    pub fn share_work(&self, shareable: crate::actions::Shareable) {
+        self.lifecycle.share_work(shareable);
+    }
+
+    /// The next piece of work to publish to the shared queue; `None` once `cancel` fires.
+    pub async fn next_shared(&self, cancel: &CancellationToken) -> Option<Item> {
+        self.lifecycle.next_shared(cancel).await
+    }
+
+    /// Work `id` left for the shared queue (`reason`: how).
+    pub fn shared(&self, id: ActionId, reason: &str) {
+        self.lifecycle.shared(id, reason);
+    }
+
+    /// Waits until a session waits for work this instance does not have.
+    pub async fn work_demand(&self, cancel: &CancellationToken) -> bool {
+        self.lifecycle.work_demand(cancel).await
+    }
+
+    /// Takes in an item pulled from the shared queue as local work, under a fresh action id.
+    pub fn take_in(&self, item: Item, key: &str) -> Item {
+        let id = {
+            let mut engine = self.engine.lock().unwrap();
+            let id = engine.next_action_id();
+            engine.set_next_action_id(id + 1);
+            id
+        };
+        self.lifecycle.take_in(item, id, key, Utc::now())
+    }
+
+    /// Gives back taken-in work `id` no session claimed; false when claimed or gone.
+    pub fn withdraw(&self, id: ActionId) -> bool {
+        self.lifecycle.withdraw(id)
+    }
+}

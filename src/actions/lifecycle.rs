@@ -31,6 +31,7 @@ mod nudges;
 mod offer;
 mod runs;
 mod sessions;
+mod shared;
 mod stats;
 mod work;
 
@@ -51,6 +52,7 @@ pub use event::Event;
 pub use item::{Item, ItemKind};
 pub use offer::Offered;
 pub use sessions::SessionId;
+pub use shared::{Shareable, WORK_KEY};
 pub use stats::{Counters, LifecycleStats, PendingConfirm};
 
 /// Everything the lifecycle holds, behind its one lock.
@@ -63,6 +65,8 @@ struct State {
     sessions: sessions::Sessions,
     counters: Counters,
     drops: stats::DropLog,
+    /// Work on its way to the shared queue (instances sharing a stream).
+    outbox: shared::Outbox,
 }
 
 /// What one call decided under the lock: the records for the journal, in decision order, and
@@ -101,6 +105,8 @@ struct Inner {
     exec_wake: Notify,
     /// Which unseen nudges the first session to open while none is gets.
     hold: nudges::Hold,
+    /// Idle waits, and the wake-ups of the shared queue's component.
+    sharing: shared::Sharing,
 }
 
 /// The lifecycle handle (cheap to clone).
@@ -143,6 +149,7 @@ impl Lifecycle {
                     keep: settings.held_nudges,
                     max_age: settings.held_nudge_max_age,
                 },
+                sharing: shared::Sharing::default(),
             }),
         }
     }
@@ -178,6 +185,14 @@ impl Lifecycle {
             let mode = l.action.mode;
             let fired = l.action.created;
             let mut item = Item::new(l.action, Arc::new(l.message));
+            if shared::came_in(&item) {
+                // Its holder was this process: the shared queue delivers it again.
+                changes.record(Record {
+                    reason: Some("taken from the shared queue before a restart".into()),
+                    ..Record::transition(item.action_id, ActionState::Shared, now)
+                });
+                continue;
+            }
             match (l.state, mode) {
                 (ActionState::Running, Mode::Auto) => {
                     let report = ExecReport {
@@ -474,6 +489,7 @@ impl Lifecycle {
             if !items.is_empty() {
                 return items;
             }
+            let _idle = self.inner.sharing.idle();
             tokio::select! {
                 _ = cancel.cancelled() => return Vec::new(),
                 _ = tokio::time::sleep_until(deadline) => return Vec::new(),
@@ -554,6 +570,7 @@ impl Lifecycle {
         self.commit(s, changes);
         if approve && claim_for.is_none() {
             self.inner.wake.notify_waiters();
+            self.inner.sharing.wake_out();
         }
         Ok(approved)
     }
@@ -669,6 +686,7 @@ impl Lifecycle {
             exec_queued: s.runs.queued(),
             exec_running: s.runs.running(),
             counters: s.counters.clone(),
+            work_outgoing: s.outbox.len(),
             actions_journal: self.inner.journal.status(),
         }
     }
@@ -859,7 +877,7 @@ impl State {
                 self.work.claim(approved.clone(), session, by);
             }
             None => {
-                self.work.push(approved.clone());
+                self.push_work(approved.clone());
                 changes.event(Event::Queued {
                     item: approved.clone(),
                 });

@@ -18,7 +18,9 @@ pub mod writer;
 
 pub use audience::{Audience, TO_CONSUMER_KEY};
 pub use exec::{ExecFailure, ExecReport};
-pub use lifecycle::{ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId};
+pub use lifecycle::{
+    ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId, Shareable, WORK_KEY,
+};
 pub use settings::ActionSettings;
 pub use via::Via;
 
@@ -167,6 +169,9 @@ pub enum ActionState {
     Cancelled,
     /// Refused because its queue was full.
     Dropped,
+    /// Work handed to the queue instances share (`jetstream`): it runs wherever a session
+    /// takes it; the reason says how it left.
+    Shared,
 }
 
 impl ActionState {
@@ -188,6 +193,7 @@ impl ActionState {
             ActionState::Failed => "failed",
             ActionState::Cancelled => "cancelled",
             ActionState::Dropped => "dropped",
+            ActionState::Shared => "shared",
         }
     }
 }

@@ -91,7 +91,15 @@ fn nats_binary() -> Option<PathBuf> {
 
 /// A daemon on a fresh home named `name` on the stream of `nats`, ingest on a free port.
 fn instance(nats: &Nats, name: &str) -> Switchboard {
-    let mut sb = Switchboard::new();
+    let mut sb = home_on(nats, name);
+    start(&mut sb);
+    sb
+}
+
+/// A fresh home whose `switchboard.json` names it `name` on the stream of `nats` (shared work
+/// extended every 0.67 s, given to another instance after 2 s without a sign of life).
+fn home_on(nats: &Nats, name: &str) -> Switchboard {
+    let sb = Switchboard::new();
     sb.write(
         "switchboard.json",
         &serde_json::json!({
@@ -100,17 +108,22 @@ fn instance(nats: &Nats, name: &str) -> Switchboard {
                 "instance": name,
                 "publishTimeout": "2s",
                 "heartbeat": "200ms",
+                "workAckWait": "2s",
             }
         })
         .to_string(),
     );
-    start(&mut sb);
     sb
 }
 
 /// (Re)starts the daemon of `sb` and waits until its consumer is ready.
 fn start(sb: &mut Switchboard) {
-    sb.spawn_with(&["daemon", "--listen", "127.0.0.1:0"]);
+    start_with(sb, &["daemon", "--listen", "127.0.0.1:0"]);
+}
+
+/// [`start`] with these arguments.
+fn start_with(sb: &mut Switchboard, args: &[&str]) {
+    sb.spawn_with(args);
     eventually(Duration::from_secs(20), "the consumer is ready", || {
         (jetstream_state(sb)["ready"] == true).then_some(())
     });
@@ -334,4 +347,303 @@ fn nats_killed_mid_ingest_loses_no_acknowledged_message_and_ingest_answers_503_m
     }
     let text = stdout(&a.cli(&["stats"]));
     assert!(text.contains("jetstream connected as `a`"), "{text}");
+}
+
+// ---- work exactly once across instances ---------------------------------------------------
+
+/// An `auto` rule every worker has: each instance makes the same work from each message.
+const TRIAGE: &str = r#"{"rules": [
+  {"name": "triage", "channel": "alerts/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]}
+]}"#;
+
+/// A daemon like [`instance`], with the `triage` rule and MCP over HTTP.
+fn worker(nats: &Nats, name: &str) -> Switchboard {
+    let mut sb = home_on(nats, name);
+    sb.write("triggers.json", TRIAGE);
+    let http = ["daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+    start_with(&mut sb, &http);
+    sb
+}
+
+/// `wait_for_inbound_message` calls in flight on `sb`.
+fn waits_in_flight(sb: &Switchboard) -> u64 {
+    super::util::control(sb.home.path(), serde_json::json!({"op": "stats"}))["result"]
+        ["wait_calls_in_flight"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The `state` records of `actions.jsonl` on `sb`.
+fn records_in(sb: &Switchboard, state: &str) -> Vec<serde_json::Value> {
+    super::util::action_records(sb.home.path())
+        .into_iter()
+        .filter(|r| r["state"] == state)
+        .collect()
+}
+
+/// What one session's loop of waits received: (instance, content, work key).
+type Got = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// A session on `sb` calling `wait_for_inbound_message` in a loop until `stop`, recording
+/// every auto item it is given.
+async fn wait_loop(sb: &Switchboard, name: &'static str, got: Got, stop: Arc<AtomicBool>) {
+    use rmcp::ServiceExt;
+    let client = rmcp::model::ClientConfig::default()
+        .serve(super::util::http_transport(sb))
+        .await
+        .expect("rmcp client connects");
+    while !stop.load(Ordering::Relaxed) {
+        let r = super::util::tool(
+            &client,
+            "wait_for_inbound_message",
+            serde_json::json!({"timeout_s": 2}),
+        )
+        .await;
+        for item in r["items"].as_array().cloned().unwrap_or_default() {
+            if item["kind"] == "auto" {
+                got.lock().unwrap().push((
+                    name.to_string(),
+                    item["message"]["content"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .into(),
+                    item["message"]["metadata"]["jetstream.work"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .into(),
+                ));
+            }
+        }
+    }
+    let _ = client.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_auto_messages_posted_to_three_instances_are_each_delivered_exactly_once() {
+    let Some(nats) = Nats::start() else { return };
+    let names = ["work-a", "work-b", "work-c"];
+    let all: Vec<Arc<Switchboard>> = names.iter().map(|n| Arc::new(worker(&nats, n))).collect();
+    let got: Got = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops: Vec<_> = all
+        .iter()
+        .zip(names)
+        .map(|(sb, name)| {
+            let (sb, got, stop) = (sb.clone(), got.clone(), stop.clone());
+            tokio::spawn(async move { wait_loop(&sb, name, got, stop).await })
+        })
+        .collect();
+    for sb in &all {
+        eventually(Duration::from_secs(10), "each session waits", || {
+            (waits_in_flight(sb) >= 1).then_some(())
+        });
+    }
+    let sent: Vec<String> = (1..=30).map(|i| format!("alert {i}")).collect();
+    for (i, content) in sent.iter().enumerate() {
+        let r = post(
+            &all[i % 3],
+            serde_json::json!({"server": "alertmanager", "channel": "alerts/critical",
+                "content": content, "id": format!("fp-{i}")}),
+        );
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    // Every item delivered and acknowledged: nothing is left that JetStream could deliver
+    // again, so whatever was delivered twice has been by now.
+    eventually(
+        Duration::from_secs(60),
+        "30 items delivered and acknowledged",
+        || {
+            let delivered = got.lock().unwrap().len();
+            let settled = all.iter().all(|sb| {
+                let w = &jetstream_state(sb)["work"];
+                w["pending"] == 0 && w["in_flight"] == 0 && w["held"] == 0
+            });
+            (delivered >= 30 && settled).then_some(())
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        l.await.unwrap();
+    }
+    let got = got.lock().unwrap().clone();
+    let mut contents: Vec<String> = got.iter().map(|(_, c, _)| c.clone()).collect();
+    contents.sort();
+    let mut want = sent.clone();
+    want.sort();
+    assert_eq!(contents, want, "each of the 30 exactly once: {got:?}");
+    let keys: std::collections::BTreeSet<&str> = got.iter().map(|(_, _, k)| k.as_str()).collect();
+    assert_eq!(keys.len(), 30, "30 work items, each its own key: {keys:?}");
+    assert!(keys.iter().all(|k| k.ends_with(".triage")), "{keys:?}");
+    // Each instance made all 30 from its own rule; the queue kept the first of each.
+    let (mut published, mut duplicates, mut acked) = (0, 0, 0);
+    for sb in &all {
+        let w = eventually(Duration::from_secs(10), "every copy accounted for", || {
+            let w = jetstream_state(sb)["work"].clone();
+            let made = w["published"].as_u64()? + w["duplicates"].as_u64()?;
+            (made == 30).then_some(w)
+        });
+        published += w["published"].as_u64().unwrap();
+        duplicates += w["duplicates"].as_u64().unwrap();
+        acked += w["acked"].as_u64().unwrap();
+        assert_eq!(
+            records_in(sb, "shared").len(),
+            30,
+            "each copy made here is recorded as shared"
+        );
+    }
+    assert_eq!((published, duplicates, acked), (30, 60, 30));
+    let delivered: usize = all.iter().map(|sb| records_in(sb, "delivered").len()).sum();
+    assert_eq!(delivered, 30, "30 deliveries in the instances' journals");
+    let by: std::collections::BTreeMap<&str, usize> =
+        got.iter().fold(Default::default(), |mut m, (n, _, _)| {
+            *m.entry(n.as_str()).or_default() += 1;
+            m
+        });
+    eprintln!("deliveries by instance: {by:?}");
+    // `status` and `/metrics` show the work queue.
+    let status = stdout(&all[0].cli(&["status"]));
+    assert!(
+        status.contains("; work: 0 pending, 0 in flight, 0 redelivering; here "),
+        "{status}"
+    );
+    let auth = format!("Bearer {}", all[0].token());
+    let metrics = http_request(
+        all[0].ingest.as_deref().unwrap(),
+        "GET",
+        "/metrics",
+        &[("Authorization", auth.as_str())],
+        b"",
+    );
+    let w = jetstream_state(&all[0])["work"].clone();
+    for line in [
+        "switchboard_jetstream_work_pending 0".to_string(),
+        "switchboard_jetstream_work_in_flight 0".to_string(),
+        format!("switchboard_jetstream_work_acked_total {}", w["acked"]),
+        format!(
+            "switchboard_jetstream_work_duplicates_total {}",
+            w["duplicates"]
+        ),
+    ] {
+        assert!(metrics.body.contains(&line), "{line}: {}", metrics.body);
+    }
+}
+
+/// A child process killed (also when stopped) and reaped when dropped, also by a panic.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn work_held_by_an_instance_killed_9_is_redelivered_to_another_within_ack_wait() {
+    use std::io::{BufRead, BufReader, Write};
+    let Some(nats) = Nats::start() else { return };
+    let a = worker(&nats, "hold-a");
+    let mut b = worker(&nats, "hold-b");
+    let c = worker(&nats, "hold-c");
+    // B's session: the stdio front end, a separate process from B's daemon. Its wait is in
+    // flight when it is stopped (SIGSTOP): the daemon's answer, claimed work in it, is never
+    // read, so the claim is never settled.
+    let mut front = KillOnDrop(
+        std::process::Command::new(super::util::bin())
+            .arg("--home")
+            .arg(b.home.path())
+            .args(["serve", "--no-listen"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn switchboard serve"),
+    );
+    let mut stdin = front.0.stdin.take().unwrap();
+    let mut stdout = BufReader::new(front.0.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(
+        stdin,
+        "{}",
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "copilot-cli", "version": "1"}}})
+    )
+    .unwrap();
+    stdout.read_line(&mut line).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "wait_for_inbound_message", "arguments": {"timeout_s": 50}}})
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), "b's session waits", || {
+        (waits_in_flight(&b) == 1).then_some(())
+    });
+    // SAFETY: signals a child of this test.
+    unsafe { libc::kill(front.0.id() as i32, libc::SIGSTOP) };
+
+    let r = post(
+        &a,
+        serde_json::json!({"server": "alertmanager", "channel": "alerts/critical",
+            "content": "DiskFull db-1", "id": "fp-disk"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    eventually(
+        Duration::from_secs(10),
+        "b's session claimed the work",
+        || {
+            let s = super::util::control(b.home.path(), serde_json::json!({"op": "stats"}));
+            (s["result"]["delivery"]["claimed_work"] == 1).then_some(())
+        },
+    );
+    assert!(
+        records_in(&b, "delivered").is_empty(),
+        "claimed, not delivered"
+    );
+    assert_eq!(jetstream_state(&b)["work"]["held"], 1);
+    assert_eq!(jetstream_state(&c)["work"]["taken"], 0);
+
+    // B dies holding it; C's session waits.
+    b.kill9();
+    let killed = std::time::Instant::now();
+    let client = {
+        use rmcp::ServiceExt;
+        rmcp::model::ClientConfig::default()
+            .serve(super::util::http_transport(&c))
+            .await
+            .expect("rmcp client connects")
+    };
+    let r = super::util::tool(
+        &client,
+        "wait_for_inbound_message",
+        serde_json::json!({"timeout_s": 20}),
+    )
+    .await;
+    let took = killed.elapsed();
+    let _ = client.cancel().await;
+    drop(front);
+    assert_eq!(r["items"][0]["kind"], "auto", "{r}");
+    assert_eq!(r["items"][0]["message"]["content"], "DiskFull db-1", "{r}");
+    assert_eq!(
+        r["items"][0]["message"]["metadata"]["jetstream.work"],
+        "1.triage"
+    );
+    eprintln!("redelivered to c {took:?} after b was killed (workAckWait 2s)");
+    assert!(
+        took < Duration::from_millis(2000 + 2000),
+        "redelivered within the ack wait (2s, extended at most every 0.67s) and a margin: {took:?}"
+    );
+    let w = eventually(Duration::from_secs(5), "c acknowledged it", || {
+        let w = jetstream_state(&c)["work"].clone();
+        (w["acked"] == 1).then_some(w)
+    });
+    assert_eq!(w["redelivered"], 1, "JetStream delivered it before: {w}");
+    assert!(records_in(&a, "delivered").is_empty());
 }

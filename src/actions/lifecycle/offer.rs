@@ -57,6 +57,7 @@ impl Lifecycle {
             exec,
         } = batch;
         self.announce(changes.events, exec);
+        self.inner.sharing.wake_out();
         if let Some(written) = written {
             if written.await.is_err() {
                 // The writer is gone: nothing is written any more, so nothing is shown.
@@ -177,7 +178,7 @@ impl State {
         let full = match (action.mode, action.delivery) {
             (Mode::Confirm, _) => self.confirms.is_full(cap),
             (_, Delivery::Exec) => self.runs.queued() >= cap,
-            (_, Delivery::Wait) => self.work.len() >= cap,
+            (_, Delivery::Wait) => self.work.len() + self.outbox.len() >= cap,
         };
         if full {
             let reason = format!("{} queue full ({cap}): newest refused", action.mode);
@@ -212,7 +213,7 @@ impl State {
                 batch.exec = true;
                 self.runs.push(item.clone());
             }
-            _ => self.work.push(item.clone()),
+            _ => self.push_work(item.clone()),
         }
         batch.changes.event(if item.delivery == Delivery::Exec {
             // Its own event: nothing that pushes `queued` work to sessions sees it.

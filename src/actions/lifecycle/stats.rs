@@ -83,6 +83,9 @@ pub struct LifecycleStats {
     pub exec_running: usize,
     /// Counters since start.
     pub counters: Counters,
+    /// Work on its way to the queue instances share (`jetstream`), not yet published.
+    #[serde(default)]
+    pub work_outgoing: usize,
     /// `ok`, `failing: CAUSE`, or `memory`.
     pub actions_journal: String,
 }

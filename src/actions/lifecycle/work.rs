@@ -109,6 +109,31 @@ impl Work {
         released
     }
 
+    /// Queues work taken in from the shared queue first: a session waits for it now.
+    pub(super) fn push_front(&mut self, item: Item) {
+        self.queue.push_front(item);
+    }
+
+    /// Takes the queued work `take` accepts out of the queue, oldest first.
+    pub(super) fn drain_where(&mut self, mut take: impl FnMut(&Item) -> bool) -> Vec<Item> {
+        let (out, stay): (Vec<Item>, Vec<Item>) = self.queue.drain(..).partition(|i| take(i));
+        self.queue = stay.into();
+        for item in &out {
+            self.pushed_by.remove(&item.action_id);
+        }
+        out
+    }
+
+    /// Takes queued (not claimed) work `id` out of the queue; false when it is not queued.
+    pub(super) fn remove_queued(&mut self, id: ActionId) -> bool {
+        let Some(at) = self.queue.iter().position(|i| i.action_id == id) else {
+            return false;
+        };
+        self.queue.remove(at);
+        self.pushed_by.remove(&id);
+        true
+    }
+
     /// `session` ended: the work it was to push may be pushed by another.
     pub(super) fn forget_pusher(&mut self, session: SessionId) {
         self.pushed_by.retain(|_, s| *s != session);

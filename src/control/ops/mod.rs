@@ -129,6 +129,16 @@ ops! {
     Replicate => replicate::Replicate,
     /// Whether a session puts a confirm to its user in an elicitation form.
     Elicit => elicit::Elicit,
+    /// The shared queue's component takes work to publish.
+    WorkOut => work_out::WorkOut,
+    /// Work left for the shared queue.
+    WorkShared => work_shared::WorkShared,
+    /// Wait for a session that waits for work.
+    WorkDemand => work_demand::WorkDemand,
+    /// An item pulled from the shared queue becomes local work.
+    WorkIn => work_in::WorkIn,
+    /// Take back taken-in work no session claimed.
+    WorkWithdraw => work_withdraw::WorkWithdraw,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

@@ -35,8 +35,13 @@
 //! background and the consumer carries on from its ack floor. `stats`, `status` and
 //! `/metrics` show the connection, the consumer's lag (messages in the stream not yet
 //! delivered to it), redeliveries, and the other instances heard on `PREFIX.hb.*`.
+//!
+//! Work that must run once across instances (auto prompts, confirms approved outside a
+//! session) goes through a second stream, a work queue every instance pulls from on demand:
+//! see [`work`].
 
 mod settings;
+pub mod work;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +61,7 @@ use crate::inbox::Appended;
 use crate::message::NewMessage;
 
 pub use settings::{JetStreamSettings, host_name};
+pub use work::{WorkState, shareable};
 
 /// The metadata key that carries a message's stream seq in every instance's inbox.
 pub const SEQ_KEY: &str = "jetstream.seq";
@@ -108,6 +114,9 @@ pub struct JetStreamState {
     /// The other instances heard on the heartbeat subject within three heartbeats.
     #[serde(default)]
     pub instances: Vec<InstanceSeen>,
+    /// The shared work queue, as this instance sees it.
+    #[serde(default)]
+    pub work: WorkState,
 }
 
 /// Another instance, as its heartbeat says.
@@ -137,7 +146,7 @@ impl JetStreamState {
             format!("instances: {}", names.join(", "))
         };
         format!(
-            "{} as `{}`, stream {} {}; applied seq {}, lag {}, {} redelivered; {}{}",
+            "{} as `{}`, stream {} {}; applied seq {}, lag {}, {} redelivered; {}{}{}",
             self.connection,
             self.instance,
             self.stream,
@@ -146,6 +155,7 @@ impl JetStreamState {
             self.lag,
             self.redelivered,
             others,
+            self.work.line(),
             self.error
                 .as_deref()
                 .map(|e| format!("; error: {e}"))
@@ -172,6 +182,17 @@ struct Counters {
     redelivered: AtomicU64,
     lag: AtomicU64,
     ack_pending: AtomicU64,
+    work_published: AtomicU64,
+    work_duplicates: AtomicU64,
+    work_taken: AtomicU64,
+    work_redelivered: AtomicU64,
+    work_acked: AtomicU64,
+    work_unacked: AtomicU64,
+    work_returned: AtomicU64,
+    work_held: AtomicU64,
+    work_pending: AtomicU64,
+    work_in_flight: AtomicU64,
+    work_redelivering: AtomicU64,
 }
 
 /// What the relay, the consumer and the reports share.
@@ -184,6 +205,8 @@ struct Shared {
     js: jetstream::Context,
     /// The stream and the consumer exist: appends may be published.
     ready: AtomicBool,
+    /// The work stream and its shared consumer exist.
+    work_ready: AtomicBool,
     /// The newest stream seq stored in the local inbox.
     applied: watch::Sender<u64>,
     /// Recent stream seqs and what the local inbox answered for them.
@@ -277,6 +300,7 @@ impl JetStream {
             client,
             js,
             ready: AtomicBool::new(false),
+            work_ready: AtomicBool::new(false),
             applied: watch::channel(0).0,
             answers: Mutex::new(VecDeque::new()),
             counters: Counters::default(),
@@ -290,7 +314,8 @@ impl JetStream {
     /// `tasks`; they stop when the daemon shuts down.
     pub fn run(&self, local: Local, tasks: &TaskTracker) {
         tasks.spawn(consume(self.shared.clone(), local.clone()));
-        tasks.spawn(heartbeat(self.shared.clone(), local));
+        tasks.spawn(heartbeat(self.shared.clone(), local.clone()));
+        work::run(self.shared.clone(), local, tasks);
     }
 
     /// What `stats` and `status` show.
@@ -333,6 +358,19 @@ impl JetStream {
             skipped: c.skipped.load(Ordering::Relaxed),
             error: s.error.lock().unwrap().clone(),
             instances,
+            work: WorkState {
+                published: c.work_published.load(Ordering::Relaxed),
+                duplicates: c.work_duplicates.load(Ordering::Relaxed),
+                taken: c.work_taken.load(Ordering::Relaxed),
+                redelivered: c.work_redelivered.load(Ordering::Relaxed),
+                acked: c.work_acked.load(Ordering::Relaxed),
+                unacked: c.work_unacked.load(Ordering::Relaxed),
+                returned: c.work_returned.load(Ordering::Relaxed),
+                held: c.work_held.load(Ordering::Relaxed),
+                pending: c.work_pending.load(Ordering::Relaxed),
+                in_flight: c.work_in_flight.load(Ordering::Relaxed),
+                redelivering: c.work_redelivering.load(Ordering::Relaxed),
+            },
         }
     }
 
@@ -401,6 +439,7 @@ impl JetStream {
             "Other instances heard on the heartbeat subject within three heartbeats.",
             st.instances.len() as f64,
         );
+        st.work.metrics(out);
     }
 }
 
@@ -412,6 +451,14 @@ impl Shared {
             tracing::warn!(cause = %e, "jetstream: {what}");
         }
         *error = Some(text);
+    }
+
+    /// Forgets the last error when it was `what`'s: it works again.
+    fn recovered(&self, what: &str) {
+        let mut error = self.error.lock().unwrap();
+        if error.as_deref().is_some_and(|e| e.starts_with(what)) {
+            *error = None;
+        }
     }
 
     fn unreachable(&self, why: impl std::fmt::Display) -> ApiError {
@@ -772,6 +819,7 @@ async fn refresh(s: &Shared) {
             .ack_pending
             .store(info.num_ack_pending as u64, Ordering::Relaxed);
     }
+    work::refresh(s).await;
 }
 
 #[cfg(test)]

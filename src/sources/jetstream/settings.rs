@@ -43,6 +43,12 @@ pub struct JetStreamSettings {
     /// default `2s`); `status` lists the instances heard within three heartbeats.
     #[serde(with = "crate::duration::text")]
     pub heartbeat: Duration,
+    /// How long a piece of shared work taken by this instance may go without a sign of life
+    /// (this instance extends it every third of that while it holds it) before JetStream
+    /// gives it to another instance's waiting session (`workAckWait`, default `30s`). The
+    /// shared work consumer is created with the first instance's value.
+    #[serde(with = "crate::duration::text")]
+    pub work_ack_wait: Duration,
 }
 
 impl Default for JetStreamSettings {
@@ -57,6 +63,7 @@ impl Default for JetStreamSettings {
             publish_timeout: Duration::from_secs(5),
             ack_wait: Duration::from_secs(30),
             heartbeat: Duration::from_secs(2),
+            work_ack_wait: Duration::from_secs(30),
         }
     }
 }

@@ -1,0 +1,24 @@
+//! `work_withdraw`: takes back taken-in work no session claimed, to give it back to the
+//! shared queue; false when a session claimed it (or it is gone). The daemon's own call:
+//! never served over the socket.
+
+use serde::{Deserialize, Serialize};
+
+use crate::actions::ActionId;
+use crate::control::{ApiError, Ctx, Op};
+
+/// Takes back unclaimed taken-in work.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkWithdraw {
+    /// The local action id.
+    pub id: ActionId,
+}
+
+impl Op for WorkWithdraw {
+    type Reply = bool;
+    const REMOTE: bool = false;
+
+    async fn apply(self, cx: &Ctx<'_>) -> Result<bool, ApiError> {
+        Ok(cx.local.core().withdraw(self.id))
+    }
+}
