@@ -1017,3 +1017,36 @@ impl Core {
         self.lifecycle.unseen_confirms(consumer, shown)
     }
 }
+
+// ---- relayed permission requests ---------------------------------------------------------------
+
+impl Core {
+    /// Queues `request`, asked by the host of `session`, as a confirm request for people (see
+    /// [`Lifecycle::relay_permission`]), expiring after `timeout`; returns it once visible. Its
+    /// id is the next action id.
+    pub async fn relay_permission(
+        &self,
+        session: u64,
+        request: &crate::actions::lifecycle::PermissionRequest,
+        timeout: Duration,
+    ) -> Result<Item, crate::actions::lifecycle::RelayError> {
+        let id = {
+            let mut engine = self.engine.lock().unwrap();
+            let id = engine.next_action_id();
+            engine.set_next_action_id(id + 1);
+            id
+        };
+        let item = self
+            .lifecycle
+            .relay_permission(session, id, request, timeout, Utc::now())
+            .await?;
+        tracing::info!(
+            action_id = id,
+            rule = %item.rule,
+            from = %item.message.server,
+            request_id = %request.request_id,
+            "permission request relayed by the host"
+        );
+        Ok(item)
+    }
+}

@@ -179,6 +179,7 @@ impl Local {
             Parts::new(FrontendSettings {
                 max_wait_s,
                 claude_channel: PushPolicy::Auto,
+                permission_relay: false,
             }),
         )
     }

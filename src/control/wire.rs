@@ -142,6 +142,10 @@ pub struct FrontendSettings {
     pub max_wait_s: u64,
     /// When to send `notifications/claude/channel`.
     pub claude_channel: PushPolicy,
+    /// `mcp.permissionRelay`: relay the host's permission prompts (absent from an older
+    /// daemon: off).
+    #[serde(default)]
+    pub permission_relay: bool,
 }
 
 /// When to send the Claude Code channel push.

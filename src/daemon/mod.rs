@@ -179,6 +179,7 @@ pub async fn run(
     let parts = Parts::new(FrontendSettings {
         max_wait_s: config.mcp.max_wait_s,
         claude_channel: config.mcp.claude_channel,
+        permission_relay: config.mcp.permission_relay,
     })
     .daemon(DaemonInfo {
         started: chrono::Utc::now(),

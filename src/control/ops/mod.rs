@@ -127,6 +127,8 @@ ops! {
     UiLink => ui_link::UiLink,
     /// A shared stream's consumer stores what it delivers.
     Replicate => replicate::Replicate,
+    /// A session's host relays a permission prompt.
+    RelayPermission => relay_permission::RelayPermission,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

@@ -23,6 +23,7 @@
 
 pub mod http;
 mod push;
+mod relay;
 pub mod stdio;
 pub mod tools;
 mod upstream_tools;
@@ -71,6 +72,10 @@ pub struct McpSettings {
     pub session_idle_timeout: std::time::Duration,
     /// The most HTTP sessions open at once (`maxSessions`, default 256).
     pub max_sessions: usize,
+    /// Claude Code's permission relay (`permissionRelay`, default off): declare
+    /// `claude/channel/permission` and turn the host's permission prompts into confirm
+    /// requests (see the `relay` module).
+    pub permission_relay: bool,
 }
 
 impl Default for McpSettings {
@@ -81,6 +86,7 @@ impl Default for McpSettings {
             allowed_origins: Vec::new(),
             session_idle_timeout: std::time::Duration::from_secs(180),
             max_sessions: 256,
+            permission_relay: false,
         }
     }
 }
@@ -202,6 +208,8 @@ pub struct McpServer {
     link: Arc<SessionLink>,
     /// `serve --consumer NAME`: the consumer this session reads as.
     named: Option<String>,
+    /// Claude Code's permission relay, for this session.
+    relay: Arc<relay::Relay>,
     /// Ends the session when the last handle goes (an HTTP session rmcp dropped).
     _end_on_drop: Arc<tokio_util::sync::DropGuard>,
 }
@@ -242,6 +250,7 @@ impl McpServer {
             own: Arc::default(),
             link,
             named: named.filter(|n| !n.trim().is_empty()),
+            relay: Arc::default(),
             _end_on_drop: Arc::new(guard),
         }
     }
@@ -302,6 +311,61 @@ impl McpServer {
     }
 }
 
+impl McpServer {
+    /// One `notifications/claude/channel/permission_request` from the host: a confirm request
+    /// for people, whose answer goes back to the host (see [`relay`]).
+    async fn relay_permission(&self, params: Option<Value>, peer: rmcp::service::Peer<RoleServer>) {
+        if !self.api.settings().permission_relay {
+            if self.relay.first_ignored() {
+                tracing::warn!(
+                    "{} ignored: `mcp.permissionRelay` is off (this session's later ones are \
+                     ignored silently); set it to true to answer the host's permission prompts \
+                     with `switchboard confirm` or the approval page",
+                    relay::REQUEST
+                );
+            }
+            return;
+        }
+        let request = match relay::parse(params) {
+            Ok(request) => request,
+            Err(why) => {
+                tracing::warn!("{} ignored: {why}", relay::REQUEST);
+                return;
+            }
+        };
+        let own = match self.own().await {
+            Ok(own) => own,
+            Err(e) => {
+                tracing::warn!(cause = %e, "permission request not relayed: no session in the daemon");
+                return;
+            }
+        };
+        self.relay.follow(
+            &self.tasks,
+            &self.api,
+            peer.clone(),
+            self.link.ended.clone(),
+        );
+        let request_id = request.request_id.clone();
+        let call = crate::control::ops::RelayPermission {
+            session: own.id,
+            request,
+        };
+        match self.api.call(call).await {
+            Ok(id) => {
+                if let Some(early) = self.relay.asked(id, request_id) {
+                    relay::send(&peer, early).await;
+                }
+            }
+            Err(e) => tracing::warn!(
+                request_id = %request_id,
+                cause = %e,
+                "permission request not relayed; the host's terminal dialog still answers it"
+            ),
+        }
+    }
+}
+
 /// The server's identity and capabilities.
 pub fn server_config() -> ServerConfig {
     let mut caps = ServerCapabilities::default();
@@ -325,7 +389,26 @@ pub fn server_config() -> ServerConfig {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        server_config()
+        let mut info = server_config();
+        if self.api.settings().permission_relay
+            && let Some(experimental) = info.capabilities.experimental.as_mut()
+        {
+            experimental.insert(relay::CAPABILITY.to_string(), Default::default());
+        }
+        info
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        context: NotificationContext<RoleServer>,
+    ) {
+        if notification.method != relay::REQUEST {
+            tracing::debug!(method = %notification.method, "ignored an unknown notification");
+            return;
+        }
+        self.relay_permission(notification.params, context.peer)
+            .await;
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
