@@ -390,4 +390,37 @@ mod tests {
         let shown = lc.take(asker, "claude-code#1", 10);
         assert_eq!(shown.iter().map(|i| i.action_id).collect::<Vec<_>>(), [8]);
     }
+
+    #[test]
+    fn a_restart_ends_the_requests_it_finds_open() {
+        use crate::actions::journal::LiveAction;
+        let lc = Lifecycle::default();
+        let now = Utc::now();
+        let (action, message) = permission_action(3, "claude-code#1", &request("abcde"), HOUR, now);
+        let (rule_action, rule_message) =
+            crate::actions::lifecycle::tests::action(4, Mode::Confirm, now);
+        let mut rx = lc.subscribe();
+        lc.restore([
+            LiveAction {
+                action,
+                message,
+                state: ActionState::Pending,
+            },
+            LiveAction {
+                action: rule_action,
+                message: (*rule_message).clone(),
+                state: ActionState::Pending,
+            },
+        ]);
+        assert_eq!(
+            lc.pending_confirms()
+                .iter()
+                .map(|i| i.action_id)
+                .collect::<Vec<_>>(),
+            [4],
+            "a rule's confirm survives a restart, a relayed request does not"
+        );
+        assert_eq!(lc.closed_confirm(3).unwrap().state, ActionState::Resolved);
+        assert!(matches!(rx.try_recv(), Ok(Event::Ended { id: 3, .. })));
+    }
 }
