@@ -29,7 +29,7 @@ mod hook;
 mod item;
 mod nudges;
 mod offer;
-mod relay;
+pub mod relay;
 mod runs;
 mod sessions;
 mod stats;
@@ -208,7 +208,7 @@ impl Lifecycle {
                 (ActionState::Pending, Mode::Confirm) if item.is_permission_request() => {
                     let id = item.action_id;
                     s.confirms.restore(item);
-                    let reason = "switchboard restarted: the session that asked is gone";
+                    let reason = "ended by a restart (the session that asked is gone)";
                     s.end_relayed(id, reason, now, &mut changes);
                 }
                 (ActionState::Pending, Mode::Confirm) => s.confirms.restore(item),

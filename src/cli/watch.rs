@@ -356,7 +356,7 @@ fn transition_line(e: &Event) -> String {
         Event::Resolved { id, rule, by_seq } => {
             format!("resolved #{id} [{rule}] by message seq {by_seq} before anyone answered")
         }
-        Event::Ended { id, rule, reason } => format!("ended #{id} [{rule}]: {reason}"),
+        Event::Ended { id, rule, reason } => format!("closed #{id} [{rule}]: {reason}"),
         Event::Claimed { id, consumer } => format!("claimed #{id} by {consumer}"),
         Event::Delivered { id, consumer } => format!(
             "delivered #{id} to {consumer}{}",

@@ -223,9 +223,12 @@ async fn stdio_requests_are_confirms_answered_back_to_the_host() {
         (!pending(&sb).iter().any(|p| id_of(p) == id)).then_some(())
     })
     .await;
-    let closed = sb.cli(&["pending", "--closed", "--json"]);
+    let closed = sb.cli(&["pending", "--closed"]);
     let closed = stdout(&closed);
-    assert!(closed.contains("session that asked ended"), "{closed}");
+    assert!(
+        closed.contains("ended with the session that asked before anyone answered"),
+        "{closed}"
+    );
     let late = sb.cli(&["confirm", &id.to_string(), "yes"]);
     assert!(!late.status.success());
     assert!(
@@ -246,6 +249,49 @@ async fn http_requests_are_confirms_answered_back_to_the_host() {
         .await
         .expect("host connects over HTTP");
     relay_end_to_end(&sb, &client, &host).await;
+
+    // The approval page shows it and answers it (`via: web`), and the host hears `allow`.
+    ask(&client, "qrstu", "Bash").await;
+    let id = id_of(&pending_request(&sb, "qrstu").await);
+    let ingest = sb.ingest.clone().unwrap();
+    let (login, _) = super::approvals::ui_link(&sb);
+    let r = http_request(&ingest, "GET", &login, &[], b"");
+    assert_eq!(r.status, 303, "{}", r.body);
+    let cookie = r.header("set-cookie").unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let state = http_request(&ingest, "GET", "/ui/api/state", &[("Cookie", &cookie)], b"").json();
+    let shown = state["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| id_of(p) == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("#{id} on the page: {state}"));
+    assert_eq!(shown["rule"], "permission:Bash");
+    let csrf = state["csrf"].as_str().unwrap().to_string();
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &cookie),
+            ("Content-Type", "application/json"),
+            ("X-CSRF-Token", &csrf),
+        ],
+        json!({"id": id, "decision": "approve"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        verdict_for(&host, "qrstu").await,
+        json!({"request_id": "qrstu", "behavior": "allow"})
+    );
+    let closed = stdout(&sb.cli(&["pending", "--closed"]));
+    assert!(
+        closed.contains(&format!("#{id} [permission:Bash] approved via web by web")),
+        "{closed}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

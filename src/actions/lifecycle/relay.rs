@@ -242,12 +242,7 @@ impl State {
         changes: &mut Changes,
     ) {
         for id in self.relays.take_session(session) {
-            self.end_relayed(
-                id,
-                "the session that asked ended before an answer came",
-                now,
-                changes,
-            );
+            self.end_relayed(id, "ended with the session that asked", now, changes);
         }
     }
 
@@ -353,7 +348,7 @@ mod tests {
         lc.close_session(asker, now);
         let ended: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
         assert!(
-            matches!(&ended[..], [Event::Ended { id: 1, reason, .. }] if reason.contains("session that asked ended")),
+            matches!(&ended[..], [Event::Ended { id: 1, reason, .. }] if reason == "ended with the session that asked"),
             "{ended:?}"
         );
         assert_eq!(
