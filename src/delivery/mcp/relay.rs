@@ -207,6 +207,15 @@ mod tests {
     }
 
     #[test]
+    fn the_setting_is_off_unless_asked_for() {
+        let off: super::super::McpSettings = serde_json::from_value(json!({})).unwrap();
+        assert!(!off.permission_relay);
+        let on: super::super::McpSettings =
+            serde_json::from_value(json!({"permissionRelay": true})).unwrap();
+        assert!(on.permission_relay);
+    }
+
+    #[test]
     fn verdicts_use_allow_and_deny() {
         assert_eq!(
             verdict("abcde", true),
