@@ -22,10 +22,11 @@ use super::util::*;
 
 const VERDICT: &str = "notifications/claude/channel/permission";
 
-/// A stand-in for Claude Code: records the verdicts it is sent.
+/// A stand-in for Claude Code: records the verdicts it is sent, and the channel pushes.
 #[derive(Clone, Default)]
 struct Host {
     verdicts: Arc<Mutex<Vec<Value>>>,
+    pushes: Arc<Mutex<Vec<Value>>>,
 }
 
 impl ClientHandler for Host {
@@ -43,11 +44,11 @@ impl ClientHandler for Host {
         n: CustomNotification,
         _cx: NotificationContext<RoleClient>,
     ) {
-        if n.method == VERDICT {
-            self.verdicts
-                .lock()
-                .unwrap()
-                .push(n.params.unwrap_or(Value::Null));
+        let params = n.params.unwrap_or(Value::Null);
+        match n.method.as_str() {
+            VERDICT => self.verdicts.lock().unwrap().push(params),
+            "notifications/claude/channel" => self.pushes.lock().unwrap().push(params),
+            _ => {}
         }
     }
 }
@@ -186,6 +187,12 @@ async fn relay_end_to_end(sb: &Switchboard, client: &HostClient, host: &Host) {
         json!({"request_id": "abcde", "behavior": "allow"})
     );
     assert!(!pending(sb).iter().any(|p| id_of(p) == id));
+    // Sent before the verdict, had it been: the agent's channel was not told of the prompt.
+    let pushes = host.pushes.lock().unwrap().clone();
+    assert!(
+        !pushes.iter().any(|p| p.to_string().contains("permission:")),
+        "{pushes:?}"
+    );
 
     // A second request, denied.
     ask(client, "fghij", "Write").await;

@@ -13,7 +13,8 @@
 //!
 //! The tools are one table in [`tools`]; the best-effort push (`notifications/claude/channel`,
 //! `notifications/message`, `notifications/resources/updated`) in [`push`]; stdio framing in
-//! [`stdio`]; the HTTP guard (auth, `Origin`, session ends, dropped connections) in [`http`].
+//! [`stdio`]; the HTTP guard (auth, `Origin`, session ends, dropped connections) in [`http`];
+//! Claude Code's permission relay (`mcp.permissionRelay`) in `relay`.
 //!
 //! Protocol: `server/discover` is answered with -32601 so that hosts fall back to
 //! `initialize` and the 2025-11-25 session lifecycle, the one that has server push (on the
