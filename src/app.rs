@@ -1049,17 +1049,50 @@ impl Core {
 
     /// Takes in an item pulled from the shared queue as local work, under a fresh action id.
     pub fn take_in(&self, item: Item, key: &str) -> Item {
-        let id = {
-            let mut engine = self.engine.lock().unwrap();
-            let id = engine.next_action_id();
-            engine.set_next_action_id(id + 1);
-            id
-        };
+        let id = self.next_action_id();
         self.lifecycle.take_in(item, id, key, Utc::now())
     }
 
     /// Gives back taken-in work `id` no session claimed; false when claimed or gone.
     pub fn withdraw(&self, id: ActionId) -> bool {
         self.lifecycle.withdraw(id)
+    }
+
+    /// An action id that no rule's action will take: actions that do not come from the
+    /// engine (work taken in, relayed permission requests) share its one id space, so that
+    /// `switchboard confirm ID` means one thing.
+    fn next_action_id(&self) -> ActionId {
+        let mut engine = self.engine.lock().unwrap();
+        let id = engine.next_action_id();
+        engine.set_next_action_id(id + 1);
+        id
+    }
+}
+
+// ---- relayed permission requests ---------------------------------------------------------------
+
+impl Core {
+    /// Queues `request`, asked by the host of `session`, as a confirm request for people (see
+    /// [`Lifecycle::relay_permission`]), expiring after `timeout`; returns it once visible. Its
+    /// id is the next action id.
+    pub async fn relay_permission(
+        &self,
+        session: u64,
+        request: &crate::actions::lifecycle::PermissionRequest,
+        timeout: Duration,
+    ) -> Result<Item, crate::actions::lifecycle::RelayError> {
+        let id = self.next_action_id();
+        let item = self
+            .lifecycle
+            .relay_permission(session, id, request, timeout, Utc::now())
+            .await?;
+        tracing::info!(
+            action_id = id,
+            rule = %item.rule,
+            from = %item.message.server,
+            request_id = %request.request_id,
+            "permission request relayed by the host"
+        );
+        Ok(item)
     }
 }

@@ -23,6 +23,7 @@ mod integration {
     mod npm;
     mod oncall;
     mod python_sdk;
+    mod relay;
     mod routing;
     mod rules;
     mod schedules;

@@ -29,6 +29,7 @@ mod hook;
 mod item;
 mod nudges;
 mod offer;
+pub mod relay;
 mod runs;
 mod sessions;
 mod shared;
@@ -51,6 +52,7 @@ pub use confirms::{ClosedConfirm, ConfirmError};
 pub use event::Event;
 pub use item::{Item, ItemKind};
 pub use offer::Offered;
+pub use relay::{PermissionRequest, RULE_PREFIX, RelayError, permission_action};
 pub use sessions::SessionId;
 pub use shared::{Shareable, WORK_KEY};
 pub use stats::{Counters, LifecycleStats, PendingConfirm};
@@ -67,6 +69,7 @@ struct State {
     drops: stats::DropLog,
     /// Work on its way to the shared queue (instances sharing a stream).
     outbox: shared::Outbox,
+    relays: relay::Relays,
 }
 
 /// What one call decided under the lock: the records for the journal, in decision order, and
@@ -216,7 +219,15 @@ impl Lifecycle {
                 (ActionState::Queued, Mode::Auto) if item.delivery == Delivery::Exec => {
                     s.runs.push(item)
                 }
+                // The session that asked is gone with the process that served it.
+                (ActionState::Pending, Mode::Confirm) if item.is_permission_request() => {
+                    let id = item.action_id;
+                    s.confirms.restore(item);
+                    let reason = "ended by a restart (the session that asked is gone)";
+                    s.end_relayed(id, reason, now, &mut changes);
+                }
                 (ActionState::Pending, Mode::Confirm) => s.confirms.restore(item),
+                (_, Mode::Confirm) if item.is_permission_request() => {}
                 (
                     ActionState::Approved | ActionState::Claimed | ActionState::Released,
                     Mode::Confirm,
@@ -388,6 +399,7 @@ impl Lifecycle {
         let mut changes = Changes::default();
         let mut s = self.lock();
         let (info, forgotten) = s.sessions.close(session)?;
+        s.end_relays(session, now, &mut changes);
         let held = s.work.held_by(session);
         s.work.forget_pusher(session);
         s.release(&held, "the session ended", now, &mut changes);
@@ -517,6 +529,9 @@ impl Lifecycle {
         let Some(item) = s.confirms.get(id) else {
             return Err(s.confirms.refusal(id));
         };
+        if let Some(refused) = s.refuse_own_permission(item, via) {
+            return Err(refused);
+        }
         if !item.allows(via) {
             return Err(ConfirmError::ViaRefused {
                 id,
@@ -819,6 +834,11 @@ impl State {
                 }
                 out.push(item);
             } else {
+                // Relayed permission requests are for people, not agents (see `relay`); the
+                // position does not pass them, so that an older id still on its way is seen.
+                if self.relays.contains(id) {
+                    continue;
+                }
                 pos.confirms_after = id;
                 if let Some(item) = self.confirms.get(id)
                     && item.consumers.admits(consumer)
@@ -855,10 +875,19 @@ impl State {
             via: Some(via),
         });
         if state != ActionState::Approved {
+            self.relays.remove(id);
             self.counters.denied += 1;
             return None;
         }
         self.counters.approved += 1;
+        if self.relays.contains(id) {
+            // A relayed permission request: the verdict goes to its host, nothing is queued.
+            self.relayed_verdict(id, now, changes);
+            return Some(Item {
+                kind: ItemKind::Approved,
+                ..item
+            });
+        }
         let approved = Item {
             kind: ItemKind::Approved,
             ..item

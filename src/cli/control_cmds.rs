@@ -171,6 +171,13 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
                 serde_json::to_string_pretty(&crate::control::ItemView::from(&item))?
             )?;
         }
+        Some(item) if item.is_permission_request() => writeln!(
+            out,
+            "approved #{} [{}]: allowed; the verdict goes to {}'s host, which runs the call",
+            args.id,
+            super::show::escape(&item.rule),
+            super::show::escape(&item.message.server)
+        )?,
         Some(item) => {
             let first = item.prompt.lines().next().unwrap_or_default();
             let first: String = first.chars().take(100).collect();

@@ -260,7 +260,12 @@ pub async fn pending_hook(home: PathBuf) -> anyhow::Result<ExitCode> {
 
 async fn gather(home: &Path) -> anyhow::Result<(Vec<PendingView>, u64)> {
     let mut client = Client::connect(home).await?;
-    let open = client.call(Pending {}).await?;
+    let mut open: Vec<PendingView> = client.call(Pending {}).await?;
+    // A host's permission prompts are for people: the agent is not told of them.
+    open.retain(|p| {
+        use crate::actions::lifecycle::relay;
+        !(p.seq == 0 && p.channel == relay::CHANNEL && p.rule.starts_with(relay::RULE_PREFIX))
+    });
     let stats = client.call(GetStats { consumer: None }).await?;
     Ok((open, stats.stats.core.delivery.queued_work as u64))
 }

@@ -310,7 +310,7 @@ pub fn text_line(event: &WatchEvent, style: Style) -> String {
         WatchEvent::Action(e) => {
             let code = match e {
                 Event::Answered { .. } | Event::Resolved { .. } => "32",
-                Event::Expired { .. } | Event::Dropped { .. } => "31",
+                Event::Expired { .. } | Event::Dropped { .. } | Event::Ended { .. } => "31",
                 _ => "2",
             };
             // Rule, consumer names and reasons can come from outside (a client's name): escaped.
@@ -356,6 +356,7 @@ fn transition_line(e: &Event) -> String {
         Event::Resolved { id, rule, by_seq } => {
             format!("resolved #{id} [{rule}] by message seq {by_seq} before anyone answered")
         }
+        Event::Ended { id, rule, reason } => format!("closed #{id} [{rule}]: {reason}"),
         Event::Claimed { id, consumer } => format!("claimed #{id} by {consumer}"),
         Event::Delivered { id, consumer } => format!(
             "delivered #{id} to {consumer}{}",

@@ -181,6 +181,7 @@ impl Local {
                 max_wait_s,
                 claude_channel: PushPolicy::Auto,
                 elicitation: true,
+                permission_relay: false,
             }),
         )
     }

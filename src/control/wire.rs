@@ -146,6 +146,10 @@ pub struct FrontendSettings {
     /// from an older daemon: on.
     #[serde(default = "elicitation_on")]
     pub elicitation: bool,
+    /// `mcp.permissionRelay`: relay the host's permission prompts (absent from an older
+    /// daemon: off).
+    #[serde(default)]
+    pub permission_relay: bool,
 }
 
 /// `elicitation` when a daemon's settings do not say.

@@ -180,6 +180,7 @@ pub async fn run(
         max_wait_s: config.mcp.max_wait_s,
         claude_channel: config.mcp.claude_channel,
         elicitation: config.mcp.elicitation,
+        permission_relay: config.mcp.permission_relay,
     })
     .daemon(DaemonInfo {
         started: chrono::Utc::now(),

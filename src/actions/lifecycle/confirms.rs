@@ -66,6 +66,18 @@ pub enum ConfirmError {
         /// The rule's `approveVia`, as a list.
         allowed: String,
     },
+    /// A relayed permission request, answered by the agent's own tool.
+    #[error(
+        "confirm {id} is the host's permission prompt for the agent's own `{tool}` call: an agent \
+         may not answer it; a person answers it in the terminal, on the approval page or with \
+         `switchboard confirm {id} yes|no`"
+    )]
+    OwnPermission {
+        /// The action id.
+        id: ActionId,
+        /// The tool the host asks about.
+        tool: String,
+    },
 }
 
 /// How a confirm was closed, as `pending` and the approval page show it.

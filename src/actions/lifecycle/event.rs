@@ -47,6 +47,16 @@ pub enum Event {
         /// The seq of the message that resolved it.
         by_seq: Seq,
     },
+    /// A relayed permission request ended unanswered here: the session that asked ended (its
+    /// host's dialog with it), or a restart found it open.
+    Ended {
+        /// The action id.
+        id: ActionId,
+        /// The rule (`permission:<tool>`).
+        rule: std::sync::Arc<str>,
+        /// Why.
+        reason: String,
+    },
     /// Work was claimed by a session's wait.
     Claimed {
         /// The action id.

@@ -41,7 +41,11 @@ impl Lifecycle {
         let mut out = Vec::new();
         for id in ids {
             pos.confirms_after = pos.confirms_after.max(id);
-            if let Some(item) = s.confirms.get(id).filter(|i| shown(i)) {
+            if let Some(item) = s
+                .confirms
+                .get(id)
+                .filter(|i| shown(i) && !i.is_permission_request())
+            {
                 out.push(item.clone());
             }
         }

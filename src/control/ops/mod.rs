@@ -139,6 +139,8 @@ ops! {
     WorkIn => work_in::WorkIn,
     /// Take back taken-in work no session claimed.
     WorkWithdraw => work_withdraw::WorkWithdraw,
+    /// A session's host relays a permission prompt.
+    RelayPermission => relay_permission::RelayPermission,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

@@ -13,7 +13,8 @@
 //!
 //! The tools are one table in [`tools`]; the best-effort push (`notifications/claude/channel`,
 //! `notifications/message`, `notifications/resources/updated`) in [`push`]; stdio framing in
-//! [`stdio`]; the HTTP guard (auth, `Origin`, session ends, dropped connections) in [`http`].
+//! [`stdio`]; the HTTP guard (auth, `Origin`, session ends, dropped connections) in [`http`];
+//! Claude Code's permission relay (`mcp.permissionRelay`) in `relay`.
 //!
 //! Protocol: `server/discover` is answered with -32601 so that hosts fall back to
 //! `initialize` and the 2025-11-25 session lifecycle, the one that has server push (on the
@@ -24,6 +25,7 @@
 pub mod elicit;
 pub mod http;
 mod push;
+mod relay;
 pub mod stdio;
 pub mod tools;
 mod upstream_tools;
@@ -75,6 +77,10 @@ pub struct McpSettings {
     /// Put each new confirm to the user in an elicitation form when the client declares the
     /// capability (`elicitation`, default true); see [`elicit`].
     pub elicitation: bool,
+    /// Claude Code's permission relay (`permissionRelay`, default off): declare
+    /// `claude/channel/permission` and turn the host's permission prompts into confirm
+    /// requests (see the `relay` module).
+    pub permission_relay: bool,
 }
 
 impl Default for McpSettings {
@@ -86,6 +92,7 @@ impl Default for McpSettings {
             session_idle_timeout: std::time::Duration::from_secs(180),
             max_sessions: 256,
             elicitation: true,
+            permission_relay: false,
         }
     }
 }
@@ -209,6 +216,8 @@ pub struct McpServer {
     named: Option<String>,
     /// The confirms this session puts to its user in elicitation forms.
     forms: Arc<elicit::Forms>,
+    /// Claude Code's permission relay, for this session.
+    relay: Arc<relay::Relay>,
     /// Ends the session when the last handle goes (an HTTP session rmcp dropped).
     _end_on_drop: Arc<tokio_util::sync::DropGuard>,
 }
@@ -250,6 +259,7 @@ impl McpServer {
             link,
             named: named.filter(|n| !n.trim().is_empty()),
             forms: Arc::default(),
+            relay: Arc::default(),
             _end_on_drop: Arc::new(guard),
         }
     }
@@ -310,6 +320,61 @@ impl McpServer {
     }
 }
 
+impl McpServer {
+    /// One `notifications/claude/channel/permission_request` from the host: a confirm request
+    /// for people, whose answer goes back to the host (see [`relay`]).
+    async fn relay_permission(&self, params: Option<Value>, peer: rmcp::service::Peer<RoleServer>) {
+        if !self.api.settings().permission_relay {
+            if self.relay.first_ignored() {
+                tracing::warn!(
+                    "{} ignored: `mcp.permissionRelay` is off (this session's later ones are \
+                     ignored silently); set it to true to answer the host's permission prompts \
+                     with `switchboard confirm` or the approval page",
+                    relay::REQUEST
+                );
+            }
+            return;
+        }
+        let request = match relay::parse(params) {
+            Ok(request) => request,
+            Err(why) => {
+                tracing::warn!("{} ignored: {why}", relay::REQUEST);
+                return;
+            }
+        };
+        let own = match self.own().await {
+            Ok(own) => own,
+            Err(e) => {
+                tracing::warn!(cause = %e, "permission request not relayed: no session in the daemon");
+                return;
+            }
+        };
+        self.relay.follow(
+            &self.tasks,
+            &self.api,
+            peer.clone(),
+            self.link.ended.clone(),
+        );
+        let request_id = request.request_id.clone();
+        let call = crate::control::ops::RelayPermission {
+            session: own.id,
+            request,
+        };
+        match self.api.call(call).await {
+            Ok(id) => {
+                if let Some(early) = self.relay.asked(id, request_id) {
+                    relay::send(&peer, early).await;
+                }
+            }
+            Err(e) => tracing::warn!(
+                request_id = %request_id,
+                cause = %e,
+                "permission request not relayed; the host's terminal dialog still answers it"
+            ),
+        }
+    }
+}
+
 /// The server's identity and capabilities.
 pub fn server_config() -> ServerConfig {
     let mut caps = ServerCapabilities::default();
@@ -333,7 +398,26 @@ pub fn server_config() -> ServerConfig {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        server_config()
+        let mut info = server_config();
+        if self.api.settings().permission_relay
+            && let Some(experimental) = info.capabilities.experimental.as_mut()
+        {
+            experimental.insert(relay::CAPABILITY.to_string(), Default::default());
+        }
+        info
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        context: NotificationContext<RoleServer>,
+    ) {
+        if notification.method != relay::REQUEST {
+            tracing::debug!(method = %notification.method, "ignored an unknown notification");
+            return;
+        }
+        self.relay_permission(notification.params, context.peer)
+            .await;
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {

@@ -107,6 +107,13 @@ pub(super) fn spawn(
                         (s.quiet, s.consumer.clone())
                     };
                     let sent = match event {
+                        // A host's permission prompt is for people, not agents (see `relay`).
+                        Event::Queued { item } if item.is_permission_request() => true,
+                        Event::Expired { rule, .. }
+                            if rule.starts_with(crate::actions::lifecycle::RULE_PREFIX) =>
+                        {
+                            true
+                        }
                         // Not for this window: a rule's `consumers` leave it out.
                         Event::Queued { item }
                             if consumer.as_deref().is_some_and(|c| !item.consumers.admits(c)) =>

@@ -1,0 +1,421 @@
+//! Permission requests relayed by an MCP host (Claude Code's permission relay): confirms that
+//! come from no rule and no message, but from a session's host asking whether one of its own
+//! tool calls may run.
+//!
+//! Each is an ordinary confirm request in the `confirms` queue, so that `pending`, `watch`, the
+//! approval page, expiry and `switchboard confirm` treat it like any other, with these
+//! differences, all decided here:
+//! - its rule is `permission:<tool_name>` and its message is synthetic (seq 0, channel
+//!   [`CHANNEL`], from the asking session's consumer, the tool, description and input preview
+//!   as its text: the host's words about its agent's call, untrusted);
+//! - the session that asked is remembered (`relays`, by action id): its end ends the request
+//!   (closed as `resolved`, with the reason, and [`Event::Ended`]), since the host's dialog went
+//!   with it; a restart ends the ones it finds pending, for the same reason;
+//! - no agent sees it (waits and stop hooks skip it, push too) and no agent may answer it: the
+//!   `channel_confirm` tool is refused with [`ConfirmError::OwnPermission`]; the other paths
+//!   (`cli`, `web`, `elicitation`, `relay`) may;
+//! - an answer queues no work: the verdict goes back to the host, which runs the tool itself.
+//!   The answer is recorded as usual (`approved`/`denied`, with `by` and `via`); an approval is
+//!   then recorded `delivered` to the asking session, so that the journal leaves it finished.
+//!
+//! The host never says when its own terminal dialog was answered first (see
+//! `delivery::mcp::relay`): until the session ends or the confirm times out, the request stays
+//! pending here, and a late answer's verdict is dropped by the host.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Changes, ConfirmError, Event, Item, Lifecycle, SessionId, State};
+use crate::actions::journal::Record;
+use crate::actions::{Action, ActionId, ActionState, Audience, Delivery, Mode, Via};
+use crate::message::Message;
+
+/// The prefix of a relayed permission request's rule name.
+pub const RULE_PREFIX: &str = "permission:";
+
+/// The channel of a relayed permission request's synthetic message.
+pub const CHANNEL: &str = "claude/permission";
+
+/// The metadata key of the host's `request_id` on the synthetic message.
+pub const REQUEST_ID_KEY: &str = "request_id";
+
+/// The paths that may answer a relayed permission request: any but the agent's own tool.
+pub const ANSWERED_VIA: [Via; 4] = [Via::Cli, Via::Web, Via::Elicitation, Via::Relay];
+
+/// One `notifications/claude/channel/permission_request`, as the host sent it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PermissionRequest {
+    /// The host's id of the prompt (Claude Code: five lowercase letters).
+    pub request_id: String,
+    /// The tool the agent wants to use (`Bash`, `Write`).
+    pub tool_name: String,
+    /// The host's summary of the call.
+    #[serde(default)]
+    pub description: String,
+    /// The call's arguments, as the host previews them (truncated JSON).
+    #[serde(default)]
+    pub input_preview: String,
+}
+
+/// The relayed requests still open, by action id: the session that asked.
+#[derive(Default)]
+pub(super) struct Relays {
+    asked_by: HashMap<ActionId, SessionId>,
+}
+
+impl Relays {
+    /// Whether confirm `id` is a relayed permission request still open.
+    pub(super) fn contains(&self, id: ActionId) -> bool {
+        self.asked_by.contains_key(&id)
+    }
+
+    /// Forgets `id`; the session that asked, if it was one.
+    pub(super) fn remove(&mut self, id: ActionId) -> Option<SessionId> {
+        self.asked_by.remove(&id)
+    }
+
+    /// Forgets every request of `session`; their ids.
+    fn take_session(&mut self, session: SessionId) -> Vec<ActionId> {
+        let mut ids: Vec<_> = self
+            .asked_by
+            .iter()
+            .filter(|(_, s)| **s == session)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in &ids {
+            self.asked_by.remove(id);
+        }
+        ids
+    }
+}
+
+impl Item {
+    /// Whether this is a permission request relayed by a host (see the module doc).
+    pub fn is_permission_request(&self) -> bool {
+        self.rule.starts_with(RULE_PREFIX)
+            && self.message.seq == 0
+            && self.message.channel == CHANNEL
+            && self.message.metadata.contains_key(REQUEST_ID_KEY)
+    }
+}
+
+/// The action and synthetic message of permission request `request` from consumer `from`,
+/// with id `id`, expiring after `timeout`.
+pub fn permission_action(
+    id: ActionId,
+    from: &str,
+    request: &PermissionRequest,
+    timeout: Duration,
+    now: DateTime<Utc>,
+) -> (Action, Message) {
+    let tool = request.tool_name.trim();
+    let mut prompt = format!("{from} asks permission to use `{tool}`");
+    if !request.description.trim().is_empty() {
+        prompt.push_str(": ");
+        prompt.push_str(request.description.trim());
+    }
+    prompt.push_str(
+        ". Approve to let that tool call run, deny to refuse it; its terminal dialog may also be \
+         answered there, and the first answer wins.",
+    );
+    let mut content = format!("{tool}: {}", request.description.trim());
+    if !request.input_preview.is_empty() {
+        content.push_str("\n\n");
+        content.push_str(&request.input_preview);
+    }
+    let action = Action {
+        id,
+        rule: format!("{RULE_PREFIX}{tool}").into(),
+        mode: Mode::Confirm,
+        seq: 0,
+        prompt,
+        tools: vec![tool.to_string()],
+        created: now,
+        expires: Some(now + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::MAX)),
+        delivery: Delivery::Wait,
+        approve_via: ANSWERED_VIA.to_vec(),
+        consumers: Audience::everyone(),
+    };
+    let message = Message {
+        seq: 0,
+        id: Some(request.request_id.clone()),
+        server: from.to_string(),
+        channel: CHANNEL.to_string(),
+        content,
+        metadata: [
+            (REQUEST_ID_KEY.to_string(), request.request_id.clone()),
+            ("tool_name".to_string(), tool.to_string()),
+            ("session".to_string(), from.to_string()),
+        ]
+        .into(),
+        timestamp: now,
+    };
+    (action, message)
+}
+
+/// Why a permission request could not be queued.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RelayError {
+    /// The asking session is not open.
+    #[error("no open session {0}")]
+    NoSession(SessionId),
+    /// The confirm queue is full.
+    #[error("the confirm queue is full ({0}); the request was refused, answer it in the terminal")]
+    Full(usize),
+}
+
+impl Lifecycle {
+    /// Queues `request`, asked by the host of `session`, as confirm `id` shown to people only
+    /// (see the module doc), expiring after `timeout`; returns it once visible (its creation
+    /// record is written first, as for any confirm).
+    pub async fn relay_permission(
+        &self,
+        session: SessionId,
+        id: ActionId,
+        request: &PermissionRequest,
+        timeout: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Item, RelayError> {
+        let (action, message) = {
+            let mut s = self.lock();
+            let Some(from) = s.sessions.consumer_of(session) else {
+                return Err(RelayError::NoSession(session));
+            };
+            let made = permission_action(id, from, request, timeout, now);
+            s.relays.asked_by.insert(id, session);
+            made
+        };
+        let offered = self
+            .offer(vec![(action, Arc::new(message))], None, now)
+            .await;
+        match offered.queued.into_iter().find(|i| i.action_id == id) {
+            Some(item) => Ok(item),
+            None => {
+                self.lock().relays.remove(id);
+                Err(RelayError::Full(self.capacity()))
+            }
+        }
+    }
+}
+
+impl State {
+    /// The refusal of an answer to relayed request `item` by the agent's own tool.
+    pub(super) fn refuse_own_permission(&self, item: &Item, via: Via) -> Option<ConfirmError> {
+        (via == Via::Tool && self.relays.contains(item.action_id)).then(|| {
+            ConfirmError::OwnPermission {
+                id: item.action_id,
+                tool: item.tools.first().cloned().unwrap_or_default(),
+            }
+        })
+    }
+
+    /// Records that the verdict of relayed request `id`, approved, went to the session that
+    /// asked (`consumer`): nothing is queued, the host runs the call itself.
+    pub(super) fn relayed_verdict(
+        &mut self,
+        id: ActionId,
+        now: DateTime<Utc>,
+        changes: &mut Changes,
+    ) {
+        let consumer = self
+            .relays
+            .remove(id)
+            .and_then(|s| self.sessions.consumer_of(s).map(str::to_string))
+            .unwrap_or_default();
+        self.counters.delivered += 1;
+        changes.record(Record {
+            consumer: Some(consumer.clone()),
+            ..Record::transition(id, ActionState::Delivered, now)
+        });
+        changes.event(Event::Delivered { id, consumer });
+    }
+
+    /// Ends the open requests `session` asked: it ended, and its host's dialog with it.
+    pub(super) fn end_relays(
+        &mut self,
+        session: SessionId,
+        now: DateTime<Utc>,
+        changes: &mut Changes,
+    ) {
+        for id in self.relays.take_session(session) {
+            self.end_relayed(id, "ended with the session that asked", now, changes);
+        }
+    }
+
+    /// Closes pending relayed request `id` as `resolved` for `reason`, unanswered here.
+    pub(super) fn end_relayed(
+        &mut self,
+        id: ActionId,
+        reason: &str,
+        now: DateTime<Utc>,
+        changes: &mut Changes,
+    ) {
+        let Some(item) = self.confirms.close(id, ActionState::Resolved, now, |c| {
+            c.reason = Some(reason.to_string())
+        }) else {
+            return;
+        };
+        self.counters.resolved += 1;
+        changes.record(Record {
+            reason: Some(reason.to_string()),
+            ..Record::transition(id, ActionState::Resolved, now)
+        });
+        tracing::info!(action_id = id, rule = %item.rule, reason, "permission request ended");
+        changes.event(Event::Ended {
+            id,
+            rule: item.rule,
+            reason: reason.to_string(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actions::lifecycle::ItemKind;
+
+    fn request(id: &str) -> PermissionRequest {
+        PermissionRequest {
+            request_id: id.into(),
+            tool_name: "Bash".into(),
+            description: "List the files".into(),
+            input_preview: r#"{"command":"ls"}"#.into(),
+        }
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn a_request_is_a_confirm_for_people_that_queues_no_work() {
+        let lc = Lifecycle::default();
+        let asker = lc.open_session_numbered("claude-code");
+        let other = lc.open_session_numbered("copilot");
+        let now = Utc::now();
+        let item = lc
+            .relay_permission(asker, 5, &request("abcde"), HOUR, now)
+            .await
+            .unwrap();
+        assert_eq!(
+            (item.kind, &*item.rule, item.message.server.as_str()),
+            (ItemKind::ConfirmRequest, "permission:Bash", "claude-code#1")
+        );
+        assert!(item.is_permission_request());
+        assert!(item.message.content.contains(r#"{"command":"ls"}"#));
+        assert_eq!(lc.pending_confirms().len(), 1);
+        // No agent is shown it, and the agent's own tool may not answer it.
+        assert!(lc.take(other, "copilot#2", 10).is_empty());
+        assert!(lc.take(asker, "claude-code#1", 10).is_empty());
+        let refused = lc.confirm(5, true, "claude-code#1", Via::Tool, Some(asker), now);
+        assert!(
+            matches!(refused, Err(ConfirmError::OwnPermission { id: 5, ref tool }) if tool == "Bash"),
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .unwrap_err()
+                .to_string()
+                .contains("an agent may not answer it")
+        );
+        // A person's answer closes it and queues nothing.
+        let approved = lc.confirm(5, true, "cli", Via::Cli, None, now).unwrap();
+        assert_eq!(approved.map(|i| i.kind), Some(ItemKind::Approved));
+        assert!(lc.take(other, "copilot#2", 10).is_empty(), "no work queued");
+        assert_eq!(lc.stats().queued_work, 0);
+        let closed = lc.closed_confirm(5).unwrap();
+        assert_eq!(
+            (closed.state, closed.via),
+            (ActionState::Approved, Some(Via::Cli))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_session_that_asked_ends_its_requests() {
+        let lc = Lifecycle::default();
+        let asker = lc.open_session_numbered("claude-code");
+        let other = lc.open_session_numbered("claude-code");
+        let now = Utc::now();
+        lc.relay_permission(asker, 1, &request("aaaaa"), HOUR, now)
+            .await
+            .unwrap();
+        lc.relay_permission(other, 2, &request("bbbbb"), HOUR, now)
+            .await
+            .unwrap();
+        let mut rx = lc.subscribe();
+        lc.close_session(asker, now);
+        let ended: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert!(
+            matches!(&ended[..], [Event::Ended { id: 1, reason, .. }] if reason == "ended with the session that asked"),
+            "{ended:?}"
+        );
+        assert_eq!(
+            lc.pending_confirms()
+                .iter()
+                .map(|i| i.action_id)
+                .collect::<Vec<_>>(),
+            [2]
+        );
+        let closed = lc.closed_confirm(1).unwrap();
+        assert_eq!(closed.state, ActionState::Resolved);
+        assert!(matches!(
+            lc.confirm(1, true, "cli", Via::Cli, None, now),
+            Err(ConfirmError::AlreadyAnswered { .. })
+        ));
+        assert!(matches!(
+            lc.relay_permission(asker, 3, &request("ccccc"), HOUR, now)
+                .await,
+            Err(RelayError::NoSession(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_rule_confirm_is_still_shown_past_a_newer_request() {
+        let lc = Lifecycle::default();
+        let asker = lc.open_session_numbered("claude-code");
+        let now = Utc::now();
+        lc.relay_permission(asker, 9, &request("abcde"), HOUR, now)
+            .await
+            .unwrap();
+        assert!(lc.take(asker, "claude-code#1", 10).is_empty());
+        let (a, m) = crate::actions::lifecycle::tests::action(8, Mode::Confirm, now);
+        lc.offer(vec![(a, m)], None, now).await;
+        let shown = lc.take(asker, "claude-code#1", 10);
+        assert_eq!(shown.iter().map(|i| i.action_id).collect::<Vec<_>>(), [8]);
+    }
+
+    #[test]
+    fn a_restart_ends_the_requests_it_finds_open() {
+        use crate::actions::journal::LiveAction;
+        let lc = Lifecycle::default();
+        let now = Utc::now();
+        let (action, message) = permission_action(3, "claude-code#1", &request("abcde"), HOUR, now);
+        let (rule_action, rule_message) =
+            crate::actions::lifecycle::tests::action(4, Mode::Confirm, now);
+        let mut rx = lc.subscribe();
+        lc.restore([
+            LiveAction {
+                action,
+                message,
+                state: ActionState::Pending,
+            },
+            LiveAction {
+                action: rule_action,
+                message: (*rule_message).clone(),
+                state: ActionState::Pending,
+            },
+        ]);
+        assert_eq!(
+            lc.pending_confirms()
+                .iter()
+                .map(|i| i.action_id)
+                .collect::<Vec<_>>(),
+            [4],
+            "a rule's confirm survives a restart, a relayed request does not"
+        );
+        assert_eq!(lc.closed_confirm(3).unwrap().state, ActionState::Resolved);
+        assert!(matches!(rx.try_recv(), Ok(Event::Ended { id: 3, .. })));
+    }
+}

@@ -1,0 +1,44 @@
+//! `relay_permission`: a session's host asks whether its agent's tool call may run (Claude
+//! Code's `notifications/claude/channel/permission_request`, see `delivery::mcp::relay`).
+//!
+//! The request becomes a confirm request for people: shown in `pending`, `watch` and the
+//! approval page, answered with `confirm` by any path but the agent's own tool, ended when the
+//! session that asked ends. The reply is its action id, which the session keeps to send the
+//! verdict back to its host.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::actions::ActionId;
+use crate::actions::lifecycle::PermissionRequest;
+use crate::control::{ApiError, Ctx, Op};
+
+/// How long a relayed permission request stays open when the host never answers it here:
+/// the default `confirmTimeout` of a rule.
+pub const PERMISSION_TIMEOUT: Duration = crate::rules::DEFAULT_CONFIRM_TIMEOUT;
+
+/// Relays one permission request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RelayPermission {
+    /// The handle of the session whose host asks.
+    pub session: u64,
+    /// The request, as the host sent it.
+    pub request: PermissionRequest,
+}
+
+impl Op for RelayPermission {
+    /// The confirm's action id.
+    type Reply = ActionId;
+
+    async fn apply(self, cx: &Ctx<'_>) -> Result<ActionId, ApiError> {
+        let session = cx.session(self.session)?;
+        let item = cx
+            .local
+            .core()
+            .relay_permission(session, &self.request, PERMISSION_TIMEOUT)
+            .await
+            .map_err(ApiError::refused)?;
+        Ok(item.action_id)
+    }
+}

@@ -1,0 +1,325 @@
+//! Claude Code's permission relay (`mcp.permissionRelay`), against a stand-in host: an rmcp
+//! client that declares itself as Claude Code, sends
+//! `notifications/claude/channel/permission_request` and records the
+//! `notifications/claude/channel/permission` verdicts it gets back. Over stdio (a `serve`
+//! front end, as Claude Code starts switchboard) and over streamable HTTP (the daemon's own
+//! sessions).
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientNotification, CustomNotification, Implementation,
+    ProtocolVersion,
+};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Value, json};
+
+use super::util::*;
+
+const VERDICT: &str = "notifications/claude/channel/permission";
+
+/// A stand-in for Claude Code: records the verdicts it is sent, and the channel pushes.
+#[derive(Clone, Default)]
+struct Host {
+    verdicts: Arc<Mutex<Vec<Value>>>,
+    pushes: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for Host {
+    fn get_info(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("claude-code", "2.1.81"),
+        );
+        config.protocol_version = ProtocolVersion::V_2025_11_25;
+        config
+    }
+
+    async fn on_custom_notification(
+        &self,
+        n: CustomNotification,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        let params = n.params.unwrap_or(Value::Null);
+        match n.method.as_str() {
+            VERDICT => self.verdicts.lock().unwrap().push(params),
+            "notifications/claude/channel" => self.pushes.lock().unwrap().push(params),
+            _ => {}
+        }
+    }
+}
+
+type HostClient = RunningService<RoleClient, Host>;
+
+/// A home whose `switchboard.json` sets `mcp.permissionRelay` to `on`.
+fn home(on: bool) -> Switchboard {
+    let sb = Switchboard::new();
+    sb.write(
+        "switchboard.json",
+        &json!({"mcp": {"permissionRelay": on}}).to_string(),
+    );
+    sb
+}
+
+/// The stand-in host on a `serve` front end over stdio.
+async fn stdio_host(sb: &Switchboard) -> (HostClient, Host) {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(sb.home.path().join("test-server.log"))
+        .unwrap();
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.arg("--home")
+        .arg(sb.home.path())
+        .args(["serve", "--no-listen"])
+        .env("RUST_LOG", "switchboard=debug,info");
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn stdio server");
+    let host = Host::default();
+    let client = host.clone().serve(transport).await.expect("host connects");
+    (client, host)
+}
+
+/// Whether the server declared the permission capability.
+fn declares_permission(client: &HostClient) -> bool {
+    let info = client.peer_info().expect("initialized");
+    let experimental = info.capabilities.experimental.clone().unwrap_or_default();
+    assert!(experimental.contains_key("claude/channel"));
+    experimental.contains_key("claude/channel/permission")
+}
+
+async fn ask(client: &HostClient, request_id: &str, tool: &str) {
+    let params = json!({
+        "request_id": request_id,
+        "tool_name": tool,
+        "description": format!("Run {tool} in the repository"),
+        "input_preview": "{\"command\":\"rm -rf build\"}",
+    });
+    client
+        .send_notification(ClientNotification::CustomNotification(
+            CustomNotification::new(
+                "notifications/claude/channel/permission_request",
+                Some(params),
+            ),
+        ))
+        .await
+        .expect("notification sent");
+}
+
+/// `switchboard pending --json`, as a user runs it.
+fn pending(sb: &Switchboard) -> Vec<Value> {
+    let out = sb.cli(&["pending", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str::<Value>(&stdout(&out))
+        .unwrap_or_else(|e| panic!("pending --json: {e}: {}", stdout(&out)))
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The pending permission request for `request_id`, once it shows.
+async fn pending_request(sb: &Switchboard, request_id: &str) -> Value {
+    eventually_async(Duration::from_secs(10), "the request in pending", || {
+        pending(sb)
+            .into_iter()
+            .find(|p| p.to_string().contains(request_id))
+    })
+    .await
+}
+
+async fn verdict_for(host: &Host, request_id: &str) -> Value {
+    eventually_async(Duration::from_secs(10), "the verdict", || {
+        host.verdicts
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|v| v["request_id"] == request_id)
+            .cloned()
+    })
+    .await
+}
+
+fn id_of(p: &Value) -> u64 {
+    p["id"]
+        .as_u64()
+        .or_else(|| p["action_id"].as_u64())
+        .unwrap_or_else(|| panic!("no id in {p}"))
+}
+
+/// What the relay shows and sends, on one host connected as `client`.
+async fn relay_end_to_end(sb: &Switchboard, client: &HostClient, host: &Host) {
+    assert!(declares_permission(client));
+
+    // A request shows in `pending`, from this session, for people.
+    ask(client, "abcde", "Bash").await;
+    let p = pending_request(sb, "abcde").await;
+    let text = p.to_string();
+    assert!(text.contains("permission:Bash"), "{p}");
+    assert!(text.contains("rm -rf build"), "{p}");
+    assert!(
+        text.contains("claude-code#"),
+        "the session it came from: {p}"
+    );
+    let id = id_of(&p);
+
+    // The agent's own `channel_confirm` is refused, and the request stays pending.
+    let mut params = rmcp::model::CallToolRequestParams::new("channel_confirm");
+    params.arguments = json!({"id": id, "decision": "yes"}).as_object().cloned();
+    let result = client.call_tool(params).await.expect("tool answered");
+    assert_eq!(result.is_error, Some(true));
+    let refusal = serde_json::to_string(&result).unwrap();
+    assert!(refusal.contains("an agent may not answer it"), "{refusal}");
+    assert!(pending(sb).iter().any(|p| id_of(p) == id));
+    assert!(host.verdicts.lock().unwrap().is_empty());
+
+    // `switchboard confirm ID yes` allows it: the host hears `allow` for the same request_id.
+    let out = sb.cli(&["confirm", &id.to_string(), "yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("allowed"), "{}", stdout(&out));
+    assert_eq!(
+        verdict_for(host, "abcde").await,
+        json!({"request_id": "abcde", "behavior": "allow"})
+    );
+    assert!(!pending(sb).iter().any(|p| id_of(p) == id));
+    // Sent before the verdict, had it been: the agent's channel was not told of the prompt.
+    let pushes = host.pushes.lock().unwrap().clone();
+    assert!(
+        !pushes.iter().any(|p| p.to_string().contains("permission:")),
+        "{pushes:?}"
+    );
+
+    // A second request, denied.
+    ask(client, "fghij", "Write").await;
+    let id = id_of(&pending_request(sb, "fghij").await);
+    let out = sb.cli(&["confirm", &id.to_string(), "no"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        verdict_for(host, "fghij").await,
+        json!({"request_id": "fghij", "behavior": "deny"})
+    );
+
+    // Both answers are in actions.jsonl with the path they came by.
+    let records = action_records(sb.home.path());
+    for state in ["approved", "denied"] {
+        assert!(
+            records
+                .iter()
+                .any(|r| r["state"] == state && r["via"] == "cli"),
+            "{state} via cli in {records:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_requests_are_confirms_answered_back_to_the_host() {
+    let sb = home(true);
+    let (client, host) = stdio_host(&sb).await;
+    relay_end_to_end(&sb, &client, &host).await;
+
+    // A request left open ends with its session: shown as ended, no longer answerable.
+    ask(&client, "kmnop", "Edit").await;
+    let id = id_of(&pending_request(&sb, "kmnop").await);
+    client.cancel().await.expect("host closes");
+    eventually_async(Duration::from_secs(10), "the request ended", || {
+        (!pending(&sb).iter().any(|p| id_of(p) == id)).then_some(())
+    })
+    .await;
+    let closed = sb.cli(&["pending", "--closed"]);
+    let closed = stdout(&closed);
+    assert!(
+        closed.contains("ended with the session that asked before anyone answered"),
+        "{closed}"
+    );
+    let late = sb.cli(&["confirm", &id.to_string(), "yes"]);
+    assert!(!late.status.success());
+    assert!(
+        stderr(&late).contains("already answered"),
+        "{}",
+        stderr(&late)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_requests_are_confirms_answered_back_to_the_host() {
+    let mut sb = home(true);
+    sb.spawn();
+    let host = Host::default();
+    let client = host
+        .clone()
+        .serve(http_transport(&sb))
+        .await
+        .expect("host connects over HTTP");
+    relay_end_to_end(&sb, &client, &host).await;
+
+    // The approval page shows it and answers it (`via: web`), and the host hears `allow`.
+    ask(&client, "qrstu", "Bash").await;
+    let id = id_of(&pending_request(&sb, "qrstu").await);
+    let ingest = sb.ingest.clone().unwrap();
+    let (login, _) = super::approvals::ui_link(&sb);
+    let r = http_request(&ingest, "GET", &login, &[], b"");
+    assert_eq!(r.status, 303, "{}", r.body);
+    let cookie = r.header("set-cookie").unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let state = http_request(&ingest, "GET", "/ui/api/state", &[("Cookie", &cookie)], b"").json();
+    let shown = state["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| id_of(p) == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("#{id} on the page: {state}"));
+    assert_eq!(shown["rule"], "permission:Bash");
+    let csrf = state["csrf"].as_str().unwrap().to_string();
+    let r = http_request(
+        &ingest,
+        "POST",
+        "/ui/api/confirm",
+        &[
+            ("Cookie", &cookie),
+            ("Content-Type", "application/json"),
+            ("X-CSRF-Token", &csrf),
+        ],
+        json!({"id": id, "decision": "approve"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        verdict_for(&host, "qrstu").await,
+        json!({"request_id": "qrstu", "behavior": "allow"})
+    );
+    let closed = stdout(&sb.cli(&["pending", "--closed"]));
+    assert!(
+        closed.contains(&format!("#{id} [permission:Bash] approved via web by web")),
+        "{closed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_setting_off_nothing_is_declared_and_requests_are_ignored() {
+    let sb = home(false);
+    let (client, host) = stdio_host(&sb).await;
+    assert!(!declares_permission(&client));
+    ask(&client, "abcde", "Bash").await;
+    ask(&client, "fghij", "Bash").await;
+    // A request after them that the session answers in order: both were handled by then.
+    client.list_tools(None).await.expect("tools listed");
+    eventually(
+        Duration::from_secs(10),
+        "the ignored request logged",
+        || sb.log().contains("permissionRelay` is off").then_some(()),
+    );
+    assert_eq!(
+        sb.log().matches("permissionRelay` is off").count(),
+        1,
+        "logged once"
+    );
+    assert!(pending(&sb).is_empty());
+    assert!(host.verdicts.lock().unwrap().is_empty());
+}
