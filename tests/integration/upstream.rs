@@ -144,10 +144,14 @@ async fn session(sb: &Switchboard) -> (Client, Session) {
     (client, s)
 }
 
+/// How long a test waits for one answer over MCP: a lost answer fails the test with its name
+/// (and stops its daemon) instead of hanging the run.
+const ANSWER: Duration = Duration::from_secs(30);
+
 async fn tool_names(client: &Client) -> Vec<String> {
-    client
-        .list_all_tools()
+    tokio::time::timeout(ANSWER, client.list_all_tools())
         .await
+        .expect("tools/list answered within 30 s")
         .expect("tools/list")
         .into_iter()
         .map(|t| t.name.to_string())
@@ -157,7 +161,10 @@ async fn tool_names(client: &Client) -> Vec<String> {
 async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = args.as_object().cloned();
-    client.call_tool(params).await.expect("tool call answered")
+    tokio::time::timeout(ANSWER, client.call_tool(params))
+        .await
+        .unwrap_or_else(|_| panic!("`{tool}` not answered within 30 s"))
+        .expect("tool call answered")
 }
 
 fn text(result: &CallToolResult) -> String {
