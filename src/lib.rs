@@ -48,7 +48,7 @@
 //! - [`actions`]: actions and their lifecycle (queues, claims, sessions, `actions.jsonl`).
 //! - [`rules`]: `triggers.json` parsed, validated, compiled (matchers, time intervals).
 //! - [`engine`]: pure evaluation of a message against the rules at a given time.
-//! - [`metrics`]: process counters rendered for `GET /metrics`.
+//! - [`metrics`]: process counters, and the `Scrape` of `GET /metrics` (encoded by prometheus-client).
 //! - [`app`]: `Core`, the running whole, and the dispatcher.
 //! - [`control`]: the operations and the control socket (protocol, handshake, deadlines).
 //! - [`backend`]: `Api` (local or remote) for MCP sessions, `Client` for the CLI and hooks.
