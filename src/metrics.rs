@@ -171,7 +171,6 @@ pub struct Scrape {
 impl Scrape {
     /// A counter family named `name` (ending in `_total`); add its samples to the result.
     pub fn counter(&mut self, name: &str, help: &str) -> &mut Family {
-        debug_assert!(name.ends_with("_total"), "{name}: a counter ends in _total");
         self.family(name, help, Kind::Counter)
     }
 
@@ -180,7 +179,13 @@ impl Scrape {
         self.family(name, help, Kind::Gauge)
     }
 
-    fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
+    /// A family of `kind` named `name` (a counter's ends in `_total`), for parts that list
+    /// their families in a table.
+    pub fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
+        debug_assert!(
+            kind == Kind::Gauge || name.ends_with("_total"),
+            "{name}: a counter ends in _total"
+        );
         self.families.push(Family {
             name: name.to_string(),
             help: help.to_string(),

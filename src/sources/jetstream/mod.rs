@@ -376,66 +376,63 @@ impl JetStream {
 
     /// What it adds to `/metrics`.
     pub fn metrics(&self, out: &mut crate::metrics::Scrape) {
+        use crate::metrics::Kind;
         let st = self.state();
-        let mut line = |name: &str, kind: &str, help: &str, v: f64| {
-            let name = format!("switchboard_jetstream_{name}");
-            match kind {
-                "counter" => out.counter(&name, help),
-                _ => out.gauge(&name, help),
-            }
-            .value(v);
+        let mut line = |name: &str, kind: Kind, help: &str, v: f64| {
+            out.family(&format!("switchboard_jetstream_{name}"), help, kind)
+                .value(v);
         };
         line(
             "connected",
-            "gauge",
+            Kind::Gauge,
             "1 while connected to NATS and the stream is ready.",
             f64::from(u8::from(st.connection == "connected" && st.ready)),
         );
         line(
             "consumer_lag",
-            "gauge",
+            Kind::Gauge,
             "Messages in the stream not yet delivered to this instance's consumer.",
             st.lag as f64,
         );
         line(
             "ack_pending",
-            "gauge",
+            Kind::Gauge,
             "Messages delivered to this instance's consumer and not yet acknowledged.",
             st.ack_pending as f64,
         );
         line(
             "redelivered_total",
-            "counter",
+            Kind::Counter,
             "Messages JetStream delivered to this instance's consumer more than once.",
             st.redelivered as f64,
         );
         line(
             "published_total",
-            "counter",
+            Kind::Counter,
             "Messages this instance published and JetStream acknowledged.",
             st.published as f64,
         );
         line(
             "publish_refused_total",
-            "counter",
+            Kind::Counter,
             "Appends refused because JetStream was unreachable or did not acknowledge.",
             st.refused as f64,
         );
         line(
             "stored_total",
-            "counter",
+            Kind::Counter,
             "Messages from the stream stored in this instance's inbox.",
             st.stored as f64,
         );
         line(
             "applied_seq",
-            "gauge",
+            Kind::Gauge,
             "The newest stream seq stored in this instance's inbox.",
             st.applied as f64,
         );
         line(
             "instances",
-            "gauge",
+            Kind::Gauge,
             "Other instances heard on the heartbeat subject within three heartbeats.",
             st.instances.len() as f64,
         );

@@ -118,75 +118,72 @@ impl WorkState {
 
     /// What it adds to `/metrics`.
     pub fn metrics(&self, out: &mut crate::metrics::Scrape) {
-        let rows: [(&str, &str, &str, u64); 10] = [
+        use crate::metrics::Kind;
+        let rows: [(&str, Kind, &str, u64); 10] = [
             (
                 "work_pending",
-                "gauge",
+                Kind::Gauge,
                 "Shared work not yet delivered to any instance.",
                 self.pending,
             ),
             (
                 "work_in_flight",
-                "gauge",
+                Kind::Gauge,
                 "Shared work delivered to an instance and not yet acknowledged.",
                 self.in_flight,
             ),
             (
                 "work_redelivering",
-                "gauge",
+                Kind::Gauge,
                 "Shared work JetStream is delivering again.",
                 self.redelivering,
             ),
             (
                 "work_held",
-                "gauge",
+                Kind::Gauge,
                 "Shared work held by this instance now.",
                 self.held,
             ),
             (
                 "work_published_total",
-                "counter",
+                Kind::Counter,
                 "Work this instance made and published to the shared queue.",
                 self.published,
             ),
             (
                 "work_duplicates_total",
-                "counter",
+                Kind::Counter,
                 "Work this instance made that another instance had made first.",
                 self.duplicates,
             ),
             (
                 "work_taken_total",
-                "counter",
+                Kind::Counter,
                 "Shared work pulled by this instance for its waiting sessions.",
                 self.taken,
             ),
             (
                 "work_redelivered_total",
-                "counter",
+                Kind::Counter,
                 "Shared work pulled here that JetStream had delivered before.",
                 self.redelivered,
             ),
             (
                 "work_acked_total",
-                "counter",
+                Kind::Counter,
                 "Shared work delivered here and acknowledged.",
                 self.acked,
             ),
             (
                 "work_returned_total",
-                "counter",
+                Kind::Counter,
                 "Shared work given back because no session here claimed it.",
                 self.returned,
             ),
         ];
         for (name, kind, help, v) in rows {
-            let name = format!("switchboard_jetstream_{name}");
-            match kind {
-                "counter" => out.counter(&name, help),
-                _ => out.gauge(&name, help),
-            }
-            .value(crate::metrics::count(v));
+            out.family(&format!("switchboard_jetstream_{name}"), help, kind)
+                .value(crate::metrics::count(v));
         }
     }
 }

@@ -226,10 +226,10 @@ impl Entry {
     }
 }
 
-/// One `/metrics` family of upstream state: name, type, help, and the value of one upstream.
+/// One `/metrics` family of upstream state: name, kind, help, and the value of one upstream.
 type Family = (
     &'static str,
-    &'static str,
+    crate::metrics::Kind,
     &'static str,
     fn(&UpstreamState) -> f64,
 );
@@ -348,6 +348,7 @@ impl Upstreams {
 
     /// Every upstream's families of `/metrics`.
     pub fn metrics(&self, out: &mut crate::metrics::Scrape) {
+        use crate::metrics::Kind;
         let states = self.states();
         if states.is_empty() {
             return;
@@ -355,7 +356,7 @@ impl Upstreams {
         let families: [Family; 9] = [
             (
                 "switchboard_upstream_up",
-                "gauge",
+                Kind::Gauge,
                 "1 while the upstream is connected (degraded included), else 0.",
                 |s| {
                     f64::from(u8::from(matches!(
@@ -366,58 +367,55 @@ impl Upstreams {
             ),
             (
                 "switchboard_upstream_degraded",
-                "gauge",
+                Kind::Gauge,
                 "1 while the upstream is connected but its last tool call was not answered within callTimeout.",
                 |s| f64::from(u8::from(s.state == Phase::Degraded)),
             ),
             (
                 "switchboard_upstream_call_timeouts_total",
-                "counter",
+                Kind::Counter,
                 "Tool calls forwarded to the upstream and not answered within callTimeout.",
                 |s| s.call_timeouts as f64,
             ),
             (
                 "switchboard_upstream_restarts_total",
-                "counter",
+                Kind::Counter,
                 "Reconnects and restarts of the upstream since start.",
                 |s| s.restarts as f64,
             ),
             (
                 "switchboard_upstream_tools",
-                "gauge",
+                Kind::Gauge,
                 "Tools the upstream offers, re-exported.",
                 |s| s.tools as f64,
             ),
             (
                 "switchboard_upstream_notifications_stored_total",
-                "counter",
+                Kind::Counter,
                 "Upstream notifications stored as messages.",
                 |s| s.stored as f64,
             ),
             (
                 "switchboard_upstream_notifications_filtered_total",
-                "counter",
+                Kind::Counter,
                 "Upstream notifications dropped by the channels allow-list.",
                 |s| s.filtered as f64,
             ),
             (
                 "switchboard_upstream_notifications_refused_total",
-                "counter",
+                Kind::Counter,
                 "Upstream notifications refused by the inbox's limits (the rest of their batch stored).",
                 |s| s.refused as f64,
             ),
             (
                 "switchboard_upstream_reader_waits_total",
-                "counter",
+                Kind::Counter,
                 "Times the upstream's reader waited for a full ingest queue (backpressure).",
                 |s| s.reader_waits as f64,
             ),
         ];
         for (name, kind, help, value) in families {
-            let family = match kind {
-                "counter" => out.counter(name, help),
-                _ => out.gauge(name, help),
-            };
+            let family = out.family(name, help, kind);
             for s in &states {
                 family.with(&[("upstream", &s.name)], value(s));
             }
