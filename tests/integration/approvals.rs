@@ -184,51 +184,24 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
     // State-changing requests: the CSRF token, JSON, and no other site.
     let body = br#"{"id": 1, "decision": "approve"}"#;
     let json_type = ("Content-Type", "application/json");
-    let r = http_request(
-        &ingest,
-        "POST",
-        "/ui/api/confirm",
-        &[("Cookie", &session), json_type],
-        body,
-    );
-    r.assert_error(403, "csrf");
-    let r = http_request(
-        &ingest,
-        "POST",
-        "/ui/api/confirm",
-        &[
-            ("Cookie", &session),
-            json_type,
-            ("X-CSRF-Token", &csrf),
-            ("Origin", "http://evil.example"),
-        ],
-        body,
-    );
-    r.assert_error(403, "cross_site");
-    let r = http_request(
-        &ingest,
-        "POST",
-        "/ui/api/confirm",
-        &[
-            ("Cookie", &session),
-            json_type,
-            ("X-CSRF-Token", &csrf),
-            ("Sec-Fetch-Site", "cross-site"),
-        ],
-        body,
-    );
-    r.assert_error(403, "cross_site");
-    let r = http_request(
-        &ingest,
-        "POST",
-        "/ui/api/confirm",
-        &[
-            ("Cookie", &session),
-            ("Content-Type", "text/plain"),
-            ("X-CSRF-Token", &csrf),
-        ],
-        body,
-    );
+    let answer = |headers: &[(&str, &str)]| {
+        let headers = [&[("Cookie", session.as_str())][..], headers].concat();
+        http_request(&ingest, "POST", "/ui/api/confirm", &headers, body)
+    };
+    answer(&[json_type]).assert_error(403, "csrf");
+    answer(&[
+        json_type,
+        ("X-CSRF-Token", &csrf),
+        ("Origin", "http://evil.example"),
+    ])
+    .assert_error(403, "cross_site");
+    answer(&[
+        json_type,
+        ("X-CSRF-Token", &csrf),
+        ("Sec-Fetch-Site", "cross-site"),
+    ])
+    .assert_error(403, "cross_site");
+    let r = answer(&[("Content-Type", "text/plain"), ("X-CSRF-Token", &csrf)]);
     r.assert_error(415, "unsupported_media_type");
     assert_eq!(pending_ids(sb.home.path()), [1], "nothing answered it yet");
 

@@ -540,7 +540,6 @@ impl Drop for KillOnDrop {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn work_held_by_an_instance_killed_9_is_redelivered_to_another_within_ack_wait() {
-    use std::io::{BufRead, BufReader, Write};
     let Some(nats) = Nats::start() else { return };
     let a = worker(&nats, "hold-a");
     let mut b = worker(&nats, "hold-b");
@@ -559,30 +558,7 @@ async fn work_held_by_an_instance_killed_9_is_redelivered_to_another_within_ack_
             .spawn()
             .expect("spawn switchboard serve"),
     );
-    let mut stdin = front.0.stdin.take().unwrap();
-    let mut stdout = BufReader::new(front.0.stdout.take().unwrap());
-    let mut line = String::new();
-    writeln!(
-        stdin,
-        "{}",
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "copilot-cli", "version": "1"}}})
-    )
-    .unwrap();
-    stdout.read_line(&mut line).unwrap();
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-    )
-    .unwrap();
-    writeln!(
-        stdin,
-        "{}",
-        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "wait_for_inbound_message", "arguments": {"timeout_s": 50}}})
-    )
-    .unwrap();
+    let _pipes = super::util::start_raw_wait(&mut front.0);
     eventually(Duration::from_secs(10), "b's session waits", || {
         (waits_in_flight(&b) == 1).then_some(())
     });

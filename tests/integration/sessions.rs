@@ -307,30 +307,7 @@ fn stdin_eof_with_a_wait_in_flight_exits_within_a_second_and_takes_nothing() {
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("triggers.json"), AUTO).unwrap();
     let mut child = stdio_server(home.path());
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    writeln!(
-        stdin,
-        "{}",
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "copilot-cli", "version": "1.0.102"}}})
-    )
-    .unwrap();
-    stdout.read_line(&mut line).unwrap();
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-    )
-    .unwrap();
-    writeln!(
-        stdin,
-        "{}",
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "wait_for_inbound_message", "arguments": {"timeout_s": 50}}})
-    )
-    .unwrap();
+    let (stdin, _stdout) = start_raw_wait(&mut child);
     eventually(Duration::from_secs(10), "the wait is in flight", || {
         let s = control(home.path(), json!({"op": "stats"}));
         (s["result"]["wait_calls_in_flight"] == 1).then_some(())

@@ -2,10 +2,10 @@
 
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -688,4 +688,35 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
         .split(':')
         .map(|dir| Path::new(dir).join(name))
         .find(|p| p.is_file())
+}
+
+/// Speaks MCP by hand over a `switchboard serve` child's stdin and stdout, as a host does:
+/// `initialize` (as `copilot-cli`, read its answer), `notifications/initialized`, then a
+/// `wait_for_inbound_message` call (timeout 50 s) whose answer is left unread. Returns the
+/// pipes, for the test to keep open or drop.
+pub fn start_raw_wait(child: &mut Child) -> (ChildStdin, BufReader<ChildStdout>) {
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    writeln!(
+        stdin,
+        "{}",
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "copilot-cli", "version": "1.0.102"}}})
+    )
+    .unwrap();
+    stdout.read_line(&mut String::new()).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "wait_for_inbound_message", "arguments": {"timeout_s": 50}}})
+    )
+    .unwrap();
+    (stdin, stdout)
 }
