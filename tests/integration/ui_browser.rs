@@ -134,6 +134,7 @@ async fn the_page_in_chromium_approves_a_confirm_that_a_waiting_agent_then_runs(
         "screenshot at phone width",
         "Approve answers it, via web",
         "a cross-site POST",
+        "every card appears",
         "the link works once",
         "without the cookie",
     ] {

@@ -7,7 +7,7 @@ Usage: ui_browser.py INGEST LINK SCREENSHOT; the ingest bearer token in SWITCHBO
 Checks, in order: the one-time link opens the page; a confirm posted after the page opened
 appears without a reload; a screenshot at phone width; Approve answers it and it leaves the
 list; a cross-site page (another origin, and another site) cannot answer a confirm with the
-browser's cookie; the link works once; without the cookie /ui and its data show nothing.
+browser's cookie; a burst of confirms all appear; the link works once; without the cookie /ui and its data show nothing.
 Prints one line per check passed; exits non-zero with a sentence on the first failure.
 """
 
@@ -146,6 +146,32 @@ def main():
         wait.until(lambda d: d.find_element(By.ID, "status").text == "live")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f'.confirm[data-id="{second_id}"]'))
         check("a cross-site POST (another origin, another site) is refused: still pending")
+
+        # A burst on a slow host: the page's state fetches take 400 ms more (as under load),
+        # so the events of eight confirms arrive while it is fetching the state for the first
+        # ones, read before they were shown. Each still gets its card, without a reload.
+        driver.execute_script("""
+            const real = window.fetch;
+            window.fetch = async (...args) => {
+              const r = await real(...args);
+              if (String(args[0]).includes("/ui/api/state")) {
+                await new Promise((done) => setTimeout(done, 400));
+              }
+              return r;
+            };""")
+        burst = [threading.Thread(target=post_message,
+                                  args=("alerts/cpu", f"[FIRING] CpuHigh on web-{i}"))
+                 for i in range(8)]
+        for t in burst:
+            t.start()
+        for t in burst:
+            t.join()
+        try:
+            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".confirm[data-id]")) == 9)
+        except Exception:
+            shown = len(driver.find_elements(By.CSS_SELECTOR, ".confirm[data-id]"))
+            raise AssertionError(f"{shown} of 9 confirm cards shown 20 s after a burst of 8")
+        check("a burst of 8 confirms: every card appears")
 
         driver.delete_all_cookies()
         driver.get(LINK)

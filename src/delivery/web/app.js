@@ -5,6 +5,7 @@
 let csrf = "";
 let pending = [];
 let refetching = null;
+let stale = false;
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -119,13 +120,25 @@ function tick() {
   }
 }
 
+// One fetch of the state at a time. An event that arrives while one is in flight may
+// describe a change the server made after it read that state, so it asks for one more
+// fetch once the current one ends; any number of such events ask for just one.
 async function refetch() {
-  if (refetching) return refetching;
+  if (refetching) {
+    stale = true;
+    return refetching;
+  }
   refetching = (async () => {
     try {
-      const r = await fetch("/ui/api/state", { cache: "no-store" });
-      if (r.ok) render(await r.json());
-      else document.getElementById("status").textContent = "signed out: run `switchboard ui`";
+      do {
+        stale = false;
+        const r = await fetch("/ui/api/state", { cache: "no-store" });
+        if (r.ok) render(await r.json());
+        else {
+          document.getElementById("status").textContent = "signed out: run `switchboard ui`";
+          break;
+        }
+      } while (stale);
     } finally {
       refetching = null;
     }
