@@ -253,12 +253,7 @@ fn a_burst_into_a_full_queue_is_recorded_as_dropped_with_memory_bounded() {
     let survivors: Vec<u64> = queued.difference(&ids("dropped")).copied().collect();
     let newest: Vec<u64> = queued.iter().rev().take(64).rev().copied().collect();
     assert_eq!(survivors, newest);
-    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", sb.pid()))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    let rss_kib = rss_kib(sb.pid());
     assert!(
         rss_kib < 64 * 1024,
         "resident memory {rss_kib} KiB after the burst"

@@ -27,7 +27,12 @@ struct RawSession {
 
 impl RawSession {
     async fn open(sb: &Switchboard, name: &str) -> RawSession {
-        let http = reqwest::Client::new();
+        Self::open_with(reqwest::Client::new(), sb, name).await
+    }
+
+    /// [`RawSession::open`] on the client `http` (a new client costs a read of the system's
+    /// root certificates).
+    async fn open_with(http: reqwest::Client, sb: &Switchboard, name: &str) -> RawSession {
         let url = sb.mcp_url.clone().expect("mcp url");
         let token = sb.token();
         let init = http
@@ -690,6 +695,59 @@ async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
     let again = RawSession::open(&sb, "again").await;
     assert_eq!(sessions_open(&sb), 1);
     drop(again);
+    sb.terminate();
+}
+
+/// Issue 26, the soak's RSS: the memory of abandoned sessions goes back to the system once
+/// they expire, cycle after cycle (glibc kept it, so RSS rose in steps under churn).
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_sessions_give_their_memory_back() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "switchboard.json",
+        r#"{"mcp": {"sessionIdleTimeout": "3s"}}"#,
+    );
+    sb.spawn();
+    let http = reqwest::Client::new();
+    let pid = sb.pid();
+    let idle = anon_kib(pid);
+    let mut full = Vec::new();
+    let mut after = Vec::new();
+    for cycle in 0..3 {
+        for i in 0..300 {
+            let s = RawSession::open_with(http.clone(), &sb, &format!("gone-{cycle}-{i}")).await;
+            s.call(2, "wait_for_inbound_message", json!({"timeout_s": 0}))
+                .await
+                .expect("the wait answers");
+        }
+        full.push(anon_kib(pid));
+        until(Duration::from_secs(10), "the sessions expired", || {
+            sessions_open(&sb) == 0
+        })
+        .await;
+        // The memory comes back one sweep (750 ms here) after the sweep that ended them:
+        // at least half of what the first 300 sessions took.
+        let target = idle + (full[0] - idle) / 2;
+        let expired = Instant::now();
+        loop {
+            let now = anon_kib(pid);
+            if now < target {
+                after.push(now);
+                break;
+            }
+            assert!(
+                expired.elapsed() < Duration::from_secs(10),
+                "cycle {cycle}: anonymous RSS {now} KiB 10 s after 300 sessions expired; idle {idle} KiB, \
+                 with the sessions open {full:?}, after earlier cycles {after:?}; it should come \
+                 back under {target} KiB"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "anonymous RSS: idle {idle} KiB; with 300 sessions open {full:?}; after they expired {after:?}"
+    );
     sb.terminate();
 }
 

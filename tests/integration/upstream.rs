@@ -491,16 +491,6 @@ async fn a_call_the_upstream_leaves_unanswered_ends_at_call_timeout_and_shows_de
     assert!(sb.terminate().success(), "{}", sb.log());
 }
 
-/// VmRSS of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 const PROBE_RULES: &str = r#"{"rules": [{"name": "probe", "channel": "probe", "mode": "notify"}]}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

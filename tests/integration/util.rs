@@ -720,3 +720,23 @@ pub fn start_raw_wait(child: &mut Child) -> (ChildStdin, BufReader<ChildStdout>)
     .unwrap();
     (stdin, stdout)
 }
+
+/// VmRSS of `pid` in KiB (0 once it is gone).
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmRSS:")
+}
+
+/// RssAnon of `pid` in KiB: its resident heap and stacks, without the binary's code pages
+/// (which a debug build touches by the megabyte the first time a path runs).
+pub fn anon_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "RssAnon:")
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
