@@ -48,6 +48,9 @@ const SESSION_HEADER: &str = "mcp-session-id";
 pub struct HttpSession {
     /// Cancelled to end the session (DELETE, idle).
     ended: CancellationToken,
+    /// Sessions that ended and whose server is not dropped yet (the guard's count): they
+    /// still hold their memory, so they count against `mcp.maxSessions`.
+    ending: Arc<AtomicUsize>,
     /// Cancelled once the MCP session itself is over (its server dropped or ended).
     closed: CancellationToken,
     attached: AtomicBool,
@@ -58,9 +61,10 @@ pub struct HttpSession {
 }
 
 impl HttpSession {
-    fn new() -> Arc<HttpSession> {
+    fn new(ending: Arc<AtomicUsize>) -> Arc<HttpSession> {
         Arc::new(HttpSession {
             ended: CancellationToken::new(),
+            ending,
             closed: CancellationToken::new(),
             attached: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
@@ -75,13 +79,31 @@ impl HttpSession {
         }
         let ended = self.ended.clone();
         let closed = self.closed.clone();
+        let ending = self.ending.clone();
         let link = link.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = ended.cancelled() => link.end(),
                 _ = link.ended().cancelled() => {}
             }
+            let released = link.released();
+            drop(link);
+            // Until its server is dropped the session still holds its buffers: a new one
+            // admitted in its place meanwhile would double the memory that
+            // `mcp.maxSessions` bounds (the soak's churn refilled 256 slots at once). At most
+            // `RELEASE_GRACE`, so that a reference held somewhere never locks anyone out.
+            ending.fetch_add(1, Ordering::AcqRel);
             closed.cancel();
+            let since = Instant::now();
+            let on_time = tokio::time::timeout(RELEASE_GRACE, released.cancelled()).await;
+            ending.fetch_sub(1, Ordering::AcqRel);
+            match on_time {
+                Ok(()) => tracing::debug!(after = ?since.elapsed(), "MCP session released"),
+                Err(_) => tracing::warn!(
+                    "an ended MCP session was not released within {RELEASE_GRACE:?}; it no \
+                     longer counts against `mcp.maxSessions`"
+                ),
+            }
         });
     }
 
@@ -357,7 +379,12 @@ struct Guard {
     origins: Vec<String>,
     max_sessions: usize,
     sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+    /// Sessions ended but not yet released (see [`HttpSession::attach`]).
+    ending: Arc<AtomicUsize>,
 }
+
+/// How long an ended session may count against `mcp.maxSessions` while its server drops.
+const RELEASE_GRACE: Duration = Duration::from_secs(10);
 
 impl Guard {
     /// Forgets the sessions that are over, and ends (and forgets) those idle for `idle`;
@@ -426,6 +453,7 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
         origins: access.origins,
         max_sessions: access.max_sessions.max(1),
         sessions: Mutex::default(),
+        ending: Arc::default(),
     });
     {
         let (guard, sessions) = (guard.clone(), sessions.clone());
@@ -667,7 +695,7 @@ async fn post(
             let open = {
                 let mut all = g.sessions.lock().unwrap();
                 all.retain(|_, s| !s.closed.is_cancelled());
-                all.len()
+                all.len() + g.ending.load(Ordering::Acquire)
             };
             if open >= g.max_sessions {
                 tracing::warn!(
@@ -689,7 +717,7 @@ async fn post(
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
                 return response;
             }
-            let session = HttpSession::new();
+            let session = HttpSession::new(g.ending.clone());
             parts.extensions.insert(session.clone());
             created = Some(session);
         }
