@@ -464,9 +464,21 @@ fn eq_matchers_exclude_other_values() {
         ("x", &[("labels.team", "db")], &["by-value"]),
         ("x", &[("labels.team", "dba")], &[]),
         ("x", &[("labels.tean", "db")], &[]),
-        ("x", &[("labels.team", "db"), ("labels.instance", "host1")], &["by-value", "two"]),
-        ("x", &[("labels.team", "db"), ("labels.instance", "host10")], &["by-value"]),
-        ("svc1/events", &[("labels.service", "svc1")], &["by-channel", "no-team"]),
+        (
+            "x",
+            &[("labels.team", "db"), ("labels.instance", "host1")],
+            &["by-value", "two"],
+        ),
+        (
+            "x",
+            &[("labels.team", "db"), ("labels.instance", "host10")],
+            &["by-value"],
+        ),
+        (
+            "svc1/events",
+            &[("labels.service", "svc1")],
+            &["by-channel", "no-team"],
+        ),
         ("svc1/events", &[("labels.service", "svc2")], &["no-team"]),
         ("svc1/events", &[("labels.servicf", "svc1")], &["no-team"]),
         ("svc1/events", &[("labels.team", "")], &["no-team"]),
@@ -480,7 +492,11 @@ fn eq_matchers_exclude_other_values() {
                 m.metadata.extend(filler.iter().cloned());
             }
             let mut fast = Engine::new(set.clone());
-            assert_eq!(fired(&mut fast, &m, t(0)), *want, "{channel} {meta:?} {padded}");
+            assert_eq!(
+                fired(&mut fast, &m, t(0)),
+                *want,
+                "{channel} {meta:?} {padded}"
+            );
             let slow: Vec<String> = Engine::new(set.clone())
                 .evaluate_naive(&m, t(0))
                 .actions
@@ -502,7 +518,11 @@ fn to_consumer_overrides_the_rules_consumers() {
         (&[], "oncall", false),
         (&[("fingerprint", "oncall")], "oncall", false),
         (&[("to_consumer", "")], "oncall", false),
-        (&[("to_consumer", "oncall"), ("fingerprint", "x")], "oncall", true),
+        (
+            &[("to_consumer", "oncall"), ("fingerprint", "x")],
+            "oncall",
+            true,
+        ),
         (&[("to_consumer", "oncall")], "pay-eu", false),
     ];
     for (meta, consumer, admitted) in cases {
