@@ -513,7 +513,8 @@ fn eq_matchers_exclude_other_values() {
 #[test]
 fn to_consumer_overrides_the_rules_consumers() {
     let set = rules(r#"{"rules": [{"name": "r", "consumers": ["pay-*"]}]}"#);
-    let cases: &[(&[(&str, &str)], &str, bool)] = &[
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, bool);
+    let cases: &[Case] = &[
         (&[], "pay-eu", true),
         (&[], "oncall", false),
         (&[("fingerprint", "oncall")], "oncall", false),
