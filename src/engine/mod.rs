@@ -411,9 +411,9 @@ impl Engine {
             expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
             delivery: rule.delivery,
             approve_via: rule.approve_via.clone(),
-            consumers: match msg.metadata.get(crate::actions::TO_CONSUMER_KEY) {
-                Some(to) if !to.is_empty() => crate::actions::Audience::only(to),
-                _ => rule.consumers.clone(),
+            consumers: match index::meta_value(&msg.metadata, crate::actions::TO_CONSUMER_KEY) {
+                "" => rule.consumers.clone(),
+                to => crate::actions::Audience::only(to),
             },
         });
         Decision::Fired(id)

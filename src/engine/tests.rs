@@ -412,6 +412,132 @@ fn matchers_select_by_metadata() {
     }
 }
 
+/// The engine's own metadata lookup reads a key by length first: a key of the same length
+/// but other bytes, a missing key and an empty value must each read right, in a map small
+/// enough to scan and in one past a B-tree leaf (looked up through the map).
+#[test]
+fn metadata_lookup_by_length_first() {
+    let small: std::collections::BTreeMap<String, String> = [
+        ("labels.team", "db"),
+        ("labels.tean", "web"),
+        ("fingerprint", "f00"),
+        ("empty", ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut big = small.clone();
+    for n in 0..20 {
+        big.insert(format!("labels.k{n:02}"), format!("v{n}"));
+    }
+    assert!(big.len() > index::SCAN_ENTRIES && small.len() <= index::SCAN_ENTRIES);
+    for map in [&small, &big] {
+        assert_eq!(index::meta_value(map, "labels.team"), "db");
+        assert_eq!(index::meta_value(map, "labels.tean"), "web");
+        assert_eq!(index::meta_value(map, "labels.teal"), "");
+        assert_eq!(index::meta_value(map, "to_consumer"), "");
+        assert_eq!(index::meta_value(map, "empty"), "");
+        assert_eq!(index::meta_value(map, ""), "");
+    }
+    assert_eq!(index::meta_value(&big, "labels.k07"), "v7");
+}
+
+/// A rule found through its `=` matcher's value (the index's metadata path, any channel) or
+/// by its channel and confirmed by its matchers does not fire for another value, nor for a key
+/// that differs in one byte, in a small and a large metadata map; `=""` fires for a missing
+/// key. The naive path agrees on every message.
+#[test]
+fn eq_matchers_exclude_other_values() {
+    let set = rules(
+        r#"{"rules": [
+        {"name": "by-value", "matchers": ["labels.team=\"db\""]},
+        {"name": "by-channel", "channel": "svc1/events", "matchers": ["labels.service=\"svc1\""]},
+        {"name": "two", "matchers": ["labels.team=\"db\"", "labels.instance=\"host1\""]},
+        {"name": "no-team", "channel": "svc1/events", "matchers": ["labels.team=\"\""]}
+    ]}"#,
+    );
+    let filler: Vec<(String, String)> = (0..20)
+        .map(|n| (format!("labels.k{n:02}"), format!("v{n}")))
+        .collect();
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let table: &[Case] = &[
+        ("x", &[("labels.team", "db")], &["by-value"]),
+        ("x", &[("labels.team", "dba")], &[]),
+        ("x", &[("labels.tean", "db")], &[]),
+        (
+            "x",
+            &[("labels.team", "db"), ("labels.instance", "host1")],
+            &["by-value", "two"],
+        ),
+        (
+            "x",
+            &[("labels.team", "db"), ("labels.instance", "host10")],
+            &["by-value"],
+        ),
+        (
+            "svc1/events",
+            &[("labels.service", "svc1")],
+            &["by-channel", "no-team"],
+        ),
+        ("svc1/events", &[("labels.service", "svc2")], &["no-team"]),
+        ("svc1/events", &[("labels.servicf", "svc1")], &["no-team"]),
+        ("svc1/events", &[("labels.team", "")], &["no-team"]),
+        ("svc1/events", &[("labels.team", "web")], &[]),
+        ("svc2/events", &[("labels.service", "svc1")], &[]),
+    ];
+    for (i, (channel, meta, want)) in table.iter().enumerate() {
+        for padded in [false, true] {
+            let mut m = with_meta(msg(i as u64 + 1, "s", channel, "c"), meta);
+            if padded {
+                m.metadata.extend(filler.iter().cloned());
+            }
+            let mut fast = Engine::new(set.clone());
+            assert_eq!(
+                fired(&mut fast, &m, t(0)),
+                *want,
+                "{channel} {meta:?} {padded}"
+            );
+            let slow: Vec<String> = Engine::new(set.clone())
+                .evaluate_naive(&m, t(0))
+                .actions
+                .iter()
+                .map(|a| a.rule.to_string())
+                .collect();
+            assert_eq!(slow, *want, "naive: {channel} {meta:?} {padded}");
+        }
+    }
+}
+
+/// `to_consumer` gives every action of its message that one consumer; missing or empty, the
+/// rule's `consumers` hold, whatever other keys of the same length the message carries.
+#[test]
+fn to_consumer_overrides_the_rules_consumers() {
+    let set = rules(r#"{"rules": [{"name": "r", "consumers": ["pay-*"]}]}"#);
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, bool);
+    let cases: &[Case] = &[
+        (&[], "pay-eu", true),
+        (&[], "oncall", false),
+        (&[("fingerprint", "oncall")], "oncall", false),
+        (&[("to_consumer", "")], "oncall", false),
+        (
+            &[("to_consumer", "oncall"), ("fingerprint", "x")],
+            "oncall",
+            true,
+        ),
+        (&[("to_consumer", "oncall")], "pay-eu", false),
+    ];
+    for (meta, consumer, admitted) in cases {
+        let m = with_meta(msg(1, "s", "c", "x"), meta);
+        let eval = Engine::new(set.clone()).evaluate(&m, t(0));
+        assert_eq!(eval.actions.len(), 1, "{meta:?}");
+        assert_eq!(
+            eval.actions[0].consumers.admits(consumer),
+            *admitted,
+            "{meta:?} {consumer}"
+        );
+    }
+}
+
 /// Held back by the clock: `muted` inside a mute interval, `inactive` outside every active
 /// one; either way nothing is spent, and `stop` still stops.
 #[test]
