@@ -24,8 +24,10 @@
 //! `labels.team=~"team{i}|team{i}-oncall"`, content rules `sender!="renovate[bot]"` (a
 //! matcher the index cannot use), alert rules `labels.severity=~"critical|warning"` and
 //! `labels.instance="host{i}"`. The messages are the same, carrying the metadata a source
-//! would give them (`labels.service`, `labels.team` and `sender`, five alert keys), so its
-//! figures compare with the plain mix's.
+//! would give them (`labels.service`, `labels.team` and `sender`, five alert keys).
+//! `meta_N` is the plain mix's rules on those same messages: what `matchers_N` costs over it
+//! is the matchers' own cost, and what `meta_N` costs over `N` is reading messages that carry
+//! metadata (every fired rule looks up `to_consumer`).
 //!
 //! `indexed` is `Engine::evaluate`; `naive`, the same-run baseline, is
 //! `Engine::evaluate_naive`: every rule tried in file order (server, channel, regex), with
@@ -246,6 +248,11 @@ fn dispatch(c: &mut Criterion) {
             [100usize, 1000, 10000]
                 .into_iter()
                 .map(|n| (format!("matchers_{n}"), with_matchers(n), true)),
+        )
+        .chain(
+            [100usize, 1000, 10000]
+                .into_iter()
+                .map(|n| (format!("meta_{n}"), mix(n), true)),
         )
         .collect();
     for (label, (text, pools), meta) in &sets {
