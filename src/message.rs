@@ -46,7 +46,7 @@ pub struct Message {
 /// every append encodes one. Years outside 0..=9999 and leap seconds go through chrono.
 mod journal_time {
     use chrono::{DateTime, Datelike, Timelike, Utc};
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde::{Deserializer, Serialize, Serializer};
 
     pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
         let mut buf = [0u8; 30];
@@ -57,7 +57,68 @@ mod journal_time {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        DateTime::<Utc>::deserialize(d)
+        d.deserialize_str(Visitor)
+    }
+
+    /// Reads the form [`encode`] writes digit by digit; anything else (an offset, a leap
+    /// second, another year range) goes to chrono's parser, which accepts what it always did.
+    struct Visitor;
+
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = DateTime<Utc>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an RFC 3339 timestamp")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<DateTime<Utc>, E> {
+            match decode(s.as_bytes()) {
+                Some(t) => Ok(t),
+                None => s.parse().map_err(E::custom),
+            }
+        }
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS[.F]Z` (1 to 9 digits of fraction), or `None`.
+    pub(super) fn decode(b: &[u8]) -> Option<DateTime<Utc>> {
+        if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+            return None;
+        }
+        if b[13] != b':' || b[16] != b':' || *b.last()? != b'Z' {
+            return None;
+        }
+        let nanos = match &b[19..b.len() - 1] {
+            [] => 0,
+            [b'.', fraction @ ..] if (1..=9).contains(&fraction.len()) => {
+                number(fraction)? * 10u32.pow(9 - fraction.len() as u32)
+            }
+            _ => return None,
+        };
+        let date = chrono::NaiveDate::from_ymd_opt(
+            number(&b[0..4])? as i32,
+            number(&b[5..7])?,
+            number(&b[8..10])?,
+        )?;
+        // A leap second (`:60`) is refused here and left to chrono.
+        let (hour, minute, second) = (
+            number(&b[11..13])?,
+            number(&b[14..16])?,
+            number(&b[17..19])?,
+        );
+        if second > 59 {
+            return None;
+        }
+        Some(
+            date.and_hms_nano_opt(hour, minute, second, nanos)?
+                .and_utc(),
+        )
+    }
+
+    /// ASCII digits as a number, or `None`.
+    fn number(digits: &[u8]) -> Option<u32> {
+        digits.iter().try_fold(0u32, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+        })
     }
 
     /// Writes `t` into `buf`; the length, or `None` when chrono must do it.
@@ -538,6 +599,55 @@ mod tests {
             assert_eq!(ours, serde_json::to_value(t).unwrap(), "{t:?}");
             let back: DateTime<Utc> = serde_json::from_value(ours).unwrap();
             assert_eq!(back, t);
+            let mut message = Message::from_new(NewMessage::default(), 1, t);
+            message.timestamp = t;
+            let read: Message =
+                serde_json::from_str(&serde_json::to_string(&message).unwrap()).unwrap();
+            assert_eq!(read.timestamp, t, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn journal_timestamps_are_read_as_chrono_reads_them() {
+        for text in [
+            "2026-11-22T10:00:00Z",
+            "2026-11-22T10:00:00.1Z",
+            "2026-11-22T10:00:00.120Z",
+            "2026-11-22T10:00:00.123456Z",
+            "2026-11-22T10:00:00.123456789Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.999999999Z",
+            "2024-02-29T12:00:00Z",
+            "2026-06-30T23:59:60Z",
+            "2026-06-30T23:59:60.5Z",
+            "2026-11-22T10:00:00+02:00",
+            "2026-11-22t10:00:00z",
+            "2026-11-22 10:00:00Z",
+            "2026-11-22T10:00:00.1234567891Z",
+            "+12026-11-22T10:00:00Z",
+            "-0001-11-22T10:00:00Z",
+        ] {
+            let chrono: Result<DateTime<Utc>, _> = text.parse();
+            let ours: Result<Message, _> = serde_json::from_value(serde_json::json!({
+                "seq": 1, "timestamp": text
+            }));
+            assert_eq!(ours.ok().map(|m| m.timestamp), chrono.ok(), "{text}");
+        }
+        for bad in [
+            "2026-02-29T10:00:00Z",
+            "2026-13-01T10:00:00Z",
+            "2026-11-22T24:00:00Z",
+            "2026-11-22T10:60:00Z",
+            "2026-11-22T10:00:00.Z",
+            "2026-11-22T10:00:0xZ",
+            "2026-11-22T10:00:00",
+            "",
+        ] {
+            assert!(journal_time::decode(bad.as_bytes()).is_none(), "{bad}");
+            let read: Result<Message, _> = serde_json::from_value(serde_json::json!({
+                "seq": 1, "timestamp": bad
+            }));
+            assert_eq!(read.is_ok(), bad.parse::<DateTime<Utc>>().is_ok(), "{bad}");
         }
     }
 

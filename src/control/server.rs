@@ -38,9 +38,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::wire::{
-    Down, Greeting, Hello, Reply, Role, Up, Welcome, mismatch, read_line, write_line,
+    Down, Greeting, Hello, Reply, Role, Up, Welcome, mismatch, read_line, write_line, write_lines,
 };
 use super::{ApiError, Call, Ctx, DaemonListeners, Local, PROTOCOL};
+use crate::actions::Event;
 use crate::home::HomeLock;
 
 /// The most connections between connect and hello.
@@ -55,6 +56,9 @@ pub const MAX_OPERATORS: usize = 32;
 
 /// How long a client may take to say hello after connecting.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most lines a connection's writer puts in one write.
+const WRITE_BATCH: usize = 64;
 
 /// How often the daemon checks that its socket file is still there.
 pub const SOCKET_CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -306,10 +310,20 @@ async fn connection(
     let writer = {
         let gone = gone.clone();
         tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
-                if write_line(&mut write, &line).await.is_err() {
+            // What is queued when the writer wakes goes out in one write: a wait's reply and
+            // the events around it cost the client one read, not one each.
+            let mut lines = Vec::new();
+            while let Some(first) = rx.recv().await {
+                lines.push(first);
+                while lines.len() < WRITE_BATCH
+                    && let Ok(next) = rx.try_recv()
+                {
+                    lines.push(next);
+                }
+                if write_lines(&mut write, &lines).await.is_err() {
                     break;
                 }
+                lines.clear();
             }
             gone.cancel();
         })
@@ -318,6 +332,7 @@ async fn connection(
         tokio::spawn(forward_feed(
             local.clone(),
             hello.suppressions,
+            hello.role == Role::FrontEnd,
             tx.clone(),
             gone.clone(),
         ))
@@ -485,9 +500,14 @@ fn refusal(id: u64, error: ApiError) -> Down {
 
 /// Forwards transitions, commits, tool changes (and suppressions, for `watch`) until the
 /// client is gone.
+///
+/// A front end is sent only the transitions it acts on ([`for_front_ends`]): with N sessions
+/// attached, each wake-up makes N `delivered` events, and sending them all to every front end
+/// cost N² lines, written, read and parsed, while the wait replies were on their way.
 async fn forward_feed(
     local: Local,
     suppressions: bool,
+    front_end: bool,
     tx: mpsc::Sender<Down>,
     gone: CancellationToken,
 ) {
@@ -498,6 +518,7 @@ async fn forward_feed(
         let down = tokio::select! {
             _ = gone.cancelled() => return,
             event = feed.events.recv() => match event {
+                Ok(event) if front_end && !for_front_ends(&event) => continue,
                 Ok(event) => Down::Event(event),
                 Err(RecvError::Lagged(n)) => {
                     tracing::debug!(skipped = n, "control connection lagged; the wait tool still has every item");
@@ -527,5 +548,25 @@ async fn forward_feed(
         if tx.send(down).await.is_err() {
             return;
         }
+    }
+}
+
+/// Whether a front end acts on `event`: its push (queued items, confirms that closed), its
+/// permission relay and its elicitation forms (confirms answered, expired, resolved, relayed
+/// requests ended). The rest is for `watch` and the daemon's own parts.
+fn for_front_ends(event: &Event) -> bool {
+    match event {
+        Event::Queued { .. }
+        | Event::Answered { .. }
+        | Event::Expired { .. }
+        | Event::Resolved { .. }
+        | Event::Ended { .. } => true,
+        Event::Claimed { .. }
+        | Event::Delivered { .. }
+        | Event::Released { .. }
+        | Event::ExecQueued { .. }
+        | Event::Running { .. }
+        | Event::Finished { .. }
+        | Event::Dropped { .. } => false,
     }
 }

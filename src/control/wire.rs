@@ -197,6 +197,26 @@ pub async fn write_line(
     }
 }
 
+/// Writes `values`, one JSON line each, in one write; as [`write_line`], within
+/// [`WRITE_TIMEOUT`].
+pub async fn write_lines(
+    write: &mut (impl AsyncWrite + Unpin),
+    values: &[impl Serialize],
+) -> std::io::Result<()> {
+    let mut bytes = Vec::new();
+    for value in values {
+        serde_json::to_writer(&mut bytes, value).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+    }
+    match tokio::time::timeout(WRITE_TIMEOUT, write.write_all(&bytes)).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the peer did not read for {}s", WRITE_TIMEOUT.as_secs()),
+        )),
+    }
+}
+
 /// Reads one line of at most [`MAX_LINE`] bytes into `line` (cleared first); false at end of
 /// stream.
 pub async fn read_line(

@@ -102,6 +102,14 @@ pub(super) fn spawn(
                         }
                         Err(RecvError::Closed) => break,
                     };
+                    // Only these are pushed: the rest (every session's `delivered`, ...) is
+                    // passed over before the session's lock and its consumer's copy.
+                    if !matches!(
+                        event,
+                        Event::Queued { .. } | Event::Resolved { .. } | Event::Expired { .. }
+                    ) {
+                        continue;
+                    }
                     let (quiet, consumer) = {
                         let s = session.lock().unwrap();
                         (s.quiet, s.consumer.clone())

@@ -133,9 +133,9 @@ fn scan_file_back(
         if line.is_empty() {
             return true;
         }
-        match serde_json::from_slice::<Message>(line) {
-            Ok(m) => keep(m),
-            Err(_) => {
+        match parse(line) {
+            Some(m) => keep(m),
+            None => {
                 *skipped += 1;
                 true
             }
@@ -150,7 +150,7 @@ fn scan_file_back(
         bytes_read += len as u64;
         chunk.extend_from_slice(&pending);
         let mut end = chunk.len();
-        while let Some(i) = chunk[..end].iter().rposition(|&b| b == b'\n') {
+        while let Some(i) = memchr::memrchr(b'\n', &chunk[..end]) {
             if !visit(&chunk[i + 1..end], &mut at_end, &mut skipped) {
                 return Ok((false, skipped, bytes_read));
             }
@@ -163,6 +163,14 @@ fn scan_file_back(
         return Ok((false, skipped, bytes_read));
     }
     Ok((true, skipped, bytes_read))
+}
+
+/// One line as a record, or `None` when it is not one. The line is checked as UTF-8 once,
+/// whole, and parsed as text: `serde_json` then does not check each string again, as it does
+/// when it parses bytes. A line that is not UTF-8 is not a record either way.
+fn parse(line: &[u8]) -> Option<Message> {
+    let text = std::str::from_utf8(line).ok()?;
+    serde_json::from_str(text).ok()
 }
 
 /// Opens the active file for appending, cutting a torn last line left by a crash.
@@ -233,6 +241,23 @@ mod tests {
         let seqs: Vec<_> = tail.records.iter().map(|m| m.seq).collect();
         assert_eq!(seqs, vec![1, 2, 3]);
         assert_eq!(tail.skipped, 2);
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path().join("channels.jsonl"));
+        let mut bytes = record(1).into_bytes();
+        let mut bad = record(2).into_bytes();
+        let at = bad.len() - 20;
+        bad[at] = 0xff;
+        bytes.extend_from_slice(&bad);
+        bytes.extend_from_slice(record(3).as_bytes());
+        std::fs::write(&files.active, bytes).unwrap();
+        let tail = files.tail(10).unwrap();
+        let seqs: Vec<_> = tail.records.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs, vec![1, 3]);
+        assert_eq!(tail.skipped, 1);
     }
 
     #[test]
