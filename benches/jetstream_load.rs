@@ -14,9 +14,16 @@
 //! - **bare JetStream**: the floor switchboard adds to — async-nats publishes the same
 //!   payloads with the same concurrency, each awaiting its ack, and one durable pull consumer
 //!   per "instance" acknowledges them; latency is publish start → consumer receipt.
+//! - **bare, own consumer**: the same, except that each publisher, after its ack, also waits
+//!   until the consumer of the "instance" it posted to has received the message — the round
+//!   trip switchboard's ingest makes before its 202 (whose seqs are the ingesting inbox's own:
+//!   its consumer stored the message). It stores nothing: what switchboard adds beyond it is
+//!   its own journal (under `inbox.fsync`), HTTP, and its per-message work.
 //!
 //! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
-//! `INSTANCES` ("1 3 5").
+//! `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the default, or
+//! "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the one cargo
+//! built with this bench, so that two builds can be compared with one bench binary).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -78,6 +85,7 @@ fn start_instance(url: &str, stream: &str, prefix: &str, name: &str) -> Instance
         home.path().join("switchboard.json"),
         serde_json::json!({
             "http": {"rateLimit": "0"},
+            "inbox": {"fsync": std::env::var("FSYNC").unwrap_or_else(|_| "always".into())},
             "jetstream": {"servers": [url], "stream": stream, "subjectPrefix": prefix,
                           "instance": name},
         })
@@ -90,7 +98,9 @@ fn start_instance(url: &str, stream: &str, prefix: &str, name: &str) -> Instance
         r#"{"rules": [{"name": "lat", "channel": "lat/*", "mode": "notify"}]}"#,
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+    let bin = std::env::var_os("SWITCHBOARD_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_switchboard").into());
+    let child = Command::new(bin)
         .arg("--home")
         .arg(home.path())
         .args(["daemon", "--listen", "127.0.0.1:0"])
@@ -269,22 +279,28 @@ async fn bare_run(
     messages: usize,
     concurrency: usize,
     samples: usize,
+    own: bool,
 ) -> (f64, Duration, Duration) {
     let client = async_nats::connect(url).await.unwrap();
     let js = jetstream::ContextBuilder::new()
         .max_ack_inflight(65536)
         .backpressure_on_inflight(true)
         .build(client.clone());
-    let name = format!("BARE{n}");
+    let tag = if own { "O" } else { "" };
+    let name = format!("BARE{tag}{n}");
+    let subjects = format!("bare{tag}{n}");
     let st = js
         .get_or_create_stream(stream::Config {
             name: name.clone(),
-            subjects: vec![format!("bare{n}.>")],
+            subjects: vec![format!("{subjects}.>")],
             ..Default::default()
         })
         .await
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, String)>();
+    // The newest stream seq each consumer received (it receives in stream order).
+    let received: Arc<Vec<tokio::sync::watch::Sender<u64>>> =
+        Arc::new((0..n).map(|_| tokio::sync::watch::channel(0).0).collect());
     for c in 0..n {
         let consumer = st
             .get_or_create_consumer(
@@ -297,10 +313,14 @@ async fn bare_run(
             )
             .await
             .unwrap();
-        let tx = tx.clone();
+        let (tx, received) = (tx.clone(), received.clone());
         tokio::spawn(async move {
             let mut msgs = consumer.messages().await.unwrap();
             while let Some(Ok(m)) = msgs.next().await {
+                if let Ok(info) = m.info() {
+                    let seq = info.stream_sequence;
+                    received[c].send_if_modified(|r| (seq > *r).then(|| *r = seq).is_some());
+                }
                 let _ = m.ack().await;
                 let _ = tx.send((c, m.subject.to_string()));
             }
@@ -309,15 +329,19 @@ async fn bare_run(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency {
-        let js = js.clone();
+        let (js, received, subjects) = (js.clone(), received.clone(), subjects.clone());
         tasks.push(tokio::spawn(async move {
             let mut i = t;
             while i < messages {
                 let ack = js
-                    .publish(format!("bare{n}.load"), payload(i, "load/x").into())
+                    .publish(format!("{subjects}.load"), payload(i, "load/x").into())
                     .await
                     .unwrap();
-                ack.await.unwrap();
+                let seq = ack.await.unwrap().sequence;
+                if own {
+                    let mut r = received[i % n].subscribe();
+                    r.wait_for(|r| *r >= seq).await.unwrap();
+                }
                 i += concurrency;
             }
         }));
@@ -334,7 +358,7 @@ async fn bare_run(
     let mut lat = Vec::with_capacity(samples);
     for i in 0..samples {
         let t0 = Instant::now();
-        js.publish(format!("bare{n}.lat"), payload(i, "lat/x").into())
+        js.publish(format!("{subjects}.lat"), payload(i, "lat/x").into())
             .await
             .unwrap()
             .await
@@ -384,20 +408,24 @@ fn main() {
     let url = format!("nats://{addr}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "{messages} messages over {concurrency} connections; latency over {samples} messages, one at a time\n"
+        "{messages} messages over {concurrency} connections; latency over {samples} messages, one at a time; \
+         switchboard's inbox.fsync {}\n",
+        std::env::var("FSYNC").unwrap_or_else(|_| "always".into())
     );
     println!(
-        "| instances | switchboard msg/s | bare JetStream msg/s | overhead | switchboard ingest→remote wait p50 / p99 ms | bare publish→consume p50 / p99 ms |"
+        "| instances | switchboard msg/s | bare JetStream msg/s | overhead | bare, own consumer msg/s | overhead | switchboard ingest→remote wait p50 / p99 ms | bare publish→consume p50 / p99 ms |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for n in counts {
         let (bare_rate, bare_p50, bare_p99) =
-            rt.block_on(bare_run(&url, n, messages, concurrency, samples));
+            rt.block_on(bare_run(&url, n, messages, concurrency, samples, false));
+        let (own_rate, _, _) = rt.block_on(bare_run(&url, n, messages, concurrency, 1, true));
         let (rate, p50, p99) =
             rt.block_on(switchboard_run(&url, n, messages, concurrency, samples));
         println!(
-            "| {n} | {rate:.0} | {bare_rate:.0} | {:.2}× | {} / {} | {} / {} |",
+            "| {n} | {rate:.0} | {bare_rate:.0} | {:.2}× | {own_rate:.0} | {:.2}× | {} / {} | {} / {} |",
             bare_rate / rate,
+            own_rate / rate,
             ms(p50),
             ms(p99),
             ms(bare_p50),
