@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak: mixed load on the release binary for DURATION seconds while RSS and open file
+# Soak: mixed load on the release binary for DURATION seconds while RSS (all, and anonymous) and open file
 # descriptors are sampled every SAMPLE seconds, with the server's CPU time. Prints the samples
 # and a summary: RSS, fds, CPU, and the ingest POST latency the sender saw.
 #
@@ -135,6 +135,10 @@ print(f"churn {who}: sessions {opened}")
 EOF
 
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$server_pid/status"; }
+# The heap and stacks alone: VmRSS also counts the binary's code pages, which grow by megabytes
+# the first time a path runs (the first sessions to expire, the first reload) and are not memory
+# the server holds.
+anon_kib() { awk '/^RssAnon/ { print $2 }' "/proc/$server_pid/status"; }
 # utime + stime of the server, in clock ticks (fields 14 and 15 of stat; the name has no spaces)
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 hz=$(getconf CLK_TCK)
@@ -154,8 +158,8 @@ for s in $(seq "$CHURN"); do
 done
 
 echo "machine: $(nproc) cores, $(uname -sr); ${DURATION}s at ${RATE} msg/s, $SESSIONS sessions, $CHURN churning, reload every ${RELOAD}s" >&2
-echo "| t (s) | RSS (MiB) | fds | last seq | server CPU since last sample (% of one core) |"
-echo "| ---: | ---: | ---: | ---: | ---: |"
+echo "| t (s) | RSS (MiB) | anonymous RSS (MiB) | fds | last seq | server CPU since last sample (% of one core) |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
 ticks0=$(cpu_ticks)
 last_ticks=$ticks0
 last_t=0
@@ -194,13 +198,14 @@ EOF
     if (( t % SAMPLE == 0 )) && ! grep -q "^$t " "$samples"; then
         seq=$(curl -s -H "Authorization: Bearer $token" "http://$ingest/metrics" | awk '$1 == "switchboard_last_seq" { print $2 }')
         rss=$(rss_kib)
+        anon=$(anon_kib)
         f=$(fds)
         ticks=$(cpu_ticks)
         cpu=$(awk -v d=$(( ticks - last_ticks )) -v s=$(( t - last_t )) -v hz="$hz" 'BEGIN { printf "%.1f", (s > 0 ? 100 * d / hz / s : 0) }')
         last_ticks=$ticks
         last_t=$t
-        echo "$t $rss $f $seq $cpu" >>"$samples"
-        printf '| %s | %.1f | %s | %s | %s |\n' "$t" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$f" "$seq" "$cpu"
+        echo "$t $rss $f $seq $cpu $anon" >>"$samples"
+        printf '| %s | %.1f | %.1f | %s | %s | %s |\n' "$t" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$(awk -v k="$anon" 'BEGIN { print k / 1024 }')" "$f" "$seq" "$cpu"
     fi
     (( t >= DURATION )) && break
     sleep 0.5
@@ -238,8 +243,8 @@ echo "acknowledged and missing from the journal: ${missing% *} of ${missing#* }"
 echo "reloads done: $reloads; $reload_line"
 awk -v d=$(( $(cpu_ticks) - ticks0 )) -v s="$DURATION" -v hz="$hz" 'BEGIN { printf "server CPU over the run: %.1f s, %.1f%% of one core\n", d / hz, 100 * d / hz / s }'
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-awk 'NR == 1 { r0 = $2; f0 = $3 } { if ($2 > rmax) rmax = $2; if ($3 > fmax) fmax = $3; r = $2; f = $3 }
-     END { printf "RSS %.1f -> %.1f MiB (max %.1f); fds %d -> %d (max %d)\n", r0 / 1024, r / 1024, rmax / 1024, f0, f, fmax }' "$samples"
+awk 'NR == 1 { r0 = $2; f0 = $3; a0 = $6 } { if ($2 > rmax) rmax = $2; if ($3 > fmax) fmax = $3; if ($6 > amax) amax = $6; r = $2; f = $3; a = $6 }
+     END { printf "RSS %.1f -> %.1f MiB (max %.1f); anonymous RSS %.1f -> %.1f MiB (max %.1f); fds %d -> %d (max %d)\n", r0 / 1024, r / 1024, rmax / 1024, a0 / 1024, a / 1024, amax / 1024, f0, f, fmax }' "$samples"
 if [[ ${missing% *} != 0 ]]; then
     echo "error: acknowledged messages are missing" >&2
     exit 1
