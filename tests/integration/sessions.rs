@@ -703,9 +703,10 @@ async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
 #[tokio::test(flavor = "multi_thread")]
 async fn expired_sessions_give_their_memory_back() {
     let mut sb = Switchboard::new();
+    // Room for all 300 at once: the cap is not what this test is about.
     sb.write(
         "switchboard.json",
-        r#"{"mcp": {"sessionIdleTimeout": "3s"}}"#,
+        r#"{"mcp": {"sessionIdleTimeout": "3s", "maxSessions": 400}}"#,
     );
     sb.spawn();
     let http = reqwest::Client::new();
