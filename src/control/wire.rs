@@ -186,15 +186,7 @@ pub async fn write_line(
     write: &mut (impl AsyncWrite + Unpin),
     value: &impl Serialize,
 ) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(value).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    match tokio::time::timeout(WRITE_TIMEOUT, write.write_all(&line)).await {
-        Ok(written) => written,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("the peer did not read for {}s", WRITE_TIMEOUT.as_secs()),
-        )),
-    }
+    write_lines(write, std::slice::from_ref(value)).await
 }
 
 /// Writes `values`, one JSON line each, in one write; as [`write_line`], within

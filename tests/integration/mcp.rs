@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, CustomNotification, Implementation,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+    CallToolRequestParams, ClientConfig, CustomNotification, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProtocolVersion,
 };
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -49,12 +49,7 @@ impl Recorder {
 
 impl ClientHandler for Recorder {
     fn get_info(&self) -> ClientConfig {
-        let mut config = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new(self.name.clone(), "1.0.0"),
-        );
-        config.protocol_version = ProtocolVersion::V_2025_11_25;
-        config
+        pinned_client(&self.name, "1.0.0")
     }
 
     async fn on_custom_notification(

@@ -9,10 +9,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientNotification, CustomNotification, Implementation,
-    ProtocolVersion,
-};
+use rmcp::model::{ClientConfig, ClientNotification, CustomNotification};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ServiceExt};
@@ -31,12 +28,7 @@ struct Host {
 
 impl ClientHandler for Host {
     fn get_info(&self) -> ClientConfig {
-        let mut config = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("claude-code", "2.1.81"),
-        );
-        config.protocol_version = ProtocolVersion::V_2025_11_25;
-        config
+        pinned_client("claude-code", "2.1.81")
     }
 
     async fn on_custom_notification(

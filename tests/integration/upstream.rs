@@ -15,10 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    ProtocolVersion,
-};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
@@ -105,12 +102,7 @@ struct Session {
 
 impl ClientHandler for Session {
     fn get_info(&self) -> ClientConfig {
-        let mut config = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("upstream-test", "1.0.0"),
-        );
-        config.protocol_version = ProtocolVersion::V_2025_11_25;
-        config
+        pinned_client("upstream-test", "1.0.0")
     }
 
     async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {

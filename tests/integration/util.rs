@@ -740,3 +740,14 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// A test client's `get_info`: no capabilities, named `name` `version`, pinned to protocol
+/// 2025-11-25 (the lifecycle with server push).
+pub fn pinned_client(name: &str, version: &str) -> rmcp::model::ClientConfig {
+    let mut config = rmcp::model::ClientConfig::new(
+        rmcp::model::ClientCapabilities::default(),
+        rmcp::model::Implementation::new(name, version),
+    );
+    config.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+    config
+}
