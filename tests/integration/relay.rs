@@ -219,9 +219,19 @@ async fn stdio_requests_are_confirms_answered_back_to_the_host() {
     relay_end_to_end(&sb, &client, &host).await;
 
     // A request left open ends with its session: shown as ended, no longer answerable.
+    let mut watch = Watch::start(&sb);
     ask(&client, "kmnop", "Edit").await;
     let id = id_of(&pending_request(&sb, "kmnop").await);
+    let asked = watch.line(&format!("confirm? #{id} "));
+    assert!(asked.contains("[permission:Edit] seq 0"), "{asked}");
     client.cancel().await.expect("host closes");
+    let ended = watch.line(&format!("closed #{id} "));
+    assert!(
+        ended.ends_with(&format!(
+            "closed #{id} [permission:Edit]: ended with the session that asked"
+        )),
+        "{ended}"
+    );
     eventually_async(Duration::from_secs(10), "the request ended", || {
         (!pending(&sb).iter().any(|p| id_of(p) == id)).then_some(())
     })
