@@ -12,8 +12,8 @@
 //!   (closed as `resolved`, with the reason, and [`Event::Ended`]), since the host's dialog went
 //!   with it; a restart ends the ones it finds pending, for the same reason;
 //! - no agent sees it (waits and stop hooks skip it, push too) and no agent may answer it: the
-//!   `channel_confirm` tool is refused with [`ConfirmError::OwnPermission`]; the other paths
-//!   (`cli`, `web`, `elicitation`, `relay`) may;
+//!   `channel_confirm` tool is refused with [`ConfirmError::OwnPermission`]; a person's paths
+//!   (`cli`, `web`, `relay`) may ([`ANSWERED_VIA`]);
 //! - an answer queues no work: the verdict goes back to the host, which runs the tool itself.
 //!   The answer is recorded as usual (`approved`/`denied`, with `by` and `via`); an approval is
 //!   then recorded `delivered` to the asking session, so that the journal leaves it finished.
@@ -46,8 +46,11 @@ pub const CHANNEL: &str = "claude/permission";
 /// The metadata key of the host's `request_id` on the synthetic message.
 pub const REQUEST_ID_KEY: &str = "request_id";
 
-/// The paths that may answer a relayed permission request: any but the agent's own tool.
-pub const ANSWERED_VIA: [Via; 4] = [Via::Cli, Via::Web, Via::Elicitation, Via::Relay];
+/// The paths that may answer a relayed permission request: a person's, at a terminal, on the
+/// page, or in the host's own dialog. Not the agent's own tool, and not an elicitation form:
+/// forms are put to a session for the confirms its wait returns, and no wait returns a relayed
+/// request.
+pub const ANSWERED_VIA: [Via; 3] = [Via::Cli, Via::Web, Via::Relay];
 
 /// One `notifications/claude/channel/permission_request`, as the host sent it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -412,6 +415,7 @@ mod tests {
         );
         assert!(item.is_permission_request());
         assert!(item.message.content.contains(r#"{"command":"ls"}"#));
+        assert_eq!(item.approve_via, [Via::Cli, Via::Web, Via::Relay]);
         assert_eq!(lc.pending_confirms().len(), 1);
         // No agent is shown it, and the agent's own tool may not answer it.
         assert!(lc.take(other, "copilot#2", 10).is_empty());
@@ -426,6 +430,18 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("an agent may not answer it")
+        );
+        // No form is ever put for it, and an answer claiming one is refused.
+        let form = lc.confirm(5, true, "claude-code#1", Via::Elicitation, None, now);
+        assert!(
+            matches!(
+                form,
+                Err(ConfirmError::ViaRefused {
+                    via: Via::Elicitation,
+                    ..
+                })
+            ),
+            "{form:?}"
         );
         // A person's answer closes it and queues nothing.
         let approved = lc.confirm(5, true, "cli", Via::Cli, None, now).unwrap();
