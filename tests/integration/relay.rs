@@ -78,6 +78,19 @@ async fn stdio_host(sb: &Switchboard) -> (HostClient, Host) {
     (client, host)
 }
 
+/// A daemon with the relay on, and the stand-in host on one of its HTTP sessions.
+async fn http_host() -> (Switchboard, HostClient, Host) {
+    let mut sb = home(true);
+    sb.spawn();
+    let host = Host::default();
+    let client = host
+        .clone()
+        .serve(http_transport(&sb))
+        .await
+        .expect("host connects over HTTP");
+    (sb, client, host)
+}
+
 /// Whether the server declared the permission capability.
 fn declares_permission(client: &HostClient) -> bool {
     let info = client.peer_info().expect("initialized");
@@ -253,14 +266,7 @@ async fn stdio_requests_are_confirms_answered_back_to_the_host() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn http_requests_are_confirms_answered_back_to_the_host() {
-    let mut sb = home(true);
-    sb.spawn();
-    let host = Host::default();
-    let client = host
-        .clone()
-        .serve(http_transport(&sb))
-        .await
-        .expect("host connects over HTTP");
+    let (sb, client, host) = http_host().await;
     relay_end_to_end(&sb, &client, &host).await;
 
     // The approval page shows it and answers it (`via: web`), and the host hears `allow`.
@@ -428,14 +434,7 @@ impl Drop for Watch {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_allowed_in_the_hosts_own_dialog_is_shown_answered_there() {
-    let mut sb = home(true);
-    sb.spawn();
-    let host = Host::default();
-    let client = host
-        .clone()
-        .serve(http_transport(&sb))
-        .await
-        .expect("host connects over HTTP");
+    let (sb, client, host) = http_host().await;
     let mut watch = Watch::start(&sb);
 
     // Claude Code's preview: the input as compact JSON (cut to 200 characters, then `…`).
