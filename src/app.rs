@@ -1095,4 +1095,16 @@ impl Core {
         );
         Ok(item)
     }
+
+    /// A host ran `tool` with `input`: the open relayed request it was allowed for in the
+    /// host's own dialog, closed so, once on disk; `None` when none fits.
+    pub async fn allowed_in_host(
+        &self,
+        tool: &str,
+        input: &serde_json::Value,
+    ) -> Option<crate::actions::lifecycle::ClosedConfirm> {
+        let closed = self.lifecycle.allowed_in_host(tool, input, Utc::now())?;
+        self.lifecycle.flush().await;
+        Some(closed)
+    }
 }

@@ -1,4 +1,6 @@
-//! `switchboard hook stop` (the command a host's stop hook runs) and `switchboard duty`.
+//! `switchboard hook stop` (the command a host's stop hook runs), `switchboard hook
+//! post-tool-use` (Claude Code's `PostToolUse` hook, for the permission relay) and
+//! `switchboard duty`.
 //!
 //! The host (Copilot CLI's `agentStop`, Claude Code's `Stop`) runs the hook when its agent is
 //! about to end a turn, with the event as JSON on stdin: a session id (`sessionId` or
@@ -11,6 +13,10 @@
 //! (`hook_stop`); when that hands it work, it writes the decision, then says so (`hook_done`),
 //! so the work is recorded delivered only once the decision is out, and a hook killed before
 //! that has its claim released with its connection.
+//!
+//! The post-tool-use hook gets `tool_name` and `tool_input` of a call that ran: its permission
+//! was granted, so the relayed request for it, if one is open, was answered in the host's own
+//! dialog (`tool_ran`). It prints nothing, and exits 0 whatever happens.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -21,7 +27,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::backend::Client;
-use crate::control::ops::{HookDecision, HookDone, HookStop, SetDuty};
+use crate::control::ops::{HookDecision, HookDone, HookStop, SetDuty, ToolRan};
 
 /// The most a hook reads from the host (its event is a small JSON object).
 const MAX_EVENT: u64 = 1 << 20;
@@ -34,6 +40,9 @@ const DAEMON_LIMIT: Duration = Duration::from_secs(5);
 pub enum HookCommand {
     /// The stop hook: hand the agent the next queued work as its next turn, or let it stop.
     Stop(StopArgs),
+    /// Claude Code's `PostToolUse` hook: a call ran, so a relayed permission request for it
+    /// was allowed in the host's own dialog.
+    PostToolUse,
 }
 
 /// Options of `hook stop`.
@@ -189,6 +198,58 @@ async fn decide(home: &Path, host: HookHost, event: StopEvent) -> anyhow::Result
     written.map_err(|e| anyhow::anyhow!("cannot write the decision: {e}"))
 }
 
+/// What the post-tool-use hook reads of the host's event: the call that ran.
+pub fn tool_ran(text: &str) -> Option<ToolRan> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    // Only a call that ran: a failure event may follow a refusal (see `cli::hooks`).
+    if v.get("hook_event_name")
+        .and_then(Value::as_str)
+        .is_some_and(|e| e != "PostToolUse")
+    {
+        return None;
+    }
+    let tool_name = v.get("tool_name")?.as_str()?.to_string();
+    Some(ToolRan {
+        tool_name,
+        tool_input: v.get("tool_input").cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// `switchboard hook post-tool-use`.
+pub async fn post_tool_use(home: PathBuf) -> anyhow::Result<ExitCode> {
+    let mut text = String::new();
+    if let Err(e) = std::io::stdin().take(MAX_EVENT).read_to_string(&mut text) {
+        eprintln!("switchboard hook post-tool-use: cannot read the host's event: {e}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(call) = tool_ran(&text) else {
+        eprintln!(
+            "switchboard hook post-tool-use: the host's event is not a `PostToolUse` event with a \
+             `tool_name`; nothing done"
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    // No daemon: no request is open.
+    if !home.join("control.sock").exists() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let told = async {
+        let Ok(mut client) = Client::connect(&home).await else {
+            return Ok(());
+        };
+        client.call(call).await.map(drop)
+    };
+    match tokio::time::timeout(DAEMON_LIMIT, told).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("switchboard hook post-tool-use: {e:#}"),
+        Err(_) => eprintln!(
+            "switchboard hook post-tool-use: the daemon did not answer within {}s",
+            DAEMON_LIMIT.as_secs()
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `switchboard duty [on|off] [--for 8h]`.
 pub async fn duty(home: PathBuf, args: DutyArgs) -> anyhow::Result<ExitCode> {
     if args.for_.is_some() && !matches!(args.mode, Some(DutyMode::On)) {
@@ -246,6 +307,31 @@ mod tests {
         assert!(!claude.continued);
         assert_eq!(claude.host, Some(HookHost::Claude));
         assert_eq!(StopEvent::parse(r#"{"cwd":"/w"}"#), None);
+    }
+
+    #[test]
+    fn a_post_tool_use_event_names_the_call_that_ran() {
+        let call = tool_ran(
+            r#"{"session_id":"a-2","cwd":"/w","hook_event_name":"PostToolUse","tool_name":"Bash",
+                "tool_input":{"command":"ls","description":"List"},"tool_use_id":"toolu_1",
+                "tool_response":{"stdout":""}}"#,
+        )
+        .unwrap();
+        assert_eq!(call.tool_name, "Bash");
+        assert_eq!(
+            serde_json::to_string(&call.tool_input).unwrap(),
+            r#"{"command":"ls","description":"List"}"#,
+            "the host's key order is kept: its preview was cut from it"
+        );
+        assert!(tool_ran(r#"{"hook_event_name":"Stop"}"#).is_none());
+        assert!(
+            tool_ran(
+                r#"{"hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{}}"#
+            )
+            .is_none(),
+            "a failure may follow a refusal"
+        );
+        assert!(tool_ran("not json").is_none());
         assert_eq!(StopEvent::parse("not json"), None);
     }
 }

@@ -144,8 +144,33 @@ pub fn plan_copilot(exe: &str, home: &Path, mcp_config: &Path) -> anyhow::Result
     ))
 }
 
-/// `install claude --hooks`: the stop hook in Claude Code's settings file, beside what is
-/// there (other hooks, other settings); an older switchboard stop hook is replaced.
+/// How long Claude Code waits for the post-tool-use hook: it tells the daemon once, and gives
+/// up on it after 5 s itself.
+const POST_TOOL_USE_TIMEOUT_S: u64 = 10;
+
+/// The hooks `install claude --hooks` keeps in Claude Code's settings: the event, whether it
+/// takes a tool matcher, the arguments of switchboard's command and how long the host waits.
+/// Not `PostToolUseFailure`: whether a call refused in the dialog also fires it is not
+/// documented, and a refusal recorded as an approval would be worse than a request left open.
+const CLAUDE_HOOKS: [(&str, bool, &str, u64); 2] = [
+    (
+        "Stop",
+        false,
+        "hook stop --host claude",
+        STOP_HOOK_TIMEOUT_S,
+    ),
+    (
+        "PostToolUse",
+        true,
+        "hook post-tool-use",
+        POST_TOOL_USE_TIMEOUT_S,
+    ),
+];
+
+/// `install claude --hooks`: switchboard's hooks in Claude Code's settings file, beside what
+/// is there (other hooks, other settings): the stop hook (`Stop` → `hook stop`) and the
+/// post-tool-use hook (`PostToolUse` → `hook post-tool-use`, which tells the permission relay
+/// that a call ran). An older switchboard hook is replaced.
 pub fn plan_claude(exe: &str, home: &Path, settings: &Path) -> anyhow::Result<HooksPlan> {
     let old = read_json(settings)?;
     let mut doc = old.clone().unwrap_or_else(|| json!({}));
@@ -158,46 +183,51 @@ pub fn plan_claude(exe: &str, home: &Path, settings: &Path) -> anyhow::Result<Ho
         .or_insert_with(|| json!({}))
         .as_object_mut()
         .ok_or_else(|| anyhow::anyhow!("{shown}: `hooks` is not an object; not changed"))?;
-    let stop = hooks
-        .entry("Stop")
-        .or_insert_with(|| json!([]))
-        .as_array_mut()
-        .ok_or_else(|| anyhow::anyhow!("{shown}: `hooks.Stop` is not a list; not changed"))?;
-    let ours = json!({"hooks": [{
-        "type": "command",
-        "command": hook_command(exe, home, "hook stop --host claude"),
-        "timeout": STOP_HOOK_TIMEOUT_S,
-    }]});
-    let had = match stop.iter().position(is_switchboard_stop) {
-        Some(at) => {
-            stop[at] = ours;
-            true
+    let mut added = false;
+    for (event, matcher, args, timeout) in CLAUDE_HOOKS {
+        let groups = hooks
+            .entry(event)
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .ok_or_else(|| {
+                anyhow::anyhow!("{shown}: `hooks.{event}` is not a list; not changed")
+            })?;
+        let mut ours = json!({"hooks": [{
+            "type": "command",
+            "command": hook_command(exe, home, args),
+            "timeout": timeout,
+        }]});
+        if matcher {
+            ours["matcher"] = json!("*");
         }
-        None => {
-            stop.push(ours);
-            false
+        match groups.iter().position(|g| is_switchboard_hook(g, args)) {
+            Some(at) => groups[at] = ours,
+            None => {
+                groups.push(ours);
+                added = true;
+            }
         }
-    };
+    }
     let mut plan = plan(
         settings.to_path_buf(),
         &doc,
         old.as_ref(),
-        "the Claude Code stop hook (Stop → `hook stop`)",
+        "the Claude Code hooks (Stop → `hook stop`; PostToolUse → `hook post-tool-use`)",
     );
-    if !had {
-        // Other settings were there; the hook is new.
+    if added {
+        // Other settings were there; a hook is new.
         plan.verb = "added";
     }
     Ok(plan)
 }
 
-/// A Claude Code `Stop` matcher group that runs switchboard's stop hook.
-fn is_switchboard_stop(group: &Value) -> bool {
+/// A Claude Code matcher group that runs switchboard with `args` (`hook stop --host claude`).
+fn is_switchboard_hook(group: &Value, args: &str) -> bool {
     group["hooks"].as_array().is_some_and(|hooks| {
         hooks.iter().any(|h| {
             h["command"]
                 .as_str()
-                .is_some_and(|c| c.ends_with(" hook stop --host claude"))
+                .is_some_and(|c| c.ends_with(&format!(" {args}")))
         })
     })
 }
@@ -319,7 +349,7 @@ mod tests {
         )
         .unwrap();
         let plan = plan_claude("/bin/switchboard", Path::new("/h"), &settings).unwrap();
-        assert_eq!(plan.verb, "updated");
+        assert_eq!(plan.verb, "added", "the post-tool-use hooks are new");
         let doc: Value = serde_json::from_str(&plan.text).unwrap();
         assert_eq!(doc["model"], "x");
         let stop = doc["hooks"]["Stop"].as_array().unwrap();
@@ -329,9 +359,28 @@ mod tests {
             stop[1]["hooks"][0]["command"],
             "/bin/switchboard --home /h hook stop --host claude"
         );
+        assert!(doc["hooks"].get("PostToolUseFailure").is_none(), "{doc}");
+        assert_eq!(
+            doc["hooks"]["PostToolUse"],
+            serde_json::json!([{"matcher": "*", "hooks": [{"type": "command",
+                "command": "/bin/switchboard --home /h hook post-tool-use", "timeout": 10}]}]),
+            "{doc}"
+        );
         plan.write().unwrap();
         let again = plan_claude("/bin/switchboard", Path::new("/h"), &settings).unwrap();
         assert_eq!(again.verb, UP_TO_DATE);
+        // An older command of ours is replaced, not added beside.
+        std::fs::write(
+            &settings,
+            plan.text.replace(
+                "/bin/switchboard --home /h hook post",
+                "/old/switchboard --home /h hook post",
+            ),
+        )
+        .unwrap();
+        let moved = plan_claude("/bin/switchboard", Path::new("/h"), &settings).unwrap();
+        assert_eq!(moved.verb, "updated");
+        assert_eq!(moved.text, plan.text);
         assert_eq!(
             claude_settings_path(Path::new("/p/.mcp.json")),
             Path::new("/p/.claude/settings.json")

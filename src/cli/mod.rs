@@ -129,6 +129,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Hook {
             command: hook::HookCommand::Stop(args),
         } => hook::stop(home, args).await,
+        Command::Hook {
+            command: hook::HookCommand::PostToolUse,
+        } => hook::post_tool_use(home).await,
         Command::Duty(args) => hook::duty(home, args).await,
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a closed pipe, a write returns it.

@@ -79,7 +79,10 @@ pub(crate) fn closed_line(c: &crate::actions::lifecycle::ClosedConfirm) -> Strin
     let how = match (c.state, c.via, &c.by, &c.reason) {
         (ActionState::Expired, ..) => "expired unanswered".to_string(),
         (ActionState::Resolved, _, _, Some(why)) => format!("{why} before anyone answered"),
-        (state, Some(via), Some(by), _) => format!("{} via {via} by {by}", state.as_str()),
+        (state, Some(via), Some(by), Some(why)) => {
+            format!("{} via {via} by {by} ({why})", state.as_str())
+        }
+        (state, Some(via), Some(by), None) => format!("{} via {via} by {by}", state.as_str()),
         (state, _, Some(by), _) => format!("{} by {by}", state.as_str()),
         (state, ..) => state.as_str().to_string(),
     };

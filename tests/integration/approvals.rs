@@ -195,6 +195,14 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         ("Origin", "http://evil.example"),
     ])
     .assert_error(403, "cross_site");
+    // Another host stays another site over TLS too, and through a proxy naming another host.
+    answer(&[
+        json_type,
+        ("X-CSRF-Token", &csrf),
+        ("Origin", "https://evil.example"),
+        ("X-Forwarded-Host", "approvals.example"),
+    ])
+    .assert_error(403, "cross_site");
     answer(&[
         json_type,
         ("X-CSRF-Token", &csrf),
@@ -205,7 +213,8 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
     r.assert_error(415, "unsupported_media_type");
     assert_eq!(pending_ids(sb.home.path()), [1], "nothing answered it yet");
 
-    let origin = format!("http://{ingest}");
+    // Behind a reverse proxy with TLS the browser's `Origin` is `https://` on the same host.
+    let origin = format!("https://{ingest}");
     let r = http_request(
         &ingest,
         "POST",
@@ -215,6 +224,7 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
             json_type,
             ("X-CSRF-Token", &csrf),
             ("Origin", &origin),
+            ("Sec-Fetch-Site", "same-origin"),
         ],
         body,
     );

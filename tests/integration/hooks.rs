@@ -638,9 +638,22 @@ fn install_hooks_writes_the_stop_hook_with_the_home_and_is_idempotent() {
     let settings = dir.path().join("project/.claude/settings.json");
     std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
     std::fs::write(&settings, r#"{"permissions": {"allow": ["Read"]}}"#).unwrap();
+    let dry = install("claude", &claude_config, &["--dry-run"]);
+    for shown in [
+        "settings.json (dry run, nothing written",
+        "\"Stop\"",
+        "\"PostToolUse\"",
+        "hook post-tool-use",
+    ] {
+        assert!(dry.contains(shown), "{shown}: {dry}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&settings).unwrap(),
+        r#"{"permissions": {"allow": ["Read"]}}"#
+    );
     let first = install("claude", &claude_config, &[]);
     assert!(first.contains("added `switchboard` to"), "{first}");
-    assert!(first.contains("added the Claude Code stop hook"), "{first}");
+    assert!(first.contains("added the Claude Code hooks"), "{first}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
     assert_eq!(doc["permissions"]["allow"][0], "Read");
     let command = doc["hooks"]["Stop"][0]["hooks"][0]["command"]
@@ -650,10 +663,19 @@ fn install_hooks_writes_the_stop_hook_with_the_home_and_is_idempotent() {
         command.ends_with(&format!("--home {home_arg} hook stop --host claude")),
         "{command}"
     );
+    // The permission relay's post-tool-use hook, for every tool.
+    assert!(doc["hooks"].get("PostToolUseFailure").is_none(), "{doc}");
+    let group = &doc["hooks"]["PostToolUse"][0];
+    assert_eq!(group["matcher"], "*", "{doc}");
+    let command = group["hooks"][0]["command"].as_str().unwrap();
+    assert!(
+        command.ends_with(&format!("--home {home_arg} hook post-tool-use")),
+        "{command}"
+    );
     let before = std::fs::read_to_string(&settings).unwrap();
     let again = install("claude", &claude_config, &[]);
     assert!(
-        again.contains("already up to date: the Claude Code stop hook"),
+        again.contains("already up to date: the Claude Code hooks"),
         "{again}"
     );
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);

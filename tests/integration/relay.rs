@@ -78,6 +78,19 @@ async fn stdio_host(sb: &Switchboard) -> (HostClient, Host) {
     (client, host)
 }
 
+/// A daemon with the relay on, and the stand-in host on one of its HTTP sessions.
+async fn http_host() -> (Switchboard, HostClient, Host) {
+    let mut sb = home(true);
+    sb.spawn();
+    let host = Host::default();
+    let client = host
+        .clone()
+        .serve(http_transport(&sb))
+        .await
+        .expect("host connects over HTTP");
+    (sb, client, host)
+}
+
 /// Whether the server declared the permission capability.
 fn declares_permission(client: &HostClient) -> bool {
     let info = client.peer_info().expect("initialized");
@@ -87,11 +100,15 @@ fn declares_permission(client: &HostClient) -> bool {
 }
 
 async fn ask(client: &HostClient, request_id: &str, tool: &str) {
+    ask_with(client, request_id, tool, "{\"command\":\"rm -rf build\"}").await;
+}
+
+async fn ask_with(client: &HostClient, request_id: &str, tool: &str, input_preview: &str) {
     let params = json!({
         "request_id": request_id,
         "tool_name": tool,
         "description": format!("Run {tool} in the repository"),
-        "input_preview": "{\"command\":\"rm -rf build\"}",
+        "input_preview": input_preview,
     });
     client
         .send_notification(ClientNotification::CustomNotification(
@@ -215,9 +232,19 @@ async fn stdio_requests_are_confirms_answered_back_to_the_host() {
     relay_end_to_end(&sb, &client, &host).await;
 
     // A request left open ends with its session: shown as ended, no longer answerable.
+    let mut watch = Watch::start(&sb);
     ask(&client, "kmnop", "Edit").await;
     let id = id_of(&pending_request(&sb, "kmnop").await);
+    let asked = watch.line(&format!("confirm? #{id} "));
+    assert!(asked.contains("[permission:Edit] seq 0"), "{asked}");
     client.cancel().await.expect("host closes");
+    let ended = watch.line(&format!("closed #{id} "));
+    assert!(
+        ended.ends_with(&format!(
+            "closed #{id} [permission:Edit]: ended with the session that asked"
+        )),
+        "{ended}"
+    );
     eventually_async(Duration::from_secs(10), "the request ended", || {
         (!pending(&sb).iter().any(|p| id_of(p) == id)).then_some(())
     })
@@ -239,14 +266,7 @@ async fn stdio_requests_are_confirms_answered_back_to_the_host() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn http_requests_are_confirms_answered_back_to_the_host() {
-    let mut sb = home(true);
-    sb.spawn();
-    let host = Host::default();
-    let client = host
-        .clone()
-        .serve(http_transport(&sb))
-        .await
-        .expect("host connects over HTTP");
+    let (sb, client, host) = http_host().await;
     relay_end_to_end(&sb, &client, &host).await;
 
     // The approval page shows it and answers it (`via: web`), and the host hears `allow`.
@@ -314,4 +334,169 @@ async fn with_the_setting_off_nothing_is_declared_and_requests_are_ignored() {
     );
     assert!(pending(&sb).is_empty());
     assert!(host.verdicts.lock().unwrap().is_empty());
+}
+
+/// `switchboard hook post-tool-use`, as Claude Code's `PostToolUse` hook runs it after `tool`
+/// ran with `input`: nothing on stdout, exit 0.
+fn post_tool_use(sb: &Switchboard, tool: &str, input: &Value) {
+    use std::io::Write;
+    let event = json!({
+        "session_id": "0b6f-host-session",
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": sb.home.path(),
+        "hook_event_name": "PostToolUse",
+        "tool_name": tool,
+        "tool_input": input,
+        "tool_response": {"stdout": "", "stderr": "", "interrupted": false},
+        "tool_use_id": "toolu_01",
+    });
+    let mut child = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(sb.home.path())
+        .args(["hook", "post-tool-use"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the hook");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(event.to_string().as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "", "the hook prints nothing");
+    assert_eq!(stderr(&out), "", "nothing went wrong");
+}
+
+/// `switchboard watch`, its lines as they come; killed when dropped.
+struct Watch {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Watch {
+    /// Starts `watch` and waits until it streams (a message sent after it subscribed shows).
+    fn start(sb: &Switchboard) -> Watch {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(bin())
+            .arg("--home")
+            .arg(sb.home.path())
+            .arg("watch")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn watch");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let watch = Watch {
+            child,
+            lines,
+            seen: Vec::new(),
+        };
+        eventually(Duration::from_secs(20), "watch streams", || {
+            send_messages(sb.home.path(), &[("sync", "sync")]);
+            watch.lines.recv_timeout(Duration::from_millis(200)).ok()
+        });
+        watch
+    }
+
+    /// The first line (from here on) that contains `needle`.
+    fn line(&mut self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(at) = self.seen.iter().position(|l| l.contains(needle)) {
+                return self.seen.drain(..=at).next_back().unwrap();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("watch printed no {needle:?}: {:#?}", self.seen),
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_allowed_in_the_hosts_own_dialog_is_shown_answered_there() {
+    let (sb, client, host) = http_host().await;
+    let mut watch = Watch::start(&sb);
+
+    // Claude Code's preview: the input as compact JSON (cut to 200 characters, then `…`).
+    let input = json!({"command": "rm -rf build", "description": "Remove the build directory"});
+    let preview = serde_json::to_string(&input).unwrap();
+    ask_with(&client, "abcde", "Bash", &preview).await;
+    let id = id_of(&pending_request(&sb, "abcde").await);
+    let asked = watch.line(&format!("confirm? #{id} "));
+    assert!(
+        asked.contains("[permission:Bash] seq 0") && asked.contains("claude-code#"),
+        "{asked}"
+    );
+
+    // Another tool, or the same tool with other input, ran: nothing closes.
+    post_tool_use(&sb, "Write", &input);
+    post_tool_use(&sb, "Bash", &json!({"command": "ls"}));
+    assert!(pending(&sb).iter().any(|p| id_of(p) == id), "still open");
+
+    // The call ran: the person allowed it in the terminal dialog.
+    post_tool_use(&sb, "Bash", &input);
+    assert!(
+        !pending(&sb).iter().any(|p| id_of(p) == id),
+        "no longer open"
+    );
+    let closed = stdout(&sb.cli(&["pending", "--closed"]));
+    assert!(
+        closed.lines().any(|l| l.starts_with(&format!(
+            "#{id} [permission:Bash] approved via relay by claude-code#"
+        )) && l.contains("(allowed in the host's own dialog) at ")),
+        "{closed}"
+    );
+    let answered = watch.line(&format!("approved #{id} "));
+    assert!(
+        answered.contains("[permission:Bash] via relay by claude-code#"),
+        "{answered}"
+    );
+    let late = sb.cli(&["confirm", &id.to_string(), "no"]);
+    assert!(!late.status.success());
+    assert!(
+        stderr(&late).contains("already answered: approved via relay"),
+        "{}",
+        stderr(&late)
+    );
+    let records = action_records(sb.home.path());
+    assert!(
+        records.iter().any(|r| r["id"] == id
+            && r["state"] == "approved"
+            && r["via"] == "relay"
+            && r["reason"] == "allowed in the host's own dialog"),
+        "{records:?}"
+    );
+
+    // The host is sent no verdict for it: the next request's verdict comes, and only that one.
+    ask(&client, "fghij", "Edit").await;
+    let next = id_of(&pending_request(&sb, "fghij").await);
+    let out = sb.cli(&["confirm", &next.to_string(), "yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    verdict_for(&host, "fghij").await;
+    let verdicts = host.verdicts.lock().unwrap().clone();
+    assert_eq!(
+        verdicts,
+        [json!({"request_id": "fghij", "behavior": "allow"})]
+    );
+    client.cancel().await.ok();
 }

@@ -12,15 +12,19 @@
 //!   (closed as `resolved`, with the reason, and [`Event::Ended`]), since the host's dialog went
 //!   with it; a restart ends the ones it finds pending, for the same reason;
 //! - no agent sees it (waits and stop hooks skip it, push too) and no agent may answer it: the
-//!   `channel_confirm` tool is refused with [`ConfirmError::OwnPermission`]; the other paths
-//!   (`cli`, `web`, `elicitation`, `relay`) may;
+//!   `channel_confirm` tool is refused with [`ConfirmError::OwnPermission`]; a person's paths
+//!   (`cli`, `web`, `relay`) may ([`ANSWERED_VIA`]);
 //! - an answer queues no work: the verdict goes back to the host, which runs the tool itself.
 //!   The answer is recorded as usual (`approved`/`denied`, with `by` and `via`); an approval is
 //!   then recorded `delivered` to the asking session, so that the journal leaves it finished.
 //!
 //! The host never says when its own terminal dialog was answered first (see
-//! `delivery::mcp::relay`): until the session ends or the confirm times out, the request stays
-//! pending here, and a late answer's verdict is dropped by the host.
+//! `delivery::mcp::relay`). Its `PostToolUse` hook does say that a tool ran, so that its
+//! permission was granted: [`Lifecycle::allowed_in_host`] closes the oldest open request for
+//! that tool whose input preview fits the call's input (see [`preview_fits`]) as approved
+//! `via: relay`, by the session that asked, "allowed in the host's own dialog". A denial there
+//! runs no tool and so leaves no trace: such a request stays pending until the session ends or
+//! the confirm times out, and a late answer's verdict is dropped by the host.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,8 +46,11 @@ pub const CHANNEL: &str = "claude/permission";
 /// The metadata key of the host's `request_id` on the synthetic message.
 pub const REQUEST_ID_KEY: &str = "request_id";
 
-/// The paths that may answer a relayed permission request: any but the agent's own tool.
-pub const ANSWERED_VIA: [Via; 4] = [Via::Cli, Via::Web, Via::Elicitation, Via::Relay];
+/// The paths that may answer a relayed permission request: a person's, at a terminal, on the
+/// page, or in the host's own dialog. Not the agent's own tool, and not an elicitation form:
+/// forms are put to a session for the confirms its wait returns, and no wait returns a relayed
+/// request.
+pub const ANSWERED_VIA: [Via; 3] = [Via::Cli, Via::Web, Via::Relay];
 
 /// One `notifications/claude/channel/permission_request`, as the host sent it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -60,10 +67,20 @@ pub struct PermissionRequest {
     pub input_preview: String,
 }
 
+/// What the host answers in its own dialog is said so: [`Lifecycle::allowed_in_host`].
+pub const ALLOWED_IN_HOST: &str = "allowed in the host's own dialog";
+
+/// One open relayed request: who asked, and what, to know it again when the tool runs.
+struct Asked {
+    session: SessionId,
+    tool: String,
+    input_preview: String,
+}
+
 /// The relayed requests still open, by action id: the session that asked.
 #[derive(Default)]
 pub(super) struct Relays {
-    asked_by: HashMap<ActionId, SessionId>,
+    asked_by: HashMap<ActionId, Asked>,
 }
 
 impl Relays {
@@ -74,7 +91,16 @@ impl Relays {
 
     /// Forgets `id`; the session that asked, if it was one.
     pub(super) fn remove(&mut self, id: ActionId) -> Option<SessionId> {
-        self.asked_by.remove(&id)
+        self.asked_by.remove(&id).map(|a| a.session)
+    }
+
+    /// The oldest open request for `tool` whose preview fits `input`, and who asked it.
+    fn oldest_for(&self, tool: &str, input: &serde_json::Value) -> Option<(ActionId, SessionId)> {
+        self.asked_by
+            .iter()
+            .filter(|(_, a)| a.tool == tool && preview_fits(&a.input_preview, input))
+            .map(|(id, a)| (*id, a.session))
+            .min_by_key(|(id, _)| *id)
     }
 
     /// Forgets every request of `session`; their ids.
@@ -82,7 +108,7 @@ impl Relays {
         let mut ids: Vec<_> = self
             .asked_by
             .iter()
-            .filter(|(_, s)| **s == session)
+            .filter(|(_, a)| a.session == session)
             .map(|(id, _)| *id)
             .collect();
         ids.sort_unstable();
@@ -186,7 +212,14 @@ impl Lifecycle {
                 return Err(RelayError::NoSession(session));
             };
             let made = permission_action(id, from, request, timeout, now);
-            s.relays.asked_by.insert(id, session);
+            s.relays.asked_by.insert(
+                id,
+                Asked {
+                    session,
+                    tool: request.tool_name.trim().to_string(),
+                    input_preview: request.input_preview.clone(),
+                },
+            );
             made
         };
         let offered = self
@@ -198,6 +231,83 @@ impl Lifecycle {
                 self.lock().relays.remove(id);
                 Err(RelayError::Full(self.capacity()))
             }
+        }
+    }
+}
+
+impl Lifecycle {
+    /// A host ran `tool` with `input` (its `PostToolUse` hook): the oldest open relayed request
+    /// for that call was allowed in the host's own dialog. Closes it as approved `via: relay`,
+    /// by the session that asked, with the reason [`ALLOWED_IN_HOST`]; no verdict is owed to
+    /// the host. Returns how it was closed; `None` when no open request fits (the call needed no
+    /// permission, or a person answered it here first).
+    pub fn allowed_in_host(
+        &self,
+        tool: &str,
+        input: &serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Option<super::ClosedConfirm> {
+        let mut s = self.lock();
+        let (id, session) = s.relays.oldest_for(tool.trim(), input)?;
+        let by = s
+            .sessions
+            .consumer_of(session)
+            .unwrap_or("host")
+            .to_string();
+        let item = s.confirms.close(id, ActionState::Approved, now, |c| {
+            c.by = Some(by.clone());
+            c.via = Some(Via::Relay);
+            c.reason = Some(ALLOWED_IN_HOST.to_string());
+        })?;
+        let mut changes = Changes::default();
+        s.answer(
+            item,
+            ActionState::Approved,
+            (&by, Via::Relay),
+            None,
+            now,
+            &mut changes,
+        );
+        if let Some(answer) = changes
+            .records
+            .iter_mut()
+            .find(|r| r.id == Some(id) && r.state == Some(ActionState::Approved))
+        {
+            answer.reason = Some(ALLOWED_IN_HOST.to_string());
+        }
+        let closed = s.confirms.closed(id).cloned();
+        tracing::info!(
+            action_id = id,
+            tool,
+            by,
+            "permission request allowed in the host's own dialog"
+        );
+        self.commit(s, changes);
+        closed
+    }
+}
+
+/// Whether `preview`, a host's `input_preview` of a call, fits the call's `input`. Claude Code
+/// previews the input as compact JSON (`JSON.stringify`, keys in the call's order) cut to 200
+/// UTF-16 units with `…` after the cut, so the preview is the serialized input or, cut, a
+/// prefix of it; the last character before the cut is not compared (half a surrogate pair
+/// there is no character). An empty or `(unserializable)` preview fits any input; a preview
+/// that is whole JSON also fits an input equal to it in another key order.
+pub fn preview_fits(preview: &str, input: &serde_json::Value) -> bool {
+    if preview.is_empty() || preview == "(unserializable)" {
+        return true;
+    }
+    let serialized = serde_json::to_string(input).unwrap_or_default();
+    match preview.strip_suffix('…') {
+        Some(cut) => {
+            let mut prefix = cut.chars();
+            prefix.next_back();
+            let prefix = prefix.as_str();
+            !prefix.is_empty() && serialized.starts_with(prefix)
+        }
+        None => {
+            serialized == preview
+                || serde_json::from_str::<serde_json::Value>(preview).is_ok_and(|p| p == *input)
         }
     }
 }
@@ -305,6 +415,7 @@ mod tests {
         );
         assert!(item.is_permission_request());
         assert!(item.message.content.contains(r#"{"command":"ls"}"#));
+        assert_eq!(item.approve_via, [Via::Cli, Via::Web, Via::Relay]);
         assert_eq!(lc.pending_confirms().len(), 1);
         // No agent is shown it, and the agent's own tool may not answer it.
         assert!(lc.take(other, "copilot#2", 10).is_empty());
@@ -319,6 +430,18 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("an agent may not answer it")
+        );
+        // No form is ever put for it, and an answer claiming one is refused.
+        let form = lc.confirm(5, true, "claude-code#1", Via::Elicitation, None, now);
+        assert!(
+            matches!(
+                form,
+                Err(ConfirmError::ViaRefused {
+                    via: Via::Elicitation,
+                    ..
+                })
+            ),
+            "{form:?}"
         );
         // A person's answer closes it and queues nothing.
         let approved = lc.confirm(5, true, "cli", Via::Cli, None, now).unwrap();
@@ -384,6 +507,135 @@ mod tests {
         lc.offer(vec![(a, m)], None, now).await;
         let shown = lc.take(asker, "claude-code#1", 10);
         assert_eq!(shown.iter().map(|i| i.action_id).collect::<Vec<_>>(), [8]);
+    }
+
+    /// Claude Code's preview of `input`: compact JSON cut to 200 UTF-16 units, then `…`.
+    fn host_preview(input: &serde_json::Value) -> String {
+        let s = serde_json::to_string(input).unwrap();
+        let units: Vec<u16> = s.encode_utf16().collect();
+        if units.len() <= 200 {
+            return s;
+        }
+        format!("{}…", String::from_utf16_lossy(&units[..200]))
+    }
+
+    #[test]
+    fn a_preview_fits_the_input_it_was_cut_from() {
+        use serde_json::json;
+        let short = json!({"command": "ls -la", "description": "List files"});
+        assert!(preview_fits(&host_preview(&short), &short));
+        assert!(!preview_fits(
+            &host_preview(&short),
+            &json!({"command": "ls"})
+        ));
+        // Whole JSON in another key order is the same call.
+        let reordered = json!({"description": "List files", "command": "ls -la"});
+        assert!(preview_fits(&host_preview(&short), &reordered));
+
+        let long = json!({"file_path": "/w/src/main.rs", "content": "fn main() {}\n".repeat(40)});
+        let preview = host_preview(&long);
+        assert!(preview.ends_with('…') && preview.chars().count() == 201);
+        assert!(preview_fits(&preview, &long));
+        let other = json!({"file_path": "/w/src/lib.rs", "content": "fn main() {}\n".repeat(40)});
+        assert!(!preview_fits(&preview, &other));
+        // A cut through a character outside the BMP (half a surrogate pair) still fits.
+        let emoji = json!({"content": format!("{}{}", "a".repeat(187), "😀".repeat(20))});
+        let cut = host_preview(&emoji);
+        assert!(cut.contains('\u{fffd}'), "{cut}");
+        assert!(preview_fits(&cut, &emoji));
+
+        // Nothing to compare: any input fits.
+        assert!(preview_fits("", &short));
+        assert!(preview_fits("(unserializable)", &short));
+        assert!(!preview_fits("…", &short));
+        assert!(!preview_fits("{\"command\":\"rm", &short));
+    }
+
+    #[tokio::test]
+    async fn a_call_the_host_ran_closes_its_oldest_open_request_as_allowed_there() {
+        use serde_json::json;
+        let lc = Lifecycle::default();
+        let asker = lc.open_session_numbered("claude-code");
+        let now = Utc::now();
+        for (id, request_id) in [(1, "aaaaa"), (2, "bbbbb")] {
+            lc.relay_permission(asker, id, &request(request_id), HOUR, now)
+                .await
+                .unwrap();
+        }
+        let mut write = request("ccccc");
+        write.tool_name = "Write".into();
+        lc.relay_permission(asker, 3, &write, HOUR, now)
+            .await
+            .unwrap();
+        let mut rx = lc.subscribe();
+
+        // Another tool, or the same tool with other input, closes nothing.
+        assert!(
+            lc.allowed_in_host("Edit", &json!({"command": "ls"}), now)
+                .is_none()
+        );
+        assert!(
+            lc.allowed_in_host("Bash", &json!({"command": "rm -rf /"}), now)
+                .is_none()
+        );
+        assert_eq!(lc.pending_confirms().len(), 3);
+
+        let closed = lc
+            .allowed_in_host("Bash", &json!({"command": "ls"}), now)
+            .unwrap();
+        assert_eq!(
+            (
+                closed.id,
+                closed.state,
+                closed.via,
+                closed.by.as_deref(),
+                closed.reason.as_deref()
+            ),
+            (
+                1,
+                ActionState::Approved,
+                Some(Via::Relay),
+                Some("claude-code#1"),
+                Some(ALLOWED_IN_HOST)
+            )
+        );
+        let events: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert!(
+            matches!(
+                &events[..],
+                [
+                    Event::Answered {
+                        id: 1,
+                        via: Some(Via::Relay),
+                        ..
+                    },
+                    Event::Delivered { id: 1, .. }
+                ]
+            ),
+            "{events:?}"
+        );
+        assert_eq!(
+            lc.pending_confirms()
+                .iter()
+                .map(|i| i.action_id)
+                .collect::<Vec<_>>(),
+            [2, 3]
+        );
+        assert_eq!(lc.stats().queued_work, 0, "no work queued");
+        let late = lc
+            .confirm(1, false, "cli", Via::Cli, None, now)
+            .unwrap_err();
+        assert!(
+            matches!(late, ConfirmError::AlreadyAnswered { .. }),
+            "{late:?}"
+        );
+        // A person's answer first leaves nothing for the host's call to close.
+        lc.confirm(2, true, "cli", Via::Cli, None, now).unwrap();
+        assert!(
+            lc.allowed_in_host("Bash", &json!({"command": "ls"}), now)
+                .is_none()
+        );
+        assert_eq!(lc.closed_confirm(2).unwrap().via, Some(Via::Cli));
     }
 
     #[test]

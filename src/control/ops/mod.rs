@@ -141,6 +141,8 @@ ops! {
     WorkWithdraw => work_withdraw::WorkWithdraw,
     /// A session's host relays a permission prompt.
     RelayPermission => relay_permission::RelayPermission,
+    /// A host's tool call ran: close the relayed request allowed in its own dialog.
+    ToolRan => tool_ran::ToolRan,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

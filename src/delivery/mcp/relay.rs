@@ -13,7 +13,9 @@
 //!   params `request_id` and `behavior`: `"allow"` or `"deny"`;
 //! - the terminal dialog stays open meanwhile: the host applies whichever answer comes first
 //!   and drops the other. It never tells the server that its terminal answered (an open
-//!   request upstream: anthropics/claude-code#54597), so a request answered there stays
+//!   request upstream: anthropics/claude-code#54597). Its `PostToolUse` hook
+//!   (`switchboard hook post-tool-use`) tells the daemon that a call ran, which closes the
+//!   request allowed in the terminal (`via: relay`, no verdict sent); one denied there stays
 //!   pending here until the session ends (it is then ended, and shown so) or its timeout.
 //!
 //! Each request becomes a confirm request of the daemon (operation `relay_permission`; see
@@ -34,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::actions::lifecycle::PermissionRequest;
-use crate::actions::{ActionId, ActionState, Event};
+use crate::actions::{ActionId, ActionState, Event, Via};
 use crate::backend::Api;
 
 /// The experimental capability a server declares to receive permission prompts.
@@ -152,6 +154,15 @@ impl Relay {
                     },
                 };
                 let params = match event {
+                    // Answered in the host's own dialog: it needs no verdict.
+                    Event::Answered {
+                        id,
+                        via: Some(Via::Relay),
+                        ..
+                    } => {
+                        relay.forget(id);
+                        None
+                    }
                     Event::Answered {
                         id, state, rule, ..
                     } => relay.answered(id, state == ActionState::Approved, &rule),

@@ -83,7 +83,7 @@ function closedLine(x) {
   let how = x.state;
   if (x.state === "expired") how = "expired unanswered";
   else if (x.state === "resolved") how = `${x.reason || "resolved"} before anyone answered`;
-  else if (x.via) how = `${x.state} via ${x.via} by ${x.by}`;
+  else if (x.via) how = `${x.state} via ${x.via} by ${x.by}${x.reason ? ` (${x.reason})` : ""}`;
   const li = el("li");
   li.dataset.id = x.id;
   li.append(el("span", "when", timeOnly(x.at)), document.createTextNode(`#${x.id} [${x.rule}] ${how}`));

@@ -114,6 +114,31 @@ fn session(web: &Web, headers: &HeaderMap) -> Option<WebSession> {
         .find_map(|(_, id)| web.access.session(id))
 }
 
+/// Whether `origin` (`http://` or `https://`, then host and port) names one of `hosts` (a
+/// `Host` header's host and port): the page's own origin, whether the browser reached it
+/// directly or through a reverse proxy with TLS. A port equal to the scheme's default counts as
+/// none, as a browser leaves it out of both.
+fn same_host<'a>(origin: &str, hosts: impl IntoIterator<Item = &'a str>) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return false;
+    };
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => ":80",
+        "https" => ":443",
+        _ => return false,
+    };
+    let bare = |a: &str| -> String {
+        let a = a.trim();
+        a.strip_suffix(default_port)
+            .unwrap_or(a)
+            .to_ascii_lowercase()
+    };
+    let authority = bare(authority);
+    !authority.is_empty()
+        && !authority.contains('/')
+        && hosts.into_iter().any(|host| bare(host) == authority)
+}
+
 fn signed_out() -> Response {
     refusal(
         StatusCode::UNAUTHORIZED,
@@ -295,11 +320,15 @@ async fn confirm(
         );
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        if origin != format!("http://{host}") {
+        let header_of = |name| {
+            headers
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+        };
+        // Behind a reverse proxy the first `X-Forwarded-Host` names the host the browser used.
+        let forwarded = header_of("x-forwarded-host").and_then(|v| v.split(',').next());
+        let hosts = [header_of(header::HOST.as_str()), forwarded];
+        if !same_host(origin, hosts.into_iter().flatten()) {
             return refusal(
                 StatusCode::FORBIDDEN,
                 "cross_site",
@@ -362,5 +391,51 @@ async fn confirm(
             guarded(Json(json!({"id": answer.id, "approved": item.is_some()})).into_response())
         }
         Err(e) => refusal(StatusCode::CONFLICT, "refused", &e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_host;
+
+    #[test]
+    fn the_pages_own_host_is_same_origin_over_http_or_https() {
+        let host = ["127.0.0.1:8787"];
+        assert!(same_host("http://127.0.0.1:8787", host));
+        assert!(same_host("https://127.0.0.1:8787", host));
+        assert!(same_host(
+            "https://Approvals.Example",
+            ["approvals.example"]
+        ));
+        assert!(same_host(
+            "https://approvals.example",
+            ["approvals.example:443"]
+        ));
+        assert!(same_host(
+            "http://approvals.example:80",
+            ["approvals.example"]
+        ));
+        // Behind a proxy that rewrote `Host`, the forwarded host counts too.
+        assert!(same_host(
+            "https://approvals.example",
+            ["127.0.0.1:8787", "approvals.example"]
+        ));
+    }
+
+    #[test]
+    fn another_host_port_or_scheme_is_not() {
+        let host = ["127.0.0.1:8787"];
+        assert!(!same_host("http://evil.example", host));
+        assert!(!same_host("https://127.0.0.1:8788", host));
+        assert!(!same_host("https://127.0.0.1", host));
+        assert!(!same_host("https://127.0.0.1:8787.evil.example", host));
+        assert!(!same_host("ftp://127.0.0.1:8787", host));
+        assert!(!same_host("null", host));
+        assert!(!same_host("https://", [""]));
+        assert!(!same_host(
+            "https://approvals.example",
+            ["approvals.example:80"]
+        ));
+        assert!(!same_host("http://127.0.0.1:8787", []));
     }
 }

@@ -1,0 +1,38 @@
+//! `tool_ran`: a host's tool call ran (`switchboard hook post-tool-use`, run by Claude Code's
+//! `PostToolUse` hook), so its permission was granted. When a relayed permission request for
+//! that call is still open here, the person allowed it in the host's own dialog: it is closed
+//! as approved `via: relay` (see `actions::lifecycle::relay`), and `pending`, `watch` and the
+//! approval page show it answered. A call that needed no permission, or whose request a person
+//! answered here first, closes nothing.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::actions::lifecycle::ClosedConfirm;
+use crate::control::{ApiError, Ctx, Op};
+
+/// A host's tool call ran.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ToolRan {
+    /// The tool, as the host names it in its permission requests (`Bash`, `mcp__s__t`).
+    pub tool_name: String,
+    /// The call's input, as the host ran it.
+    #[serde(default)]
+    pub tool_input: Value,
+}
+
+impl Op for ToolRan {
+    /// How the request it closed ended; `None` when it closed none.
+    type Reply = Option<ClosedConfirm>;
+
+    async fn apply(self, cx: &Ctx<'_>) -> Result<Option<ClosedConfirm>, ApiError> {
+        if self.tool_name.trim().is_empty() {
+            return Err(ApiError::refused("`tool_ran`: the host gave no tool name"));
+        }
+        Ok(cx
+            .local
+            .core()
+            .allowed_in_host(&self.tool_name, &self.tool_input)
+            .await)
+    }
+}
