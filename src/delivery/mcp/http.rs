@@ -381,6 +381,9 @@ struct Guard {
     sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
     /// Sessions ended but not yet released (see [`HttpSession::attach`]).
     ending: Arc<AtomicUsize>,
+    /// `initialize`s refused since the sessions reached `mcp.maxSessions` (0: not full). The
+    /// first refusal of a run is logged, and the run's end with its count, not each one.
+    refused: AtomicUsize,
 }
 
 /// How long an ended session may count against `mcp.maxSessions` while its server drops.
@@ -454,6 +457,7 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
         max_sessions: access.max_sessions.max(1),
         sessions: Mutex::default(),
         ending: Arc::default(),
+        refused: AtomicUsize::new(0),
     });
     {
         let (guard, sessions) = (guard.clone(), sessions.clone());
@@ -698,10 +702,13 @@ async fn post(
                 all.len() + g.ending.load(Ordering::Acquire)
             };
             if open >= g.max_sessions {
-                tracing::warn!(
-                    open,
-                    "MCP over HTTP refused an initialize: too many sessions"
-                );
+                if g.refused.fetch_add(1, Ordering::AcqRel) == 0 {
+                    tracing::warn!(
+                        open,
+                        "MCP over HTTP is refusing new sessions: `mcp.maxSessions` are open; \
+                         the end of this is logged with the number refused"
+                    );
+                }
                 let id = message.get("id").cloned().unwrap_or(Value::Null);
                 let body = json!({"jsonrpc": "2.0", "id": id, "error": {
                     "code": -32000,
@@ -716,6 +723,10 @@ async fn post(
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
                 return response;
+            }
+            let refused = g.refused.swap(0, Ordering::AcqRel);
+            if refused > 0 {
+                tracing::warn!(refused, "MCP over HTTP takes new sessions again");
             }
             let session = HttpSession::new(g.ending.clone());
             parts.extensions.insert(session.clone());
