@@ -275,6 +275,72 @@ fn an_instance_down_for_a_while_catches_up_on_restart() {
     );
 }
 
+/// `sb`'s `/metrics` sample `name`, if it has one.
+fn metric(sb: &Switchboard, name: &str) -> Option<f64> {
+    let auth = format!("Bearer {}", sb.token());
+    let reply = http_request(
+        sb.ingest.as_deref().expect("ingest"),
+        "GET",
+        "/metrics",
+        &[("Authorization", auth.as_str())],
+        b"",
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body.lines().find_map(|line| {
+        let (sample, value) = line.rsplit_once(' ')?;
+        (sample == name).then(|| value.parse().unwrap())
+    })
+}
+
+/// An instance catching up takes a batch of messages from several sources at once; each is
+/// counted as from its own source (the batch was counted as from its first message's).
+#[test]
+fn a_batch_from_the_stream_is_counted_by_each_messages_source() {
+    let Some(nats) = Nats::start() else { return };
+    let a = instance(&nats, "a");
+    let mut b = instance(&nats, "b");
+    b.kill9();
+    let plain = |c: &str| serde_json::json!({"server": "http", "channel": "x", "content": c});
+    for c in ["m1", "m2"] {
+        assert_eq!(post(&a, plain(c)).status, 202);
+    }
+    let firing = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/alertmanager-firing.json"),
+    )
+    .unwrap();
+    let auth = format!("Bearer {}", a.token());
+    let r = http_request(
+        a.ingest.as_deref().unwrap(),
+        "POST",
+        "/v1/alertmanager",
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        &firing,
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    for c in ["m3", "m4"] {
+        assert_eq!(post(&a, plain(c)).status, 202);
+    }
+    start(&mut b);
+    eventually(Duration::from_secs(20), "b caught up", || {
+        (messages(&b).len() >= 7).then_some(())
+    });
+    assert_eq!(
+        metric(
+            &b,
+            "switchboard_messages_ingested_total{source=\"alertmanager\"}"
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(&b, "switchboard_messages_ingested_total{source=\"http\"}"),
+        Some(4.0)
+    );
+}
+
 #[test]
 fn nats_killed_mid_ingest_loses_no_acknowledged_message_and_ingest_answers_503_meanwhile() {
     let Some(mut nats) = Nats::start() else {

@@ -55,7 +55,7 @@ use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 use crate::control::local::BoxFuture;
-use crate::control::ops::{List, Replicate};
+use crate::control::ops::{EachAppended, List, Replicate};
 use crate::control::{ApiError, Local, Relay};
 use crate::inbox::Appended;
 use crate::message::NewMessage;
@@ -656,11 +656,14 @@ async fn consume(s: Arc<Shared>, local: Local) {
 }
 
 /// Stores one batch of delivered messages (those past the applied mark), retrying while the
-/// inbox cannot take them, then acknowledges every one.
+/// inbox cannot take them, then acknowledges every one. Each run of messages from one source
+/// is stored as that source's, in stream order, so that `/metrics` counts a mixed batch by
+/// the source of each message.
 async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
     let applied = *s.applied.borrow();
     let mut seqs = Vec::with_capacity(batch.len());
     let mut news = Vec::with_capacity(batch.len());
+    let mut sources = Vec::with_capacity(batch.len());
     let mut newest = 0;
     for m in &batch {
         let Ok(info) = m.info() else { continue };
@@ -674,16 +677,20 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
         }
         match serde_json::from_slice::<NewMessage>(&m.payload) {
             Ok(mut new) => {
-                let from = m
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(INSTANCE_HEADER))
-                    .map(|v| v.as_str().to_string())
-                    .unwrap_or_default();
+                let header = |name| {
+                    m.headers
+                        .as_ref()
+                        .and_then(|h| h.get(name))
+                        .map(|v| v.as_str().to_string())
+                };
                 new.metadata.insert(SEQ_KEY.into(), seq.to_string());
-                new.metadata.insert(INSTANCE_KEY.into(), from);
+                new.metadata.insert(
+                    INSTANCE_KEY.into(),
+                    header(INSTANCE_HEADER).unwrap_or_default(),
+                );
                 seqs.push(seq);
                 news.push(new);
+                sources.push(header(SOURCE_HEADER).unwrap_or_else(|| "jetstream".into()));
             }
             Err(e) => {
                 s.counters.skipped.fetch_add(1, Ordering::Relaxed);
@@ -691,64 +698,81 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
             }
         }
     }
-    if !news.is_empty() {
-        let source = batch
-            .first()
-            .and_then(|m| {
-                m.headers
-                    .as_ref()?
-                    .get(SOURCE_HEADER)
-                    .map(|v| v.as_str().to_string())
-            })
-            .unwrap_or_else(|| "jetstream".into());
-        let mut wait = Duration::from_millis(100);
-        let done = loop {
-            match local
-                .call(Replicate {
-                    messages: news.clone(),
-                    source: source.clone(),
-                })
-                .await
-            {
-                Ok(done) => break done,
-                Err(e) => {
-                    s.fail("storing in the local inbox", &e);
-                    if local.shutdown().is_cancelled() {
-                        return;
-                    }
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(2));
-                }
-            }
+    let mut news = news.into_iter();
+    let mut at = 0;
+    while at < seqs.len() {
+        let run = sources[at..]
+            .iter()
+            .take_while(|source| **source == sources[at])
+            .count();
+        let messages: Vec<NewMessage> = news.by_ref().take(run).collect();
+        let Some(done) = replicate(s, local, messages, &sources[at]).await else {
+            return;
         };
-        let refused: std::collections::HashSet<usize> =
-            done.refused.iter().map(|r| r.index).collect();
-        for r in &done.refused {
-            s.counters.skipped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(seq = seqs[r.index], reason = %r.reason, "jetstream: a message of the stream is over this inbox's limits; skipped");
-        }
-        let mut appended = done.appended.into_iter();
-        let mut answers = s.answers.lock().unwrap();
-        for (i, seq) in seqs.iter().enumerate() {
-            if refused.contains(&i) {
-                continue;
-            }
-            if let Some(a) = appended.next() {
-                if !a.duplicate {
-                    s.counters.stored.fetch_add(1, Ordering::Relaxed);
-                }
-                answers.push_back((*seq, a));
-                if answers.len() > REMEMBERED {
-                    answers.pop_front();
-                }
-            }
-        }
+        record(s, &seqs[at..at + run], done);
+        at += run;
     }
     s.applied
         .send_if_modified(|a| (newest > *a).then(|| *a = newest).is_some());
     for m in &batch {
         if let Err(e) = m.ack().await {
             tracing::debug!(cause = %e, "jetstream: an acknowledgement was not sent; the message comes again and is skipped");
+        }
+    }
+}
+
+/// Appends `messages` to the local inbox as from `source`, retrying until it takes them;
+/// `None` when the daemon shuts down first.
+async fn replicate(
+    s: &Shared,
+    local: &Local,
+    messages: Vec<NewMessage>,
+    source: &str,
+) -> Option<EachAppended> {
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match local
+            .call(Replicate {
+                messages: messages.clone(),
+                source: source.to_string(),
+            })
+            .await
+        {
+            Ok(done) => return Some(done),
+            Err(e) => {
+                s.fail("storing in the local inbox", &e);
+                if local.shutdown().is_cancelled() {
+                    return None;
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Counts what the inbox did with the messages of stream seqs `seqs`, and remembers each
+/// stored one's answer for the ingest that is waiting for it.
+fn record(s: &Shared, seqs: &[u64], done: EachAppended) {
+    let refused: std::collections::HashSet<usize> = done.refused.iter().map(|r| r.index).collect();
+    for r in &done.refused {
+        s.counters.skipped.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(seq = seqs[r.index], reason = %r.reason, "jetstream: a message of the stream is over this inbox's limits; skipped");
+    }
+    let mut appended = done.appended.into_iter();
+    let mut answers = s.answers.lock().unwrap();
+    for (i, seq) in seqs.iter().enumerate() {
+        if refused.contains(&i) {
+            continue;
+        }
+        if let Some(a) = appended.next() {
+            if !a.duplicate {
+                s.counters.stored.fetch_add(1, Ordering::Relaxed);
+            }
+            answers.push_back((*seq, a));
+            if answers.len() > REMEMBERED {
+                answers.pop_front();
+            }
         }
     }
 }
