@@ -442,9 +442,11 @@ impl Index {
             return rule.matchers_hold(msg);
         }
         let at = self.checks[i].keys_at as usize;
+        // The key is read from `keys`, which every rule shares (in cache), not from the
+        // matcher's own copy (one more cold line per matcher in a large rule set).
         rule.matchers.iter().enumerate().all(|(n, m)| {
             let slot = self.matcher_keys[at + n] as usize;
-            m.holds(resolved.get(slot, m.key(), msg))
+            m.holds(resolved.get(slot, &self.keys[slot], msg))
         })
     }
 
