@@ -5,11 +5,15 @@
 //! ```
 //!
 //! Environment: `BIN` (default `target/release/switchboard`), `SESSIONS` (20), `SAMPLES`
-//! (200), `GAP_MS` (40).
+//! (200), `GAP_MS` (40), `POOL` (1; 0 gives each HTTP session rmcp's default client, which
+//! keeps no idle connection and so opens a new TCP connection for every call), `TRANSPORTS`
+//! (`http,stdio`: which phases run).
 //!
 //! One daemon (`switchboard daemon`, fsync=always, `{"http": {"rateLimit": "0"}}`) on a
 //! temporary home, one notify rule on `wake/probe`: every session gets every message. Over
-//! HTTP, `SESSIONS` rmcp clients each open a session on the daemon's `/mcp`. Over stdio,
+//! HTTP, `SESSIONS` rmcp clients each open a session on the daemon's `/mcp`, each with
+//! its own reqwest client that keeps its connection between calls, as hosts' SDKs do
+//! (TypeScript's `fetch`, Python's `httpx`). Over stdio,
 //! `SESSIONS` front ends (`switchboard serve`, as hosts start them) attach to the same daemon
 //! through the control socket, each with an rmcp client on its stdin and stdout. Each sample:
 //! every session calls `wait_for_inbound_message`, `GAP_MS` passes so that all are pending,
@@ -97,6 +101,9 @@ fn main() {
     let sessions: usize = env_or("SESSIONS", 20);
     let samples: usize = env_or("SAMPLES", 200);
     let gap = Duration::from_millis(env_or("GAP_MS", 40));
+    let pool = env_or("POOL", 1) != 0;
+    let transports = std::env::var("TRANSPORTS").unwrap_or_else(|_| "http,stdio".into());
+    let (run_http, run_stdio) = (transports.contains("http"), transports.contains("stdio"));
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir(&home).unwrap();
@@ -117,16 +124,33 @@ fn main() {
         let http = reqwest::Client::new();
 
         let mut over_http = Vec::new();
-        for _ in 0..sessions {
+        for _ in 0..if run_http { sessions } else { 0 } {
             let config = StreamableHttpClientTransportConfig::with_uri(mcp.clone())
                 .auth_header(token.clone());
-            let client = ().serve(StreamableHttpClientTransport::from_config(config)).await;
+            // rmcp's default client sets `pool_max_idle_per_host(0)` (against a delayed-ACK
+            // stall with servers that leave a response stream open): every call would then pay
+            // a TCP connect, on both sides. switchboard ends a call's stream with its result.
+            let transport = if pool {
+                StreamableHttpClientTransport::with_client(reqwest::Client::new(), config)
+            } else {
+                StreamableHttpClientTransport::from_config(config)
+            };
+            let client = ().serve(transport).await;
             over_http.push(Arc::new(client.expect("an HTTP session starts")));
         }
-        let (wakes, posts) = phase(&over_http, &http, &ingest, &token, samples, gap).await;
-        let name = format!("HTTP, {sessions} sessions");
-        rows.push(row(&name, "POST → each wait returns", wakes));
-        rows.push(row(&name, "POST → 202 (baseline)", posts));
+        let (wakes, posts) = match run_http {
+            true => phase(&over_http, &http, &ingest, &token, samples, gap).await,
+            false => Default::default(),
+        };
+        let name = if pool {
+            format!("HTTP, {sessions} sessions")
+        } else {
+            format!("HTTP, {sessions} sessions, a connection per call")
+        };
+        if run_http {
+            rows.push(row(&name, "POST → each wait returns", wakes));
+            rows.push(row(&name, "POST → 202 (baseline)", posts));
+        }
         for c in over_http {
             if let Ok(c) = Arc::try_unwrap(c) {
                 let _ = c.cancel().await;
@@ -134,7 +158,7 @@ fn main() {
         }
 
         let mut over_stdio = Vec::new();
-        for _ in 0..sessions {
+        for _ in 0..if run_stdio { sessions } else { 0 } {
             let mut cmd = tokio::process::Command::new(&bin);
             cmd.arg("--home")
                 .arg(&home)
@@ -148,10 +172,12 @@ fn main() {
             let client = ().serve(transport).await;
             over_stdio.push(Arc::new(client.expect("a stdio front end starts")));
         }
-        let (wakes, posts) = phase(&over_stdio, &http, &ingest, &token, samples, gap).await;
-        let name = format!("stdio front ends, {sessions} sessions");
-        rows.push(row(&name, "POST → each wait returns", wakes));
-        rows.push(row(&name, "POST → 202 (baseline)", posts));
+        if run_stdio {
+            let (wakes, posts) = phase(&over_stdio, &http, &ingest, &token, samples, gap).await;
+            let name = format!("stdio front ends, {sessions} sessions");
+            rows.push(row(&name, "POST → each wait returns", wakes));
+            rows.push(row(&name, "POST → 202 (baseline)", posts));
+        }
         for c in over_stdio {
             if let Ok(c) = Arc::try_unwrap(c) {
                 let _ = c.cancel().await;
