@@ -233,7 +233,9 @@ where
                     continue;
                 }
             };
-            match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+            // From a reference: the value is kept for the answers below, and a clone of it
+            // for every line cost a front end about 5% of its CPU.
+            match <ClientJsonRpcMessage as serde::Deserialize>::deserialize(&value) {
                 Ok(JsonRpcMessage::Request(req)) if is_discover(&req.request) => {
                     tracing::debug!(id = ?req.id, "server/discover refused: use initialize");
                     if !self.answer(refusal_json(json!(req.id))).await {
