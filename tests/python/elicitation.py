@@ -19,6 +19,8 @@ as an agent does. Checks, each reported on stderr:
 - a rule whose `approveVia` leaves out `elicitation`: no form;
 - an answer from the CLI while the form is open: the form is cancelled
   (`notifications/cancelled`), the CLI's answer stands;
+- a later message that resolves the confirm (`resolveRegex`, `resolveKey`) while the form is
+  open: the form is cancelled, `pending --closed` says it was resolved by that message;
 - expiry while the form is open: the form is cancelled, the confirm ends expired;
 - over HTTP: every form rode the stream of the wait it relates to (rmcp logs when it cannot).
 
@@ -70,6 +72,16 @@ RULES = {
             "mode": "confirm",
             "prompt": "Look: {{content}}",
             "confirmTimeout": "2s",
+        },
+        {
+            "name": "fix",
+            "channel": "fix/*",
+            "contentRegex": "^disk",
+            "mode": "confirm",
+            "prompt": "Clean up: {{content}}",
+            "approveVia": ["cli", "elicitation"],
+            "resolveRegex": "^\\[RESOLVED\\]",
+            "resolveKey": "{{channel}}",
         },
         {
             "name": "cli-only",
@@ -334,6 +346,14 @@ async def scenarios(client: Client, user: User, home: Home) -> None:
         f"the CLI-approved prompt reached the next wait: {result}",
     )
     passed(f"confirm {id}: answered at the CLI while the form was open; the form was cancelled")
+
+    # --- a later message resolves the confirm while the form is open ----------------------------
+    id, form = await confirm_with_form(client, user, home, "fix/db", "disk full on db-1")
+    home.send("fix/db", "[RESOLVED] disk full on db-1")
+    await within(ARRIVAL_S, form.cancelled.wait(), f"the form of confirm {id} is cancelled when it is resolved")
+    line = await eventually(lambda: home.closed(id), f"confirm {id} closed")
+    check(" resolved by message " in line, f"pending --closed says how it ended: {line!r}")
+    passed(f"confirm {id}: resolved by a later message while the form was open; the form was cancelled")
 
     # --- the confirm expires while the form is open ---------------------------------------------
     id, form = await confirm_with_form(client, user, home, "short/x", "expires soon")
