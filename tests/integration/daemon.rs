@@ -301,6 +301,14 @@ async fn front_ends_started_at_the_same_instant_make_one_daemon() {
         async move { front_end(&home, &format!("w{i}"), &["--no-listen"]).await }
     }))
     .await;
+    // Each front end started a daemon; one took the home's lock, and the others exit on their
+    // own once they find it taken. A front end connects to the winner without waiting for its
+    // own loser to get that far (on a loaded host one was still starting), so the losers are
+    // given a few seconds; two daemons that both stay up fail.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemons_of(&home).len() > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(daemons_of(&home).len(), 1, "{:?}", daemons_of(&home));
     for c in &clients {
         let s = tool(c, "inbox_stats", json!({})).await;
