@@ -232,7 +232,7 @@ fn a_kept_reload_says_when_the_live_rules_were_really_loaded() {
 fn list_and_watch_escape_control_characters_and_a_closed_pipe_exits_0() {
     let mut sb = Switchboard::start();
     let hostile = "\x1b[2J\x1b[31mred\n#999 2026-01-01T00:00:00Z forged/line: rm -rf\r\u{202e}";
-    let watch = Watch::start(sb.home.path());
+    let mut watch = Watch::start(sb.home.path());
     let seq = send_messages(sb.home.path(), &[("evil\nchan\x07", hostile)])[0];
     // The message's own line (its action's line, `nudge #N`, may come first and carries only
     // the prompt's first line, which ends at the channel's newline).
@@ -292,65 +292,6 @@ fn list_and_watch_escape_control_characters_and_a_closed_pipe_exits_0() {
     }
     drop(watch);
     sb.terminate();
-}
-
-/// `switchboard watch` on a home, its lines read by a thread; killed (and reaped) when the
-/// test ends, also on a failed assertion.
-struct Watch {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Watch {
-    /// Starts `watch` and returns once it streams: messages on channel `sync` are sent until
-    /// one shows up (a message sent before it subscribed would never be shown).
-    fn start(home: &Path) -> Watch {
-        let mut child = Command::new(bin())
-            .arg("--home")
-            .arg(home)
-            .arg("watch")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn watch");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let watch = Watch { child, lines };
-        eventually(Duration::from_secs(20), "watch streams", || {
-            send_messages(home, &[("sync", "sync")]);
-            watch.lines.recv_timeout(Duration::from_millis(200)).ok()
-        });
-        while watch.lines.recv_timeout(Duration::from_millis(300)).is_ok() {}
-        watch
-    }
-
-    /// The next line that contains `text`.
-    fn line_with(&self, text: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("watch printed no line with {text:?}"),
-            }
-        }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
@@ -767,7 +708,7 @@ fn kept_alive_connections_between_requests_make_room_for_real_senders() {
 fn the_control_socket_drops_silent_clients_and_says_when_it_is_full() {
     let mut sb = Switchboard::start();
     let sock = sb.home.path().join("control.sock");
-    let watch = Watch::start(sb.home.path());
+    let mut watch = Watch::start(sb.home.path());
 
     // 64 silent clients fill the room for connections that have not said hello: the CLI is told
     // why.

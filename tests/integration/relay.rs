@@ -232,13 +232,13 @@ async fn stdio_requests_are_confirms_answered_back_to_the_host() {
     relay_end_to_end(&sb, &client, &host).await;
 
     // A request left open ends with its session: shown as ended, no longer answerable.
-    let mut watch = Watch::start(&sb);
+    let mut watch = Watch::start(sb.home.path());
     ask(&client, "kmnop", "Edit").await;
     let id = id_of(&pending_request(&sb, "kmnop").await);
-    let asked = watch.line(&format!("confirm? #{id} "));
+    let asked = watch.line_with(&format!("confirm? #{id} "));
     assert!(asked.contains("[permission:Edit] seq 0"), "{asked}");
     client.cancel().await.expect("host closes");
-    let ended = watch.line(&format!("closed #{id} "));
+    let ended = watch.line_with(&format!("closed #{id} "));
     assert!(
         ended.ends_with(&format!(
             "closed #{id} [permission:Edit]: ended with the session that asked"
@@ -368,81 +368,17 @@ fn post_tool_use(sb: &Switchboard, tool: &str, input: &Value) {
     assert_eq!(stderr(&out), "", "nothing went wrong");
 }
 
-/// `switchboard watch`, its lines as they come; killed when dropped.
-struct Watch {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Watch {
-    /// Starts `watch` and waits until it streams (a message sent after it subscribed shows).
-    fn start(sb: &Switchboard) -> Watch {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(bin())
-            .arg("--home")
-            .arg(sb.home.path())
-            .arg("watch")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn watch");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let watch = Watch {
-            child,
-            lines,
-            seen: Vec::new(),
-        };
-        eventually(Duration::from_secs(20), "watch streams", || {
-            send_messages(sb.home.path(), &[("sync", "sync")]);
-            watch.lines.recv_timeout(Duration::from_millis(200)).ok()
-        });
-        watch
-    }
-
-    /// The first line (from here on) that contains `needle`.
-    fn line(&mut self, needle: &str) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(at) = self.seen.iter().position(|l| l.contains(needle)) {
-                return self.seen.drain(..=at).next_back().unwrap();
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.seen.push(line),
-                Err(_) => panic!("watch printed no {needle:?}: {:#?}", self.seen),
-            }
-        }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_allowed_in_the_hosts_own_dialog_is_shown_answered_there() {
     let (sb, client, host) = http_host().await;
-    let mut watch = Watch::start(&sb);
+    let mut watch = Watch::start(sb.home.path());
 
     // Claude Code's preview: the input as compact JSON (cut to 200 characters, then `…`).
     let input = json!({"command": "rm -rf build", "description": "Remove the build directory"});
     let preview = serde_json::to_string(&input).unwrap();
     ask_with(&client, "abcde", "Bash", &preview).await;
     let id = id_of(&pending_request(&sb, "abcde").await);
-    let asked = watch.line(&format!("confirm? #{id} "));
+    let asked = watch.line_with(&format!("confirm? #{id} "));
     assert!(
         asked.contains("[permission:Bash] seq 0") && asked.contains("claude-code#"),
         "{asked}"
@@ -466,7 +402,7 @@ async fn a_call_allowed_in_the_hosts_own_dialog_is_shown_answered_there() {
         )) && l.contains("(allowed in the host's own dialog) at ")),
         "{closed}"
     );
-    let answered = watch.line(&format!("approved #{id} "));
+    let answered = watch.line_with(&format!("approved #{id} "));
     assert!(
         answered.contains("[permission:Bash] via relay by claude-code#"),
         "{answered}"

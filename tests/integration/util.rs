@@ -751,3 +751,71 @@ pub fn pinned_client(name: &str, version: &str) -> rmcp::model::ClientConfig {
     config.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
     config
 }
+
+/// `switchboard watch` on a home, its lines read by a thread; killed (and reaped) when dropped,
+/// also on a failed assertion.
+pub struct Watch {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Watch {
+    /// Starts `watch` and returns once it streams: messages on channel `sync` are sent until
+    /// one shows up (a message sent before it subscribed would never be shown), and what it
+    /// printed until then is passed over.
+    pub fn start(home: &Path) -> Watch {
+        let mut child = Command::new(bin())
+            .arg("--home")
+            .arg(home)
+            .arg("watch")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn watch");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let watch = Watch {
+            child,
+            lines,
+            seen: Vec::new(),
+        };
+        eventually(Duration::from_secs(20), "watch streams", || {
+            send_messages(home, &[("sync", "sync")]);
+            watch.lines.recv_timeout(Duration::from_millis(200)).ok()
+        });
+        while watch.lines.recv_timeout(Duration::from_millis(300)).is_ok() {}
+        watch
+    }
+
+    /// The first line from here on that contains `needle` (the lines before it are passed
+    /// over).
+    pub fn line_with(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(at) = self.seen.iter().position(|l| l.contains(needle)) {
+                return self.seen.drain(..=at).next_back().unwrap();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("watch printed no line with {needle:?}: {:#?}", self.seen),
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
