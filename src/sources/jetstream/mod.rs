@@ -677,20 +677,21 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
         }
         match serde_json::from_slice::<NewMessage>(&m.payload) {
             Ok(mut new) => {
+                // Borrowed from the batch: a source is copied once per run, not per message.
                 let header = |name| {
                     m.headers
                         .as_ref()
                         .and_then(|h| h.get(name))
-                        .map(|v| v.as_str().to_string())
+                        .map(|v| v.as_str())
                 };
                 new.metadata.insert(SEQ_KEY.into(), seq.to_string());
                 new.metadata.insert(
                     INSTANCE_KEY.into(),
-                    header(INSTANCE_HEADER).unwrap_or_default(),
+                    header(INSTANCE_HEADER).unwrap_or_default().to_string(),
                 );
                 seqs.push(seq);
                 news.push(new);
-                sources.push(header(SOURCE_HEADER).unwrap_or_else(|| "jetstream".into()));
+                sources.push(header(SOURCE_HEADER).unwrap_or("jetstream"));
             }
             Err(e) => {
                 s.counters.skipped.fetch_add(1, Ordering::Relaxed);
@@ -706,7 +707,7 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
             .take_while(|source| **source == sources[at])
             .count();
         let messages: Vec<NewMessage> = news.by_ref().take(run).collect();
-        let Some(done) = replicate(s, local, messages, &sources[at]).await else {
+        let Some(done) = replicate(s, local, messages, sources[at]).await else {
             return;
         };
         record(s, &seqs[at..at + run], done);
