@@ -43,6 +43,11 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The instances' `inbox.fsync` (`FSYNC`, default "always").
+fn fsync() -> String {
+    std::env::var("FSYNC").unwrap_or_else(|_| "always".into())
+}
+
 fn on_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
@@ -85,7 +90,7 @@ fn start_instance(url: &str, stream: &str, prefix: &str, name: &str) -> Instance
         home.path().join("switchboard.json"),
         serde_json::json!({
             "http": {"rateLimit": "0"},
-            "inbox": {"fsync": std::env::var("FSYNC").unwrap_or_else(|_| "always".into())},
+            "inbox": {"fsync": fsync()},
             "jetstream": {"servers": [url], "stream": stream, "subjectPrefix": prefix,
                           "instance": name},
         })
@@ -410,7 +415,7 @@ fn main() {
     println!(
         "{messages} messages over {concurrency} connections; latency over {samples} messages, one at a time; \
          switchboard's inbox.fsync {}\n",
-        std::env::var("FSYNC").unwrap_or_else(|_| "always".into())
+        fsync()
     );
     println!(
         "| instances | switchboard msg/s | bare JetStream msg/s | overhead | bare, own consumer msg/s | overhead | switchboard ingest→remote wait p50 / p99 ms | bare publish→consume p50 / p99 ms |"

@@ -138,16 +138,13 @@ fn main() {
             let client = ().serve(transport).await;
             over_http.push(Arc::new(client.expect("an HTTP session starts")));
         }
-        let (wakes, posts) = match run_http {
-            true => phase(&over_http, &http, &ingest, &token, samples, gap).await,
-            false => Default::default(),
-        };
-        let name = if pool {
-            format!("HTTP, {sessions} sessions")
-        } else {
-            format!("HTTP, {sessions} sessions, a connection per call")
-        };
         if run_http {
+            let (wakes, posts) = phase(&over_http, &http, &ingest, &token, samples, gap).await;
+            let name = if pool {
+                format!("HTTP, {sessions} sessions")
+            } else {
+                format!("HTTP, {sessions} sessions, a connection per call")
+            };
             rows.push(row(&name, "POST → each wait returns", wakes));
             rows.push(row(&name, "POST → 202 (baseline)", posts));
         }
