@@ -160,22 +160,6 @@ fn an_unwritable_journal_is_503_until_it_recovers_and_a_retry_then_lands_once() 
     assert!(log.contains("journal writes recovered"), "{log}");
 }
 
-/// The value of `sample` (name and labels as printed) in `GET /metrics`.
-fn metric(sb: &Switchboard, sample: &str) -> Option<f64> {
-    let token = format!("Bearer {}", sb.token());
-    let reply = http_request(
-        sb.ingest.as_deref().unwrap(),
-        "GET",
-        "/metrics",
-        &[("Authorization", token.as_str())],
-        b"",
-    );
-    reply.body.lines().find_map(|line| {
-        let (name, value) = line.rsplit_once(' ')?;
-        (name == sample).then(|| value.parse().unwrap())
-    })
-}
-
 #[test]
 fn an_outage_of_503s_is_logged_at_its_start_and_its_end_and_the_rest_is_counted() {
     let sb = Switchboard::start();

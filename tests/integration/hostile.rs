@@ -32,16 +32,6 @@ fn post(sb: &Switchboard, body: &[u8]) -> Reply {
     request(sb, "POST", "/v1/messages", body)
 }
 
-/// The value of the sample `name` (with its labels, as printed) in `/metrics`.
-fn metric(sb: &Switchboard, sample: &str) -> Option<f64> {
-    let reply = request(sb, "GET", "/metrics", b"");
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    reply.body.lines().find_map(|line| {
-        let (name, value) = line.rsplit_once(' ')?;
-        (name == sample).then(|| value.parse().unwrap())
-    })
-}
-
 fn reloads(sb: &Switchboard, result: &str) -> f64 {
     metric(
         sb,

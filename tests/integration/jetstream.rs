@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::util::{Switchboard, apt_install, eventually, free_port, http_request, on_path, stdout};
+use super::util::{
+    Switchboard, apt_install, eventually, free_port, http_request, metric, on_path, stdout,
+};
 
 /// A `nats-server -js` on a loopback port with its store in a temporary directory; killed
 /// when dropped.
@@ -273,23 +275,6 @@ fn an_instance_down_for_a_while_catches_up_on_restart() {
         want,
         "the same order on the ingesting instance"
     );
-}
-
-/// `sb`'s `/metrics` sample `name`, if it has one.
-fn metric(sb: &Switchboard, name: &str) -> Option<f64> {
-    let auth = format!("Bearer {}", sb.token());
-    let reply = http_request(
-        sb.ingest.as_deref().expect("ingest"),
-        "GET",
-        "/metrics",
-        &[("Authorization", auth.as_str())],
-        b"",
-    );
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    reply.body.lines().find_map(|line| {
-        let (sample, value) = line.rsplit_once(' ')?;
-        (sample == name).then(|| value.parse().unwrap())
-    })
 }
 
 /// An instance catching up takes a batch of messages from several sources at once; each is

@@ -664,8 +664,9 @@ async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
     assert_eq!(sessions_open(&sb), 2);
     // A third initialize is refused while two are open, as often as it is tried; the log
     // says so once (item 13: an outage is logged once, not per refusal).
+    let http = reqwest::Client::new();
     for _ in 0..3 {
-        let third = reqwest::Client::new()
+        let third = http
             .post(sb.mcp_url.clone().unwrap())
             .bearer_auth(sb.token())
             .header("accept", "application/json, text/event-stream")

@@ -819,3 +819,21 @@ impl Drop for Watch {
         let _ = self.child.wait();
     }
 }
+
+/// The value of the sample `name` (with its labels, as printed) in `sb`'s `GET /metrics`, if it
+/// has one.
+pub fn metric(sb: &Switchboard, name: &str) -> Option<f64> {
+    let auth = format!("Bearer {}", sb.token());
+    let reply = http_request(
+        sb.ingest.as_deref().expect("ingest address"),
+        "GET",
+        "/metrics",
+        &[("Authorization", auth.as_str())],
+        b"",
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body.lines().find_map(|line| {
+        let (sample, value) = line.rsplit_once(' ')?;
+        (sample == name).then(|| value.parse().unwrap())
+    })
+}
