@@ -495,7 +495,7 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
         .layer(axum::middleware::from_fn_with_state(guard, guard_mcp))
 }
 
-/// Returns the heap's free pages to the system. Each session holds about 100 kB of transport
+/// Returns the heap's free pages to the system. Each session holds about 160 kB of transport
 /// buffers; when abandoned sessions expire by the hundred and new ones take their place,
 /// glibc's allocator keeps the freed pages and cannot always reuse them, so the daemon's RSS
 /// rose in steps under session churn although nothing was held (issue 26's soak: +13 MiB in

@@ -72,7 +72,8 @@ pub struct McpSettings {
     /// default `"3m"`); a wait in flight is not idle.
     #[serde(with = "crate::duration::text")]
     pub session_idle_timeout: std::time::Duration,
-    /// The most HTTP sessions open at once (`maxSessions`, default 256).
+    /// The most HTTP sessions open at once (`maxSessions`, default 64). Each holds about
+    /// 160 kB, most of it rmcp's transport channels, so the default bounds them at ~10 MB.
     pub max_sessions: usize,
     /// Put each new confirm to the user in an elicitation form when the client declares the
     /// capability (`elicitation`, default true); see [`elicit`].
@@ -90,7 +91,7 @@ impl Default for McpSettings {
             claude_channel: crate::control::PushPolicy::Auto,
             allowed_origins: Vec::new(),
             session_idle_timeout: std::time::Duration::from_secs(180),
-            max_sessions: 256,
+            max_sessions: 64,
             elicitation: true,
             permission_relay: false,
         }
