@@ -289,11 +289,6 @@ struct Guarded {
     /// The last frame hyper took (it came back for more after it): looked at only if the
     /// body is dropped before its end.
     taken: Option<Bytes>,
-    /// The frame handed to hyper is the request's JSON-RPC response: nothing follows it, so
-    /// the body ends as soon as hyper comes back for more, and hyper writes the chunked
-    /// body's end with that frame, in one write. Waiting for rmcp to close its stream took
-    /// a second write, and the client a second wake-up, for every tool result.
-    response_handed: bool,
 }
 
 impl Guarded {
@@ -304,7 +299,6 @@ impl Guarded {
             done: false,
             handed: None,
             taken: None,
-            response_handed: false,
         }
     }
 }
@@ -313,15 +307,7 @@ impl Stream for Guarded {
     type Item = Result<Bytes, axum::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
         if let Some(frame) = self.handed.take() {
-            if self.response_handed {
-                self.done = true;
-                self.guard.finish(true);
-                return Poll::Ready(None);
-            }
             self.taken = Some(frame);
         }
         let polled = Pin::new(&mut self.inner).poll_next(cx);
@@ -334,7 +320,6 @@ impl Stream for Guarded {
                 if memchr_form(frame) {
                     self.guard.forms.send_modify(|n| *n += 1);
                 }
-                self.response_handed = carries_response(frame);
                 self.handed = Some(frame.clone())
             }
             _ => {}
@@ -879,26 +864,6 @@ mod tests {
         assert_eq!(settled_after(&[PROGRESS], 2).await, (0, 1));
         // The response frame was handed over but hyper never came back for more.
         assert_eq!(settled_after(&[RESPONSE], 1).await, (0, 1));
-    }
-
-    #[tokio::test]
-    async fn the_body_ends_when_hyper_comes_back_after_the_response() {
-        // The stream behind stays open: the body must not wait for rmcp to close it.
-        let (lc, guard) = claimed().await;
-        let mut b = body(&[PROGRESS, RESPONSE], guard);
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        let mut frames = Vec::new();
-        while let Poll::Ready(Some(frame)) = Pin::new(&mut b).poll_next(&mut cx) {
-            frames.push(frame.unwrap());
-        }
-        assert_eq!(frames, [PROGRESS, RESPONSE]);
-        assert!(
-            Pin::new(&mut b).poll_next(&mut cx).is_ready(),
-            "the body stays ended"
-        );
-        assert_eq!(settled(&lc), (1, 0), "delivered before the body is dropped");
-        drop(b);
-        assert_eq!(settled(&lc), (1, 0));
     }
 
     #[tokio::test]
