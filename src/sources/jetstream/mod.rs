@@ -40,6 +40,7 @@
 //! session) goes through a second stream, a work queue every instance pulls from on demand:
 //! see [`work`].
 
+mod applied;
 mod settings;
 pub mod work;
 
@@ -51,7 +52,6 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer::pull, message::PublishMessage, stream};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 use crate::control::local::BoxFuture;
@@ -207,8 +207,8 @@ struct Shared {
     ready: AtomicBool,
     /// The work stream and its shared consumer exist.
     work_ready: AtomicBool,
-    /// The newest stream seq stored in the local inbox.
-    applied: watch::Sender<u64>,
+    /// The newest stream seq stored in the local inbox, and the ingests waiting for theirs.
+    applied: applied::Applied,
     /// Recent stream seqs and what the local inbox answered for them.
     answers: Mutex<VecDeque<(u64, Appended)>>,
     counters: Counters,
@@ -301,7 +301,7 @@ impl JetStream {
             js,
             ready: AtomicBool::new(false),
             work_ready: AtomicBool::new(false),
-            applied: watch::channel(0).0,
+            applied: applied::Applied::default(),
             answers: Mutex::new(VecDeque::new()),
             counters: Counters::default(),
             error: Mutex::new(None),
@@ -347,7 +347,7 @@ impl JetStream {
             .into(),
             stream: s.settings.stream.clone(),
             ready: s.ready.load(Ordering::Relaxed),
-            applied: *s.applied.borrow(),
+            applied: s.applied.get(),
             lag: c.lag.load(Ordering::Relaxed),
             ack_pending: c.ack_pending.load(Ordering::Relaxed),
             redelivered: c.redelivered.load(Ordering::Relaxed),
@@ -512,12 +512,9 @@ impl Shared {
         }
         // The sender hears this inbox's seqs, once its consumer stored them.
         let last = seqs.iter().map(|(s, _)| *s).max().unwrap_or(0);
-        let mut applied = self.applied.subscribe();
-        let _ = tokio::time::timeout(
-            self.settings.publish_timeout,
-            applied.wait_for(|a| *a >= last),
-        )
-        .await;
+        self.applied
+            .reached(last, self.settings.publish_timeout)
+            .await;
         let answers = self.answers.lock().unwrap();
         Ok(seqs
             .into_iter()
@@ -600,7 +597,7 @@ async fn prepare(s: &Shared) -> anyhow::Result<jetstream::consumer::Consumer<pul
 async fn consume(s: Arc<Shared>, local: Local) {
     let shutdown = local.shutdown().clone();
     let mark = applied_mark(&local).await;
-    s.applied.send_replace(mark);
+    s.applied.advance(mark);
     tracing::info!(instance = %s.instance, stream = %s.settings.stream, applied = mark, "jetstream: starting");
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -608,13 +605,10 @@ async fn consume(s: Arc<Shared>, local: Local) {
             let mut consumer = prepare(&s).await?;
             let info = consumer.info().await?.clone();
             // A new consumer starts at the stream's end: nothing before it is owed here.
-            s.applied.send_if_modified(|a| {
-                let floor = info.ack_floor.stream_sequence;
-                (floor > *a).then(|| *a = floor).is_some()
-            });
+            s.applied.advance(info.ack_floor.stream_sequence);
             s.ready.store(true, Ordering::Release);
             *s.error.lock().unwrap() = None;
-            tracing::info!(consumer = %s.durable, applied = *s.applied.borrow(), "jetstream: consuming");
+            tracing::info!(consumer = %s.durable, applied = s.applied.get(), "jetstream: consuming");
             let messages = consumer
                 .stream()
                 .max_messages_per_batch(BATCH)
@@ -660,7 +654,7 @@ async fn consume(s: Arc<Shared>, local: Local) {
 /// is stored as that source's, in stream order, so that `/metrics` counts a mixed batch by
 /// the source of each message.
 async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
-    let applied = *s.applied.borrow();
+    let applied = s.applied.get();
     let mut seqs = Vec::with_capacity(batch.len());
     let mut news = Vec::with_capacity(batch.len());
     let mut sources = Vec::with_capacity(batch.len());
@@ -713,8 +707,7 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
         record(s, &seqs[at..at + run], done);
         at += run;
     }
-    s.applied
-        .send_if_modified(|a| (newest > *a).then(|| *a = newest).is_some());
+    s.applied.advance(newest);
     for m in &batch {
         if let Err(e) = m.ack().await {
             tracing::debug!(cause = %e, "jetstream: an acknowledgement was not sent; the message comes again and is skipped");
@@ -811,7 +804,7 @@ async fn heartbeat(s: Arc<Shared>, local: Local) {
             _ = tick.tick() => {
                 let hb = Heartbeat {
                     instance: s.instance.clone(),
-                    applied: *s.applied.borrow(),
+                    applied: s.applied.get(),
                     version: env!("CARGO_PKG_VERSION").into(),
                 };
                 let body = serde_json::to_vec(&hb).unwrap_or_default();
