@@ -224,24 +224,37 @@ pub struct JetStream {
 
 /// `name` as a NATS token: what is not a letter, digit, `_` or `-` becomes `_`.
 fn token(name: &str) -> String {
-    let t: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if t.is_empty() { "_".into() } else { t }
+    let mut t = String::with_capacity(name.len());
+    push_token(&mut t, name);
+    t
+}
+
+/// Appends `name` as a NATS token to `out` (see [`token`]).
+fn push_token(out: &mut String, name: &str) {
+    if name.is_empty() {
+        out.push('_');
+    }
+    out.extend(name.chars().map(|c| {
+        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+            c
+        } else {
+            '_'
+        }
+    }));
 }
 
 /// The subject of a message on `channel`: `PREFIX.msg.` and the channel's segments as tokens.
+/// Built in one string: it runs for every message published.
 pub fn subject(prefix: &str, channel: &str) -> String {
-    let channel = crate::message::normalize_channel_owned(channel.to_string());
-    let tokens: Vec<String> = channel.split('/').map(token).collect();
-    format!("{prefix}.msg.{}", tokens.join("."))
+    let channel = crate::message::normalize_channel(channel);
+    let mut out = String::with_capacity(prefix.len() + ".msg.".len() + channel.len());
+    out.push_str(prefix);
+    out.push_str(".msg");
+    for segment in channel.split('/') {
+        out.push('.');
+        push_token(&mut out, segment);
+    }
+    out
 }
 
 impl JetStream {
@@ -846,6 +859,14 @@ mod tests {
         );
         assert_eq!(subject("sb", ""), "sb.msg.default");
         assert_eq!(subject("sb", "a.b/c d/*/>"), "sb.msg.a_b.c_d._._");
+        assert_eq!(subject("sb", " /ci//main/ "), "sb.msg.ci.main");
+        assert_eq!(
+            subject("sb", "été/x"),
+            "sb.msg._t_.x",
+            "one `_` per character"
+        );
+        assert_eq!(token(""), "_");
+        assert_eq!(token("host/home"), "host_home");
     }
 
     #[test]
