@@ -101,6 +101,12 @@ fn instance(nats: &Nats, name: &str) -> Switchboard {
 /// A fresh home whose `switchboard.json` names it `name` on the stream of `nats` (shared work
 /// extended every 0.67 s, given to another instance after 2 s without a sign of life).
 fn home_on(nats: &Nats, name: &str) -> Switchboard {
+    home_with_ack_wait(nats, name, "2s")
+}
+
+/// [`home_on`] with shared work given to another instance after `ack_wait` without a sign
+/// of life from its holder.
+fn home_with_ack_wait(nats: &Nats, name: &str, ack_wait: &str) -> Switchboard {
     let sb = Switchboard::new();
     sb.write(
         "switchboard.json",
@@ -110,7 +116,7 @@ fn home_on(nats: &Nats, name: &str) -> Switchboard {
                 "instance": name,
                 "publishTimeout": "2s",
                 "heartbeat": "200ms",
-                "workAckWait": "2s",
+                "workAckWait": ack_wait,
             }
         })
         .to_string(),
@@ -407,9 +413,10 @@ const TRIAGE: &str = r#"{"rules": [
   {"name": "triage", "channel": "alerts/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]}
 ]}"#;
 
-/// A daemon like [`instance`], with the `triage` rule and MCP over HTTP.
-fn worker(nats: &Nats, name: &str) -> Switchboard {
-    let mut sb = home_on(nats, name);
+/// A daemon like [`instance`], with the `triage` rule and MCP over HTTP; its shared work
+/// goes to another instance after `ack_wait` without a sign of life.
+fn worker(nats: &Nats, name: &str, ack_wait: &str) -> Switchboard {
+    let mut sb = home_with_ack_wait(nats, name, ack_wait);
     sb.write("triggers.json", TRIAGE);
     let http = ["daemon", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
     start_with(&mut sb, &http);
@@ -473,7 +480,13 @@ async fn wait_loop(sb: &Switchboard, name: &'static str, got: Got, stop: Arc<Ato
 async fn thirty_auto_messages_posted_to_three_instances_are_each_delivered_exactly_once() {
     let Some(nats) = Nats::start() else { return };
     let names = ["work-a", "work-b", "work-c"];
-    let all: Vec<Arc<Switchboard>> = names.iter().map(|n| Arc::new(worker(&nats, n))).collect();
+    // The default ack wait: a holder starved of CPU for 2 s on a loaded host (a daemon at a
+    // load average of 20) is what a 2 s ack wait takes for a dead one, and JetStream then
+    // gives its item to another instance, as it should; that is the next test's case.
+    let all: Vec<Arc<Switchboard>> = names
+        .iter()
+        .map(|n| Arc::new(worker(&nats, n, "30s")))
+        .collect();
     let got: Got = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let loops: Vec<_> = all
@@ -592,9 +605,9 @@ impl Drop for KillOnDrop {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn work_held_by_an_instance_killed_9_is_redelivered_to_another_within_ack_wait() {
     let Some(nats) = Nats::start() else { return };
-    let a = worker(&nats, "hold-a");
-    let mut b = worker(&nats, "hold-b");
-    let c = worker(&nats, "hold-c");
+    let a = worker(&nats, "hold-a", "2s");
+    let mut b = worker(&nats, "hold-b", "2s");
+    let c = worker(&nats, "hold-c", "2s");
     // B's session: the stdio front end, a separate process from B's daemon. Its wait is in
     // flight when it is stopped (SIGSTOP): the daemon's answer, claimed work in it, is never
     // read, so the claim is never settled.
