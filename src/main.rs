@@ -7,14 +7,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = switchboard::cli::Cli::parse();
     switchboard::daemon::log::init_tracing(cli.log_file());
-    // A front end (`serve` on stdio) relays one session between its host and the daemon: one
-    // thread does that with fewer wake-ups and hand-offs than a pool of workers, and a host
-    // may run many of them on one machine.
-    let front_end = matches!(
-        &cli.command,
-        switchboard::cli::Command::Serve(args) if !args.no_stdio
-    );
-    let runtime = if front_end {
+    let runtime = if cli.is_front_end() {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -101,6 +101,13 @@ impl Cli {
             _ => None,
         }
     }
+
+    /// Whether this command line is a front end (`serve` on stdio): it relays one session
+    /// between its host and the daemon, which one thread does with fewer wake-ups and
+    /// hand-offs than a pool of workers, and a host may run many of them on one machine.
+    pub fn is_front_end(&self) -> bool {
+        matches!(&self.command, Command::Serve(args) if !args.no_stdio)
+    }
 }
 
 /// Runs a parsed command line; the error, if any, is printed by `main`.

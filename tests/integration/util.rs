@@ -762,8 +762,8 @@ pub struct Watch {
 
 impl Watch {
     /// Starts `watch` and returns once it streams: messages on channel `sync` are sent until
-    /// one shows up (a message sent before it subscribed would never be shown), and what it
-    /// printed until then is passed over.
+    /// one shows up (a message sent before it subscribed would never be shown). Their lines
+    /// are passed over by [`Watch::line_with`] like any other.
     pub fn start(home: &Path) -> Watch {
         let mut child = Command::new(bin())
             .arg("--home")
@@ -792,7 +792,6 @@ impl Watch {
             send_messages(home, &[("sync", "sync")]);
             watch.lines.recv_timeout(Duration::from_millis(200)).ok()
         });
-        while watch.lines.recv_timeout(Duration::from_millis(300)).is_ok() {}
         watch
     }
 
