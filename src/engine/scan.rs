@@ -68,12 +68,36 @@ impl Skip {
         Some(Skip { stay, pairs })
     }
 
+    /// Whether the pair `(a, b)` can be stepped over at `a`.
+    #[inline(always)]
+    fn skips(&self, a: u8, b: u8) -> bool {
+        let bit = usize::from(a) << 8 | usize::from(b);
+        self.pairs[bit >> 6] & (1 << (bit & 63)) != 0
+    }
+
     /// The first position from `i` on where the scan must run the automaton.
+    ///
+    /// Four positions a step, with one bounds check and one branch for the four when all can
+    /// be stepped over, as most are. The scan is about a third of a 100-rule dispatch's
+    /// instructions (`benches/engine_count.rs`), most of it this loop; one position a step,
+    /// with a check and a branch for each, it cost 5% more instructions per dispatch.
     #[inline(always)]
     fn from(&self, haystack: &[u8], mut i: usize) -> usize {
-        while i + 1 < haystack.len() {
-            let bit = usize::from(haystack[i]) << 8 | usize::from(haystack[i + 1]);
-            if self.pairs[bit >> 6] & (1 << (bit & 63)) == 0 {
+        while let Some(w) = haystack.get(i..i + 5) {
+            let (a, b, c, d) = (
+                self.skips(w[0], w[1]),
+                self.skips(w[1], w[2]),
+                self.skips(w[2], w[3]),
+                self.skips(w[3], w[4]),
+            );
+            if a & b & c & d {
+                i += 4;
+                continue;
+            }
+            return i + [a, a & b, a & b & c].iter().take_while(|&&s| s).count();
+        }
+        while let Some(w) = haystack.get(i..i + 2) {
+            if !self.skips(w[0], w[1]) {
                 return i;
             }
             i += 1;
@@ -416,7 +440,7 @@ mod tests {
                     word(len, &mut next).to_ascii_lowercase()
                 })
                 .collect();
-            let hay_len = next(24);
+            let hay_len = next(40);
             let hay = word(hay_len, &mut next);
             let refs: Vec<&str> = pats.iter().map(String::as_str).collect();
             let got = occurrences(&refs, &hay);
