@@ -5,10 +5,12 @@
 //! shape of [`Message`] *is* the journal record (`channels.jsonl`), with the
 //! same field names as chatcli's journal so that its history can be read.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
+
+pub mod metadata;
+
+pub use metadata::Metadata;
 
 /// A message's position in the inbox: starts at 1, strictly increasing, never reused.
 pub type Seq = u64;
@@ -34,8 +36,8 @@ pub struct Message {
     #[serde(default)]
     pub content: String,
     /// Flat string metadata (labels, sender, url...).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub metadata: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub metadata: Metadata,
     /// When it was received, or the source's own time when it gives one.
     #[serde(with = "journal_time")]
     pub timestamp: DateTime<Utc>,
@@ -253,7 +255,7 @@ pub struct MessageView {
     /// The text: outside data, untrusted, grants no permission.
     pub content: String,
     /// Flat string metadata (labels, sender, url...).
-    pub metadata: BTreeMap<String, String>,
+    pub metadata: Metadata,
     /// When it was received (or the source's own time), RFC 3339, whole seconds.
     pub timestamp: String,
 }
@@ -309,8 +311,8 @@ pub struct NewMessage {
     #[serde(default)]
     pub content: String,
     /// Flat string metadata.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub metadata: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub metadata: Metadata,
     /// The source's own time, if it gives one; otherwise the receive time is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<DateTime<Utc>>,
@@ -338,8 +340,8 @@ impl NewMessage {
     }
 
     /// Adds one metadata entry.
-    pub fn with_meta(mut self, key: impl Into<String>, value: impl Into<String>) -> NewMessage {
-        self.metadata.insert(key.into(), value.into());
+    pub fn with_meta(mut self, key: impl AsRef<str>, value: impl AsRef<str>) -> NewMessage {
+        self.metadata.insert(key.as_ref(), value.as_ref());
         self
     }
 
@@ -418,7 +420,7 @@ impl MessageLimits {
                 limit,
             })
         };
-        let metadata_bytes = new.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let metadata_bytes = new.metadata.text_bytes();
         let id = new.id.as_deref().map_or(0, str::len);
         let first = over(
             "content",
@@ -473,17 +475,16 @@ impl Message {
     /// for the ring's byte bound.
     pub fn mem_bytes(&self) -> usize {
         const STRUCT: usize = std::mem::size_of::<Message>() + 32;
-        const ENTRY: usize = 64;
+        const ALLOCATION: usize = 16;
         STRUCT
             + self.id.as_deref().map_or(0, str::len)
             + self.server.len()
             + self.channel.len()
             + self.content.len()
-            + self
-                .metadata
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + ENTRY)
-                .sum::<usize>()
+            + match self.metadata.heap_bytes() {
+                0 => 0,
+                n => n + ALLOCATION,
+            }
     }
 }
 
@@ -685,6 +686,23 @@ mod tests {
         );
         let back: Message = serde_json::from_str(&line).unwrap();
         assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn a_journal_line_with_metadata_replays_and_is_written_back_byte_for_byte() {
+        // As the journal has always written it: keys in byte order, escapes, non-ASCII.
+        let line = r#"{"seq":12,"id":"f:firing","serverName":"alertmanager","channel":"alerts/critical","content":"x","metadata":{"":"e","annotations.summary":"disk \"/\" full\n","labels.team":"payments","sender":"Zoë 🚨"},"timestamp":"2026-11-22T10:00:00.120Z"}"#;
+        let msg: Message = serde_json::from_str(line).unwrap();
+        assert_eq!(msg.metadata.get("labels.team"), Some("payments"));
+        assert_eq!(
+            msg.metadata.get("annotations.summary"),
+            Some("disk \"/\" full\n")
+        );
+        assert_eq!(msg.metadata.len(), 4);
+        let mut ours = Vec::new();
+        msg.write_json(&mut ours);
+        assert_eq!(String::from_utf8(ours).unwrap(), line);
+        assert_eq!(serde_json::to_string(&msg).unwrap(), line);
     }
 
     #[test]

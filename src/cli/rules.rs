@@ -10,7 +10,6 @@
 //! "reason"}`) must hold, rules not named are not checked, and a failed expectation says what
 //! happened instead and what held the rule back (which matcher, which time interval).
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,7 +26,7 @@ use crate::actions::Mode;
 use crate::backend::Client;
 use crate::control::ops::Rules;
 use crate::engine::{Decision, Engine};
-use crate::message::{Message, NewMessage, format_timestamp};
+use crate::message::{Message, Metadata, NewMessage, format_timestamp};
 use crate::rules::{LoadError, RuleSet};
 
 /// The rules subcommands.
@@ -240,7 +239,7 @@ struct TestMessage {
     #[serde(default)]
     timestamp: Option<DateTime<Utc>>,
     #[serde(default)]
-    metadata: BTreeMap<String, String>,
+    metadata: Metadata,
     /// When it arrives (the engine's clock); default `timestamp`.
     #[serde(default)]
     at: Option<DateTime<Utc>>,

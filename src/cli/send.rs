@@ -47,10 +47,8 @@ pub async fn execute(home: PathBuf, args: SendArgs) -> anyhow::Result<ExitCode> 
     msg.id = args.id;
     msg.metadata.extend(args.meta);
     if let Some(to) = args.to.filter(|t| !t.trim().is_empty()) {
-        msg.metadata.insert(
-            crate::actions::TO_CONSUMER_KEY.into(),
-            to.trim().to_string(),
-        );
+        msg.metadata
+            .insert(crate::actions::TO_CONSUMER_KEY, to.trim());
     }
     let appended = Client::connect(&home)
         .await?

@@ -28,7 +28,7 @@
 //! Candidates come out in file order, so evaluation order is the order of the file, and the
 //! list ends at the first matching rule with `stop`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use globset::{GlobSet, GlobSetBuilder};
 use regex::RegexSet;
@@ -88,27 +88,8 @@ impl<'m> Resolved<'m> {
     }
 
     fn get(&mut self, slot: usize, key: &str, msg: &'m Message) -> &'m str {
-        self.values[slot].get_or_insert_with(|| meta_value(&msg.metadata, key))
+        self.values[slot].get_or_insert_with(|| msg.metadata.get(key).unwrap_or(""))
     }
-}
-
-/// Most entries of a metadata map that [`meta_value`] scans (one B-tree leaf holds 11).
-pub(super) const SCAN_ENTRIES: usize = 11;
-
-/// The value of `key` in a message's metadata, the empty string when it has none.
-///
-/// A map of up to [`SCAN_ENTRIES`] entries (as most messages' are) is scanned comparing
-/// lengths first: a key's length sits in the map's node, its bytes in an allocation of their
-/// own, so a key of another length is never read. `BTreeMap::get` compares the bytes of every
-/// key it passes, each a call to `memcmp` and, on a message not in cache, a cache miss.
-pub(super) fn meta_value<'m>(metadata: &'m BTreeMap<String, String>, key: &str) -> &'m str {
-    if metadata.len() > SCAN_ENTRIES {
-        return metadata.get(key).map_or("", String::as_str);
-    }
-    metadata
-        .iter()
-        .find(|(k, _)| k.len() == key.len() && k.as_str() == key)
-        .map_or("", |(_, v)| v.as_str())
 }
 
 /// An index over the enabled rules of one rule set.
@@ -485,7 +466,7 @@ impl Index {
         for (slot, (key, values)) in self.meta.iter().enumerate() {
             let value = match self.meta_slot.get(slot) {
                 Some(&k) => resolved.get(k as usize, key, msg),
-                None => meta_value(&msg.metadata, key),
+                None => msg.metadata.get(key).unwrap_or(""),
             };
             if let Some(rules) = values.get(value) {
                 cand.extend_from_slice(rules);

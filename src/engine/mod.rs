@@ -411,7 +411,11 @@ impl Engine {
             expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
             delivery: rule.delivery,
             approve_via: rule.approve_via.clone(),
-            consumers: match index::meta_value(&msg.metadata, crate::actions::TO_CONSUMER_KEY) {
+            consumers: match msg
+                .metadata
+                .get(crate::actions::TO_CONSUMER_KEY)
+                .unwrap_or("")
+            {
                 "" => rule.consumers.clone(),
                 to => crate::actions::Audience::only(to),
             },

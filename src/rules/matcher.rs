@@ -17,13 +17,13 @@
 //! Regexes are Rust `regex` syntax (RE2-like, as Alertmanager's Go regexes are), built on
 //! first use like content regexes ([`ContentRegex`]).
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 use super::ContentRegex;
 use super::error::regex_reason;
+use crate::message::Metadata;
 
 /// The operator of a matcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,8 +266,8 @@ impl Matcher {
     }
 
     /// Whether it holds for a message's metadata.
-    pub fn is_match(&self, metadata: &BTreeMap<String, String>) -> bool {
-        self.holds(metadata.get(&self.key).map_or("", String::as_str))
+    pub fn is_match(&self, metadata: &Metadata) -> bool {
+        self.holds(metadata.get(&self.key).unwrap_or(""))
     }
 
     /// Every value it holds for, when that is a short list of non-empty strings: `="db"` →
@@ -344,11 +344,8 @@ impl fmt::Display for Matcher {
 mod tests {
     use super::*;
 
-    fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn meta(pairs: &[(&str, &str)]) -> Metadata {
+        pairs.iter().copied().collect()
     }
 
     fn parsed(text: &str) -> (String, MatchOp, String) {

@@ -139,10 +139,7 @@ fn message(hook: &Webhook, alert: &Alert) -> Result<NewMessage, String> {
         "{fingerprint}:{}:{}",
         alert.status, alert.starts_at
     ))
-    .with_timestamp(timestamp)
-    .with_meta("status", &alert.status)
-    .with_meta("fingerprint", fingerprint)
-    .with_meta("startsAt", &alert.starts_at);
+    .with_timestamp(timestamp);
     let optional = [
         ("alertname", alertname.unwrap_or_default()),
         ("severity", severity.unwrap_or_default()),
@@ -152,17 +149,21 @@ fn message(hook: &Webhook, alert: &Alert) -> Result<NewMessage, String> {
         ("groupKey", &hook.group_key),
         ("externalURL", &hook.external_url),
     ];
-    for (key, value) in optional {
-        if !value.is_empty() {
-            msg = msg.with_meta(key, value);
-        }
-    }
-    for (name, value) in &alert.labels {
-        msg = msg.with_meta(format!("labels.{name}"), value);
-    }
-    for (name, value) in &alert.annotations {
-        msg = msg.with_meta(format!("annotations.{name}"), value);
-    }
+    let fixed = [
+        ("status", alert.status.as_str()),
+        ("fingerprint", &fingerprint),
+        ("startsAt", &alert.starts_at),
+    ];
+    let optional = optional.into_iter().filter(|(_, v)| !v.is_empty());
+    let labels = (alert.labels.iter()).map(|(k, v)| (format!("labels.{k}"), v.as_str()));
+    let annotations =
+        (alert.annotations.iter()).map(|(k, v)| (format!("annotations.{k}"), v.as_str()));
+    // Built at once: each `with_meta` would rebuild the metadata.
+    msg.metadata = (fixed.into_iter().chain(optional))
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(labels)
+        .chain(annotations)
+        .collect();
     Ok(msg)
 }
 
@@ -260,7 +261,7 @@ mod tests {
             m.timestamp,
             Some("2026-03-02T09:41:17.183Z".parse().unwrap())
         );
-        let meta = |k: &str| m.metadata.get(k).map(String::as_str);
+        let meta = |k: &str| m.metadata.get(k);
         assert_eq!(meta("alertname"), Some("HighLatency"));
         assert_eq!(meta("severity"), Some("critical"));
         assert_eq!(meta("status"), Some("firing"));
@@ -319,10 +320,7 @@ mod tests {
             m.timestamp,
             Some("2026-03-02T10:03:47.183Z".parse().unwrap())
         );
-        assert_eq!(
-            m.metadata.get("endsAt").map(String::as_str),
-            Some("2026-03-02T10:03:47.183Z")
-        );
+        assert_eq!(m.metadata.get("endsAt"), Some("2026-03-02T10:03:47.183Z"));
         assert_eq!(m.channel, "alerts/critical");
     }
 
@@ -348,7 +346,7 @@ mod tests {
         let one = messages(hook("a")).unwrap().remove(0);
         let again = messages(hook("a")).unwrap().remove(0);
         let other = messages(hook("b")).unwrap().remove(0);
-        let fp = one.metadata["fingerprint"].clone();
+        let fp = one.metadata["fingerprint"].to_string();
         assert_eq!(fp.len(), 16);
         assert_eq!(one.id, again.id);
         assert_ne!(one.id, other.id);

@@ -513,9 +513,9 @@ mod tests {
             "octo-org/octo-repo: check \"test (ubuntu-latest)\" on feature/login completed: \
              success — https://github.com/octo-org/octo-repo/runs/128620228"
         );
-        assert_eq!(m.metadata["check"], "test (ubuntu-latest)");
-        assert_eq!(m.metadata["branch"], "feature/login");
-        assert_eq!(m.metadata["conclusion"], "success");
+        assert_eq!(&m.metadata["check"], "test (ubuntu-latest)");
+        assert_eq!(&m.metadata["branch"], "feature/login");
+        assert_eq!(&m.metadata["conclusion"], "success");
         assert_eq!(
             m.id.as_deref(),
             Some("9a4b5c6d-1f2e-11f1-8c3b-0242ac120002")
@@ -568,7 +568,7 @@ mod tests {
             "o/r: octocat pushed 2 commits to main: \"Fix flaky test\" — \
              https://github.com/o/r/compare/abc123...def456"
         );
-        assert_eq!(m.metadata["branch"], "main");
+        assert_eq!(&m.metadata["branch"], "main");
 
         let pr = json!({
             "action": "closed", "number": 42,
@@ -598,8 +598,8 @@ mod tests {
             m.content,
             "o/r: issue_comment created by octocat — https://github.com/o/r"
         );
-        assert_eq!(m.metadata["action"], "created");
-        assert_eq!(m.metadata["event"], "issue_comment");
+        assert_eq!(&m.metadata["action"], "created");
+        assert_eq!(&m.metadata["event"], "issue_comment");
     }
 
     #[test]

@@ -44,7 +44,7 @@ use crate::auth::Bearer;
 use crate::control::StoreError;
 use crate::duration;
 use crate::inbox::Appended;
-use crate::message::NewMessage;
+use crate::message::{Metadata, NewMessage};
 
 /// Every route, for the 404 message.
 const ROUTES: &str =
@@ -673,7 +673,7 @@ struct Incoming {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
-    metadata: BTreeMap<String, String>,
+    metadata: Metadata,
     #[serde(default)]
     timestamp: Option<DateTime<Utc>>,
 }

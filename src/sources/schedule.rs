@@ -149,9 +149,10 @@ impl Schedule {
     pub fn message(&self, at: DateTime<Utc>) -> NewMessage {
         let name = &self.settings.name;
         let when = format_timestamp(at);
-        let mut metadata = self.settings.metadata.clone();
-        metadata.insert("schedule".into(), name.clone());
-        metadata.insert("scheduled_at".into(), when.clone());
+        let settings = self.settings.metadata.iter();
+        let metadata = (settings.map(|(k, v)| (k.as_str(), v.as_str())))
+            .chain([("schedule", name.as_str()), ("scheduled_at", when.as_str())])
+            .collect();
         NewMessage {
             id: Some(format!("schedule/{name}/{when}")),
             server: SERVER.into(),
@@ -665,9 +666,9 @@ mod tests {
             ("schedule", "schedule/triage", "scheduled: triage")
         );
         assert_eq!(m.timestamp, Some(at));
-        assert_eq!(m.metadata["team"], "payments");
-        assert_eq!(m.metadata["schedule"], "triage");
-        assert_eq!(m.metadata["scheduled_at"], "2026-11-25T09:00:00Z");
+        assert_eq!(&m.metadata["team"], "payments");
+        assert_eq!(&m.metadata["schedule"], "triage");
+        assert_eq!(&m.metadata["scheduled_at"], "2026-11-25T09:00:00Z");
         assert_eq!(s.message(at).id, m.id, "the same firing, the same id");
     }
 }

@@ -188,7 +188,7 @@ impl Lifecycle {
     /// queued at the front for the waiting sessions. Returns the local item.
     pub fn take_in(&self, item: Item, id: ActionId, key: &str, now: DateTime<Utc>) -> Item {
         let mut message = Message::clone(&item.message);
-        message.metadata.insert(WORK_KEY.into(), key.to_string());
+        message.metadata.insert(WORK_KEY, key);
         let action = Action {
             id,
             rule: item.rule.clone(),
@@ -336,7 +336,7 @@ mod tests {
         let (a, m) = action(7, Mode::Auto);
         let pulled = Item::new(a, m);
         let local = lc.take_in(pulled, 40, "5.r", Utc::now());
-        assert_eq!(local.message.metadata[WORK_KEY], "5.r");
+        assert_eq!(&local.message.metadata[WORK_KEY], "5.r");
         let got = waiting.await.unwrap();
         assert_eq!(
             got.iter()
@@ -356,7 +356,7 @@ mod tests {
             let (action, message) = action(id, Mode::Auto);
             let mut message = Message::clone(&message);
             if taken_in {
-                message.metadata.insert(WORK_KEY.into(), "5.r".into());
+                message.metadata.insert(WORK_KEY, "5.r");
             }
             LiveAction {
                 action,

@@ -236,7 +236,7 @@ async fn a_single_message_is_stored_and_acknowledged_with_its_seq() {
     assert_eq!(msg.server, "deploy-bot");
     assert_eq!(msg.channel, "ci/deploys");
     assert_eq!(msg.content, "api v42 is live");
-    assert_eq!(msg.metadata["env"], "prod");
+    assert_eq!(&msg.metadata["env"], "prod");
     assert_eq!(msg.timestamp_rfc3339(), "2026-03-02T10:00:00Z");
 }
 

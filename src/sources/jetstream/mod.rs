@@ -691,11 +691,10 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
                         .and_then(|h| h.get(name))
                         .map(|v| v.as_str())
                 };
-                new.metadata.insert(SEQ_KEY.into(), seq.to_string());
-                new.metadata.insert(
-                    INSTANCE_KEY.into(),
-                    header(INSTANCE_HEADER).unwrap_or_default().to_string(),
-                );
+                new.metadata.extend([
+                    (SEQ_KEY, seq.to_string().as_str()),
+                    (INSTANCE_KEY, header(INSTANCE_HEADER).unwrap_or_default()),
+                ]);
                 seqs.push(seq);
                 news.push(new);
                 sources.push(header(SOURCE_HEADER).unwrap_or("jetstream"));

@@ -514,7 +514,7 @@ mod tests {
     fn item(rule: &str, seq: Option<&str>) -> Item {
         let mut new = NewMessage::new("s", "c", "m");
         if let Some(seq) = seq {
-            new.metadata.insert(SEQ_KEY.into(), seq.into());
+            new.metadata.insert(SEQ_KEY, seq);
         }
         let message = Message::from_new(new, 3, chrono::Utc::now());
         Item {

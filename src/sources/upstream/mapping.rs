@@ -10,12 +10,10 @@
 //! Protocol notifications (progress, cancellation, list changes, resource updates, task
 //! status) are not messages: they are left to the MCP client.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use super::config::UpstreamConfig;
-use crate::message::{Message, NewMessage};
+use crate::message::{Message, Metadata, NewMessage};
 
 /// Notifications that belong to the protocol, not to the inbox.
 const PROTOCOL: &[&str] = &[
@@ -64,7 +62,7 @@ pub fn to_message(up: &UpstreamConfig, method: &str, params: Option<&Value>) -> 
         "notifications/message" => {
             for key in ["level", "logger"] {
                 if let Some(v) = p.get(key).filter(|v| !v.is_null()) {
-                    metadata.insert(key.to_string(), text(v));
+                    metadata.insert(key, &text(v));
                 }
             }
             (
@@ -108,7 +106,7 @@ fn text(v: &Value) -> String {
 }
 
 /// `params.meta` flattened to strings (nested values as JSON text).
-fn meta(v: Option<&Value>) -> BTreeMap<String, String> {
+fn meta(v: Option<&Value>) -> Metadata {
     v.and_then(Value::as_object)
         .map(|m| {
             m.iter()
@@ -150,8 +148,8 @@ mod tests {
             (m.server.as_str(), m.channel.as_str(), m.content.as_str()),
             ("teams", "dm/19:abc", "hi there")
         );
-        assert_eq!(m.metadata["sender"], "Ada");
-        assert_eq!(m.metadata["n"], "3");
+        assert_eq!(&m.metadata["sender"], "Ada");
+        assert_eq!(&m.metadata["n"], "3");
         let default = to_message(
             &upstream(None),
             "notifications/claude/channel",
@@ -172,8 +170,8 @@ mod tests {
         .unwrap();
         assert_eq!(log.channel, "message");
         assert_eq!(log.content, r#"{"code":7}"#);
-        assert_eq!(log.metadata["level"], "error");
-        assert_eq!(log.metadata["logger"], "db");
+        assert_eq!(&log.metadata["level"], "error");
+        assert_eq!(&log.metadata["logger"], "db");
 
         let custom = to_message(
             &up,
@@ -183,7 +181,7 @@ mod tests {
         .unwrap();
         assert_eq!(custom.channel, "ci/pipeline");
         assert_eq!(custom.content, r#"{"id":4,"meta":{"k":"v"}}"#);
-        assert_eq!(custom.metadata["k"], "v");
+        assert_eq!(&custom.metadata["k"], "v");
 
         let routed = to_message(
             &up,

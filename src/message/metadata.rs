@@ -1,0 +1,633 @@
+//! [`Metadata`]: a message's flat string metadata (labels, sender, url...), every key and
+//! value of one message in one allocation, sorted by key.
+//!
+//! Owns the encoding of that allocation and nothing else. Why not a `BTreeMap<String,
+//! String>`: the engine reads a message's metadata on every dispatch (the metadata index,
+//! the matchers, `to_consumer`), and a B-tree puts each key and each value in an allocation
+//! of its own behind a node of about 560 bytes, so a lookup was one cache miss after
+//! another. A message is built once and read many times, so this map is built whole (an
+//! [`Metadata::insert`] rebuilds it) and read in place: a lookup in a message's usual few
+//! labels reads one or two cache lines and follows no pointer per key.
+//!
+//! The allocation is one `Box<str>` (none for an empty map):
+//!
+//! ```text
+//! [w] [n] [key end 0] [value end 0] ... [key end n-1] [value end n-1] [key 0][value 0] ... [value n-1]
+//! ```
+//!
+//! `n` and the ends (offsets into the text after the table) are numbers of `w` bytes, 7 bits
+//! each, lowest first; `w` is the fewest such bytes that hold both the text's length and `n`
+//! (one byte up to 127 bytes of text). Every byte before the text is below 0x80, so the
+//! whole is valid UTF-8 and each key and value is read as a `&str` by plain slicing. The
+//! encoding of a set of pairs is unique, so equality is equality of the bytes.
+//!
+//! Its serde form is a JSON object of strings, as the map's was (a key given twice: the
+//! last wins), and its JSON schema is the map's, so the journal and the tool schemas are
+//! unchanged.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A message's metadata: string keys to string values, iterated in key order.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Metadata(Box<str>);
+
+/// Up to this many pairs a lookup scans comparing lengths first; above it, a binary search.
+const SCAN_PAIRS: usize = 16;
+
+/// The fewest 7-bit groups that hold `x` (at least one).
+fn groups(x: usize) -> usize {
+    ((usize::BITS - x.leading_zeros()) as usize)
+        .div_ceil(7)
+        .max(1)
+}
+
+/// The number of `w` 7-bit groups at `at`.
+#[inline]
+fn number(b: &[u8], at: usize, w: usize) -> usize {
+    b[at..at + w]
+        .iter()
+        .rev()
+        .fold(0, |n, &byte| (n << 7) | usize::from(byte))
+}
+
+fn push_number(out: &mut String, mut x: usize, w: usize) {
+    for _ in 0..w {
+        out.push(char::from((x & 0x7f) as u8));
+        x >>= 7;
+    }
+}
+
+/// The encoding of `pairs`, which are sorted by key with no key twice.
+fn encode(pairs: &[(&str, &str)]) -> Box<str> {
+    if pairs.is_empty() {
+        return Box::default();
+    }
+    let n = pairs.len();
+    let text: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let w = groups(text.max(n));
+    let mut out = String::with_capacity(1 + w + 2 * n * w + text);
+    push_number(&mut out, w, 1);
+    push_number(&mut out, n, w);
+    let mut end = 0;
+    for (k, v) in pairs {
+        end += k.len();
+        push_number(&mut out, end, w);
+        end += v.len();
+        push_number(&mut out, end, w);
+    }
+    for (k, v) in pairs {
+        out.push_str(k);
+        out.push_str(v);
+    }
+    out.into_boxed_str()
+}
+
+/// `pairs` sorted by key, the last of a key given twice kept.
+fn sorted_last_wins<'a>(mut pairs: Vec<(&'a str, &'a str)>) -> Vec<(&'a str, &'a str)> {
+    if pairs.is_sorted_by(|a, b| a.0 < b.0) {
+        return pairs;
+    }
+    pairs.sort_by(|a, b| a.0.cmp(b.0)); // stable: a key's pairs stay in the order given
+    let mut out: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
+    for pair in pairs {
+        match out.last_mut() {
+            Some(last) if last.0 == pair.0 => *last = pair,
+            _ => out.push(pair),
+        }
+    }
+    out
+}
+
+/// The table of a non-empty map, read once per call.
+struct Table<'a> {
+    s: &'a str,
+    w: usize,
+    n: usize,
+    /// Where the text starts.
+    text: usize,
+}
+
+impl<'a> Table<'a> {
+    #[inline]
+    fn of(s: &'a str) -> Option<Table<'a>> {
+        let b = s.as_bytes();
+        let w = usize::from(*b.first()?);
+        let n = number(b, 1, w);
+        Some(Table {
+            s,
+            w,
+            n,
+            text: 1 + w + 2 * n * w,
+        })
+    }
+
+    /// End `j` of the table (key `i` ends at `2i`, its value at `2i + 1`), from the text's start.
+    #[inline]
+    fn end(&self, j: usize) -> usize {
+        self.text + number(self.s.as_bytes(), 1 + self.w + j * self.w, self.w)
+    }
+
+    /// Where key `i` starts.
+    #[inline]
+    fn start(&self, i: usize) -> usize {
+        if i == 0 {
+            self.text
+        } else {
+            self.end(2 * i - 1)
+        }
+    }
+
+    #[inline]
+    fn pair(&self, i: usize) -> (&'a str, &'a str) {
+        let (start, key_end, value_end) = (self.start(i), self.end(2 * i), self.end(2 * i + 1));
+        (&self.s[start..key_end], &self.s[key_end..value_end])
+    }
+
+    #[inline]
+    fn key_bytes(&self, i: usize) -> &'a [u8] {
+        &self.s.as_bytes()[self.start(i)..self.end(2 * i)]
+    }
+
+    /// The index of `key`.
+    #[inline]
+    fn find(&self, key: &str) -> Option<usize> {
+        let key = key.as_bytes();
+        if self.n <= SCAN_PAIRS {
+            let mut start = self.text;
+            for i in 0..self.n {
+                let key_end = self.end(2 * i);
+                if key_end - start == key.len() && &self.s.as_bytes()[start..key_end] == key {
+                    return Some(i);
+                }
+                start = self.end(2 * i + 1);
+            }
+            return None;
+        }
+        let (mut lo, mut hi) = (0, self.n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key_bytes(mid).cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+}
+
+impl Metadata {
+    /// An empty map (no allocation).
+    pub fn new() -> Metadata {
+        Metadata::default()
+    }
+
+    /// How many keys.
+    #[inline]
+    pub fn len(&self) -> usize {
+        Table::of(&self.0).map_or(0, |t| t.n)
+    }
+
+    /// No key at all.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value of `key`.
+    #[inline]
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let table = Table::of(&self.0)?;
+        table.find(key).map(|i| table.pair(i).1)
+    }
+
+    /// Whether it has `key`.
+    pub fn contains_key(&self, key: &str) -> bool {
+        Table::of(&self.0).is_some_and(|t| t.find(key).is_some())
+    }
+
+    /// Sets `key` to `value`, replacing its value if it has one. Rebuilds the map: O(n).
+    pub fn insert(&mut self, key: &str, value: &str) {
+        let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(self.len() + 1);
+        pairs.extend(self.iter());
+        match pairs.binary_search_by(|p| p.0.cmp(key)) {
+            Ok(at) => pairs[at].1 = value,
+            Err(at) => pairs.insert(at, (key, value)),
+        }
+        let encoded = encode(&pairs);
+        self.0 = encoded;
+    }
+
+    /// The pairs, in key order.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            table: Table::of(&self.0),
+            at: 0,
+        }
+    }
+
+    /// The keys and values together, in bytes (what `inbox.limits.metadataBytes` bounds).
+    pub fn text_bytes(&self) -> usize {
+        Table::of(&self.0).map_or(0, |t| t.s.len() - t.text)
+    }
+
+    /// The size of its one allocation, in bytes.
+    pub fn heap_bytes(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The pairs of a [`Metadata`], in key order.
+pub struct Iter<'a> {
+    table: Option<Table<'a>>,
+    at: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a str, &'a str);
+
+    #[inline]
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        let table = self.table.as_ref()?;
+        if self.at == table.n {
+            return None;
+        }
+        self.at += 1;
+        Some(table.pair(self.at - 1))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.table.as_ref().map_or(0, |t| t.n - self.at);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a Metadata {
+    type Item = (&'a str, &'a str);
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Metadata {
+    /// A key given twice: the last value wins, as in a map.
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Metadata {
+        let owned: Vec<(K, V)> = iter.into_iter().collect();
+        let pairs = owned
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .collect();
+        Metadata(encode(&sorted_last_wins(pairs)))
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> Extend<(K, V)> for Metadata {
+    /// A key it has already or given twice: the last value wins, as in a map.
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        let added: Vec<(K, V)> = iter.into_iter().collect();
+        if added.is_empty() {
+            return;
+        }
+        let mut pairs: Vec<(&str, &str)> = self.iter().collect();
+        pairs.extend(added.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
+        let encoded = encode(&sorted_last_wins(pairs));
+        self.0 = encoded;
+    }
+}
+
+impl From<std::collections::BTreeMap<String, String>> for Metadata {
+    fn from(map: std::collections::BTreeMap<String, String>) -> Metadata {
+        let pairs: Vec<(&str, &str)> = map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Metadata(encode(&pairs))
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>, const N: usize> From<[(K, V); N]> for Metadata {
+    fn from(pairs: [(K, V); N]) -> Metadata {
+        pairs.into_iter().collect()
+    }
+}
+
+impl std::ops::Index<&str> for Metadata {
+    type Output = str;
+
+    /// The value of `key`; panics when it has none, as a map's index does.
+    fn index(&self, key: &str) -> &str {
+        self.get(key)
+            .unwrap_or_else(|| panic!("metadata: no key `{key}`"))
+    }
+}
+
+impl fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for Metadata {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Metadata, D::Error> {
+        d.deserialize_map(MapVisitor)
+    }
+}
+
+struct MapVisitor;
+
+impl<'de> Visitor<'de> for MapVisitor {
+    type Value = Metadata;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of strings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Metadata, A::Error> {
+        let mut pairs: Vec<(Cow<'de, str>, Cow<'de, str>)> =
+            Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+        while let Some(key) = map.next_key_seed(Text)? {
+            pairs.push((key, map.next_value_seed(Text)?));
+        }
+        Ok(pairs.into_iter().collect())
+    }
+}
+
+/// A string borrowed from the input when it can be (a journal line without escapes), so
+/// that reading a message allocates nothing per key.
+struct Text;
+
+impl<'de> DeserializeSeed<'de> for Text {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Text {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(s))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(s.to_string()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(s))
+    }
+}
+
+impl schemars::JsonSchema for Metadata {
+    fn schema_name() -> Cow<'static, str> {
+        <std::collections::BTreeMap<String, String>>::schema_name()
+    }
+
+    fn schema_id() -> Cow<'static, str> {
+        <std::collections::BTreeMap<String, String>>::schema_id()
+    }
+
+    fn inline_schema() -> bool {
+        <std::collections::BTreeMap<String, String>>::inline_schema()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <std::collections::BTreeMap<String, String>>::json_schema(generator)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn of(pairs: &[(&str, &str)]) -> Metadata {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn iterates_in_key_order_whatever_the_order_given() {
+        let m = of(&[
+            ("sender", "Ada"),
+            ("labels.team", "db"),
+            ("a", ""),
+            ("", "e"),
+        ]);
+        let got: Vec<_> = m.iter().collect();
+        assert_eq!(
+            got,
+            [
+                ("", "e"),
+                ("a", ""),
+                ("labels.team", "db"),
+                ("sender", "Ada")
+            ]
+        );
+        assert_eq!(m.len(), 4);
+        assert_eq!(m.iter().len(), 4);
+        assert_eq!(m.text_bytes(), 1 + 1 + 11 + 2 + 6 + 3);
+    }
+
+    #[test]
+    fn get_finds_each_key_and_nothing_else() {
+        let m = of(&[("labels.team", "db"), ("labels.tean", "web"), ("k", "v")]);
+        assert_eq!(m.get("labels.team"), Some("db"));
+        assert_eq!(m.get("labels.tean"), Some("web"));
+        assert_eq!(m.get("k"), Some("v"));
+        for missing in ["labels.teal", "labels.tea", "labels.teams", "", "K", "v"] {
+            assert_eq!(m.get(missing), None, "{missing}");
+            assert!(!m.contains_key(missing), "{missing}");
+        }
+        assert!(m.contains_key("k"));
+        assert_eq!(&m["labels.tean"], "web");
+    }
+
+    #[test]
+    fn empty_has_no_allocation_and_no_key() {
+        let m = Metadata::new();
+        assert!(m.is_empty());
+        assert_eq!((m.len(), m.heap_bytes(), m.text_bytes()), (0, 0, 0));
+        assert_eq!(m.get(""), None);
+        assert_eq!(m.iter().next(), None);
+        assert_eq!(m, Metadata::default());
+        assert_eq!(m, of(&[]));
+        assert_eq!(format!("{m:?}"), "{}");
+        // One empty key with an empty value is not empty.
+        let one = of(&[("", "")]);
+        assert!(!one.is_empty());
+        assert_eq!((one.len(), one.get("")), (1, Some("")));
+    }
+
+    #[test]
+    fn insert_replaces_a_value_and_keeps_the_order() {
+        let mut m = Metadata::new();
+        m.insert("b", "2");
+        m.insert("a", "1");
+        m.insert("c", "3");
+        m.insert("b", "two");
+        assert_eq!(
+            m.iter().collect::<Vec<_>>(),
+            [("a", "1"), ("b", "two"), ("c", "3")]
+        );
+        assert_eq!(m, of(&[("c", "3"), ("b", "two"), ("a", "1")]));
+        assert_ne!(m, of(&[("c", "3"), ("b", "2"), ("a", "1")]));
+        assert_eq!(format!("{m:?}"), r#"{"a": "1", "b": "two", "c": "3"}"#);
+    }
+
+    #[test]
+    fn a_key_given_twice_keeps_its_last_value() {
+        let m = of(&[("k", "1"), ("j", "x"), ("k", "2"), ("k", "3")]);
+        assert_eq!(m.iter().collect::<Vec<_>>(), [("j", "x"), ("k", "3")]);
+        let mut e = of(&[("k", "1"), ("z", "z")]);
+        e.extend([("k", "2"), ("a", "a"), ("k", "4")]);
+        assert_eq!(e, of(&[("a", "a"), ("k", "4"), ("z", "z")]));
+        let read: Metadata = serde_json::from_str(r#"{"k":"1","j":"x","k":"2"}"#).unwrap();
+        let map: BTreeMap<String, String> =
+            serde_json::from_str(r#"{"k":"1","j":"x","k":"2"}"#).unwrap();
+        assert_eq!(read, Metadata::from(map));
+        assert_eq!(read.get("k"), Some("2"));
+    }
+
+    #[test]
+    fn serde_is_a_json_object_of_strings_byte_for_byte_as_the_map() {
+        let pairs = [
+            ("labels.alertname", "DiskFull"),
+            ("quote\"key", "back\\slash"),
+            ("ctl", "line\nfeed \u{1} tab\t"),
+            ("été", "🚨 \u{2028}"),
+            ("", ""),
+        ];
+        let m = of(&pairs);
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(json, serde_json::to_string(&map).unwrap());
+        let back: Metadata = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m);
+        // Read from a reader (owned strings) as well as from a slice (borrowed).
+        let from_reader: Metadata = serde_json::from_reader(json.as_bytes()).unwrap();
+        assert_eq!(from_reader, m);
+        assert_eq!(
+            serde_json::from_value::<Metadata>(serde_json::to_value(&map).unwrap()).unwrap(),
+            m
+        );
+        for bad in [r#"{"k":1}"#, r#"["k","v"]"#, r#""k""#, r#"{"k":null}"#] {
+            assert_eq!(
+                serde_json::from_str::<Metadata>(bad).is_ok(),
+                serde_json::from_str::<BTreeMap<String, String>>(bad).is_ok(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_schema_is_the_maps() {
+        assert_eq!(
+            schemars::schema_for!(Metadata),
+            schemars::schema_for!(BTreeMap<String, String>)
+        );
+    }
+
+    #[test]
+    fn long_text_and_many_keys_take_wider_numbers() {
+        // 127 bytes of text fit one 7-bit group per number, 128 take two; past SCAN_PAIRS keys
+        // a lookup is a binary search.
+        for (keys, value_len) in [
+            (1, 126),
+            (1, 127),
+            (3, 5000),
+            (40, 3),
+            (300, 0),
+            (2, 20_000),
+        ] {
+            let map: BTreeMap<String, String> = (0..keys)
+                .map(|i| (format!("k{i:03}"), "v".repeat(value_len)))
+                .collect();
+            let m = Metadata::from(map.clone());
+            assert_eq!(m.len(), keys);
+            assert!(
+                m.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .eq(map.clone())
+            );
+            for (k, v) in &map {
+                assert_eq!(m.get(k), Some(v.as_str()), "{k}");
+            }
+            assert_eq!(m.get("k"), None);
+            assert_eq!(m.get("k9999"), None);
+        }
+    }
+
+    /// A small xorshift, so that the test needs no crate and is the same on every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+
+        fn text(&mut self) -> String {
+            const PIECES: [&str; 6] = ["a", "b", "é", "🚨", "\"", "ab"];
+            (0..self.below(4))
+                .map(|_| PIECES[self.below(PIECES.len() as u64) as usize])
+                .collect()
+        }
+    }
+
+    #[test]
+    fn behaves_as_a_btreemap_on_random_inputs() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..2_000 {
+            let mut map = BTreeMap::new();
+            let mut m = Metadata::new();
+            let mut given = Vec::new();
+            for _ in 0..rng.below(24) {
+                let (k, v) = (rng.text(), rng.text());
+                if rng.below(2) == 0 {
+                    m.insert(&k, &v);
+                } else {
+                    m.extend([(k.as_str(), v.as_str())]);
+                }
+                map.insert(k.clone(), v.clone());
+                given.push((k, v));
+            }
+            assert!(
+                m.iter()
+                    .eq(map.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+                "{m:?} {map:?}"
+            );
+            assert_eq!(m.len(), map.len());
+            assert_eq!(m, given.iter().cloned().collect::<Metadata>());
+            assert_eq!(m, Metadata::from(map.clone()));
+            for _ in 0..8 {
+                let k = rng.text();
+                assert_eq!(m.get(&k), map.get(&k).map(String::as_str), "{k:?} in {m:?}");
+            }
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(json, serde_json::to_string(&map).unwrap());
+            assert_eq!(serde_json::from_str::<Metadata>(&json).unwrap(), m);
+        }
+    }
+}
