@@ -481,9 +481,10 @@ impl Message {
             + self.server.len()
             + self.channel.len()
             + self.content.len()
-            + match self.metadata.heap_bytes() {
+            + match self.metadata.len() {
                 0 => 0,
-                n => n + ALLOCATION,
+                // The pairs' vector and each key and value.
+                n => self.metadata.heap_bytes() + ALLOCATION * (1 + 2 * n),
             }
     }
 }

@@ -1,25 +1,16 @@
-//! [`Metadata`]: a message's flat string metadata (labels, sender, url...), every key and
-//! value of one message in one allocation, sorted by key.
+//! [`Metadata`]: a message's flat string metadata (labels, sender, url...), its pairs in one
+//! short vector sorted by key.
 //!
-//! Owns the encoding of that allocation and nothing else. Why not a `BTreeMap<String,
-//! String>`: the engine reads a message's metadata on every dispatch (the metadata index,
-//! the matchers, `to_consumer`), and a B-tree puts each key and each value in an allocation
-//! of its own behind a node of about 560 bytes, so a lookup was one cache miss after
-//! another. A message is built once and read many times, so this map is built whole (an
-//! [`Metadata::insert`] rebuilds it) and read in place: a lookup in a message's usual few
-//! labels reads one or two cache lines and follows no pointer per key.
-//!
-//! The allocation is one `Box<str>` (none for an empty map):
-//!
-//! ```text
-//! [w] [n] [key end 0] [value end 0] ... [key end n-1] [value end n-1] [key 0][value 0] ... [value n-1]
-//! ```
-//!
-//! `n` and the ends (offsets into the text after the table) are numbers of `w` bytes, 7 bits
-//! each, lowest first; `w` is the fewest such bytes that hold both the text's length and `n`
-//! (one byte up to 127 bytes of text). Every byte before the text is below 0x80, so the
-//! whole is valid UTF-8 and each key and value is read as a `&str` by plain slicing. The
-//! encoding of a set of pairs is unique, so equality is equality of the bytes.
+//! Owns that representation and nothing else. Why not a `BTreeMap<String, String>`: the
+//! engine reads a message's metadata on every dispatch (the metadata index, the matchers,
+//! `to_consumer`), and a B-tree allocates a whole leaf of eleven slots (about 540 bytes) for
+//! even one pair, so that a cycle of messages with a few labels each no longer fit the
+//! last-level cache (`benches/engine_count.rs`: 2–3× the misses of messages without). Here
+//! a message with three labels holds 96 bytes of pairs and its six short strings, allocated
+//! together; a lookup compares the lengths kept in the pairs and reads only the bytes of a key
+//! of the right length. A message is built once and read many times, so the map is kept
+//! sorted (an [`Metadata::insert`] is O(n)), and a lookup past [`SCAN_PAIRS`] keys is a
+//! binary search.
 //!
 //! Its serde form is a JSON object of strings, as the map's was (a key given twice: the
 //! last wins), and its JSON schema is the map's, so the journal and the tool schemas are
@@ -33,151 +24,28 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A message's metadata: string keys to string values, iterated in key order.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct Metadata(Box<str>);
+pub struct Metadata(Vec<(Box<str>, Box<str>)>);
 
 /// Up to this many pairs a lookup scans comparing lengths first; above it, a binary search.
 const SCAN_PAIRS: usize = 16;
 
-/// The fewest 7-bit groups that hold `x` (at least one).
-fn groups(x: usize) -> usize {
-    ((usize::BITS - x.leading_zeros()) as usize)
-        .div_ceil(7)
-        .max(1)
-}
-
-/// The number of `w` 7-bit groups at `at`.
-#[inline]
-fn number(b: &[u8], at: usize, w: usize) -> usize {
-    b[at..at + w]
-        .iter()
-        .rev()
-        .fold(0, |n, &byte| (n << 7) | usize::from(byte))
-}
-
-fn push_number(out: &mut String, mut x: usize, w: usize) {
-    for _ in 0..w {
-        out.push(char::from((x & 0x7f) as u8));
-        x >>= 7;
-    }
-}
-
-/// The encoding of `pairs`, which are sorted by key with no key twice.
-fn encode(pairs: &[(&str, &str)]) -> Box<str> {
-    if pairs.is_empty() {
-        return Box::default();
-    }
-    let n = pairs.len();
-    let text: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
-    let w = groups(text.max(n));
-    let mut out = String::with_capacity(1 + w + 2 * n * w + text);
-    push_number(&mut out, w, 1);
-    push_number(&mut out, n, w);
-    let mut end = 0;
-    for (k, v) in pairs {
-        end += k.len();
-        push_number(&mut out, end, w);
-        end += v.len();
-        push_number(&mut out, end, w);
-    }
-    for (k, v) in pairs {
-        out.push_str(k);
-        out.push_str(v);
-    }
-    out.into_boxed_str()
-}
-
 /// `pairs` sorted by key, the last of a key given twice kept.
-fn sorted_last_wins<'a>(mut pairs: Vec<(&'a str, &'a str)>) -> Vec<(&'a str, &'a str)> {
-    if pairs.is_sorted_by(|a, b| a.0 < b.0) {
-        return pairs;
+fn sorted_last_wins<K: AsRef<str>, V: AsRef<str>>(
+    mut pairs: Vec<(K, V)>,
+) -> Vec<(Box<str>, Box<str>)> {
+    if !pairs.is_sorted_by(|a, b| a.0.as_ref() < b.0.as_ref()) {
+        // Stable: a key's pairs stay in the order given, so the last is the last given.
+        pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
     }
-    pairs.sort_by(|a, b| a.0.cmp(b.0)); // stable: a key's pairs stay in the order given
-    let mut out: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
-    for pair in pairs {
+    let mut out: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(pairs.len());
+    for (k, v) in pairs {
         match out.last_mut() {
-            Some(last) if last.0 == pair.0 => *last = pair,
-            _ => out.push(pair),
+            Some(last) if &*last.0 == k.as_ref() => last.1 = v.as_ref().into(),
+            _ => out.push((k.as_ref().into(), v.as_ref().into())),
         }
     }
+    out.shrink_to_fit();
     out
-}
-
-/// The table of a non-empty map, read once per call.
-struct Table<'a> {
-    s: &'a str,
-    w: usize,
-    n: usize,
-    /// Where the text starts.
-    text: usize,
-}
-
-impl<'a> Table<'a> {
-    #[inline]
-    fn of(s: &'a str) -> Option<Table<'a>> {
-        let b = s.as_bytes();
-        let w = usize::from(*b.first()?);
-        let n = number(b, 1, w);
-        Some(Table {
-            s,
-            w,
-            n,
-            text: 1 + w + 2 * n * w,
-        })
-    }
-
-    /// End `j` of the table (key `i` ends at `2i`, its value at `2i + 1`), from the text's start.
-    #[inline]
-    fn end(&self, j: usize) -> usize {
-        self.text + number(self.s.as_bytes(), 1 + self.w + j * self.w, self.w)
-    }
-
-    /// Where key `i` starts.
-    #[inline]
-    fn start(&self, i: usize) -> usize {
-        if i == 0 {
-            self.text
-        } else {
-            self.end(2 * i - 1)
-        }
-    }
-
-    #[inline]
-    fn pair(&self, i: usize) -> (&'a str, &'a str) {
-        let (start, key_end, value_end) = (self.start(i), self.end(2 * i), self.end(2 * i + 1));
-        (&self.s[start..key_end], &self.s[key_end..value_end])
-    }
-
-    #[inline]
-    fn key_bytes(&self, i: usize) -> &'a [u8] {
-        &self.s.as_bytes()[self.start(i)..self.end(2 * i)]
-    }
-
-    /// The index of `key`.
-    #[inline]
-    fn find(&self, key: &str) -> Option<usize> {
-        let key = key.as_bytes();
-        if self.n <= SCAN_PAIRS {
-            let mut start = self.text;
-            for i in 0..self.n {
-                let key_end = self.end(2 * i);
-                if key_end - start == key.len() && &self.s.as_bytes()[start..key_end] == key {
-                    return Some(i);
-                }
-                start = self.end(2 * i + 1);
-            }
-            return None;
-        }
-        let (mut lo, mut hi) = (0, self.n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.key_bytes(mid).cmp(key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
-            }
-        }
-        None
-    }
 }
 
 impl Metadata {
@@ -189,7 +57,7 @@ impl Metadata {
     /// How many keys.
     #[inline]
     pub fn len(&self) -> usize {
-        Table::of(&self.0).map_or(0, |t| t.n)
+        self.0.len()
     }
 
     /// No key at all.
@@ -198,71 +66,78 @@ impl Metadata {
         self.0.is_empty()
     }
 
+    /// Where `key` is, or where it would go.
+    #[inline]
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        if self.0.len() <= SCAN_PAIRS {
+            // The length sits in the pair; the key's bytes are read only when it fits.
+            return match self
+                .0
+                .iter()
+                .position(|(k, _)| k.len() == key.len() && **k == *key)
+            {
+                Some(at) => Ok(at),
+                None => Err(self.0.partition_point(|(k, _)| &**k < key)),
+            };
+        }
+        self.0.binary_search_by(|(k, _)| (**k).cmp(key))
+    }
+
     /// The value of `key`.
     #[inline]
     pub fn get(&self, key: &str) -> Option<&str> {
-        let table = Table::of(&self.0)?;
-        table.find(key).map(|i| table.pair(i).1)
+        if self.0.len() <= SCAN_PAIRS {
+            return self
+                .0
+                .iter()
+                .find(|(k, _)| k.len() == key.len() && **k == *key)
+                .map(|(_, v)| &**v);
+        }
+        self.find(key).ok().map(|at| &*self.0[at].1)
     }
 
     /// Whether it has `key`.
     pub fn contains_key(&self, key: &str) -> bool {
-        Table::of(&self.0).is_some_and(|t| t.find(key).is_some())
+        self.get(key).is_some()
     }
 
-    /// Sets `key` to `value`, replacing its value if it has one. Rebuilds the map: O(n).
+    /// Sets `key` to `value`, replacing its value if it has one: O(n).
     pub fn insert(&mut self, key: &str, value: &str) {
-        let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(self.len() + 1);
-        pairs.extend(self.iter());
-        match pairs.binary_search_by(|p| p.0.cmp(key)) {
-            Ok(at) => pairs[at].1 = value,
-            Err(at) => pairs.insert(at, (key, value)),
+        match self.find(key) {
+            Ok(at) => self.0[at].1 = value.into(),
+            Err(at) => self.0.insert(at, (key.into(), value.into())),
         }
-        let encoded = encode(&pairs);
-        self.0 = encoded;
     }
 
     /// The pairs, in key order.
     pub fn iter(&self) -> Iter<'_> {
-        Iter {
-            table: Table::of(&self.0),
-            at: 0,
-        }
+        Iter(self.0.iter())
     }
 
     /// The keys and values together, in bytes (what `inbox.limits.metadataBytes` bounds).
     pub fn text_bytes(&self) -> usize {
-        Table::of(&self.0).map_or(0, |t| t.s.len() - t.text)
+        self.0.iter().map(|(k, v)| k.len() + v.len()).sum()
     }
 
-    /// The size of its one allocation, in bytes.
+    /// The bytes it holds on the heap: its pairs and their text.
     pub fn heap_bytes(&self) -> usize {
-        self.0.len()
+        self.0.capacity() * std::mem::size_of::<(Box<str>, Box<str>)>() + self.text_bytes()
     }
 }
 
 /// The pairs of a [`Metadata`], in key order.
-pub struct Iter<'a> {
-    table: Option<Table<'a>>,
-    at: usize,
-}
+pub struct Iter<'a>(std::slice::Iter<'a, (Box<str>, Box<str>)>);
 
 impl<'a> Iterator for Iter<'a> {
     type Item = (&'a str, &'a str);
 
     #[inline]
     fn next(&mut self) -> Option<(&'a str, &'a str)> {
-        let table = self.table.as_ref()?;
-        if self.at == table.n {
-            return None;
-        }
-        self.at += 1;
-        Some(table.pair(self.at - 1))
+        self.0.next().map(|(k, v)| (&**k, &**v))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.table.as_ref().map_or(0, |t| t.n - self.at);
-        (left, Some(left))
+        self.0.size_hint()
     }
 }
 
@@ -280,33 +155,26 @@ impl<'a> IntoIterator for &'a Metadata {
 impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Metadata {
     /// A key given twice: the last value wins, as in a map.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Metadata {
-        let owned: Vec<(K, V)> = iter.into_iter().collect();
-        let pairs = owned
-            .iter()
-            .map(|(k, v)| (k.as_ref(), v.as_ref()))
-            .collect();
-        Metadata(encode(&sorted_last_wins(pairs)))
+        Metadata(sorted_last_wins(iter.into_iter().collect()))
     }
 }
 
 impl<K: AsRef<str>, V: AsRef<str>> Extend<(K, V)> for Metadata {
     /// A key it has already or given twice: the last value wins, as in a map.
     fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
-        let added: Vec<(K, V)> = iter.into_iter().collect();
-        if added.is_empty() {
-            return;
+        for (k, v) in iter {
+            self.insert(k.as_ref(), v.as_ref());
         }
-        let mut pairs: Vec<(&str, &str)> = self.iter().collect();
-        pairs.extend(added.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
-        let encoded = encode(&sorted_last_wins(pairs));
-        self.0 = encoded;
     }
 }
 
 impl From<std::collections::BTreeMap<String, String>> for Metadata {
     fn from(map: std::collections::BTreeMap<String, String>) -> Metadata {
-        let pairs: Vec<(&str, &str)> = map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        Metadata(encode(&pairs))
+        Metadata(
+            map.into_iter()
+                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+                .collect(),
+        )
     }
 }
 
@@ -548,9 +416,8 @@ mod tests {
     }
 
     #[test]
-    fn long_text_and_many_keys_take_wider_numbers() {
-        // 127 bytes of text fit one 7-bit group per number, 128 take two; past SCAN_PAIRS keys
-        // a lookup is a binary search.
+    fn long_values_and_many_keys_are_found() {
+        // Long values and many keys; past SCAN_PAIRS keys a lookup is a binary search.
         for (keys, value_len) in [
             (1, 126),
             (1, 127),
