@@ -481,10 +481,10 @@ impl Message {
             + self.server.len()
             + self.channel.len()
             + self.content.len()
-            + match self.metadata.len() {
+            + match self.metadata.heap_bytes() {
                 0 => 0,
-                // The pairs' vector and each key and value.
-                n => self.metadata.heap_bytes() + ALLOCATION * (1 + 2 * n),
+                // Its table and its text.
+                n => n + 2 * ALLOCATION,
             }
     }
 }

@@ -1,16 +1,17 @@
-//! [`Metadata`]: a message's flat string metadata (labels, sender, url...), its pairs in one
-//! short vector sorted by key.
+//! [`Metadata`]: a message's flat string metadata (labels, sender, url...): its keys and
+//! values, sorted by key, in one string, and where each ends in a table beside it.
 //!
 //! Owns that representation and nothing else. Why not a `BTreeMap<String, String>`: the
 //! engine reads a message's metadata on every dispatch (the metadata index, the matchers,
 //! `to_consumer`), and a B-tree allocates a whole leaf of eleven slots (about 540 bytes) for
-//! even one pair, so that a cycle of messages with a few labels each no longer fit the
-//! last-level cache (`benches/engine_count.rs`: 2–3× the misses of messages without). Here
-//! a message with three labels holds 96 bytes of pairs and its six short strings, allocated
-//! together; a lookup compares the lengths kept in the pairs and reads only the bytes of a key
-//! of the right length. A message is built once and read many times, so the map is kept
-//! sorted (an [`Metadata::insert`] is O(n)), and a lookup past [`SCAN_PAIRS`] keys is a
-//! binary search.
+//! even one pair, and each key and value on its own, so that a cycle of messages with a few
+//! labels each no longer fit the last-level cache (`benches/engine_count.rs`: 2–3× the misses
+//! of messages without). Here a message's metadata is two allocations, whatever its size: a
+//! lookup reads the table (8 bytes a pair, lengths first) and the bytes of a key of the right
+//! length, usually in the same line or the next. A message is built once and read many times,
+//! so the map is built whole (an [`Metadata::insert`] rebuilds it, O(n)), and a lookup past
+//! [`SCAN_PAIRS`] keys is a binary search. (The ends are plain `u32`s: an encoding packed
+//! into the string itself cost hundreds of instructions per dispatch to decode.)
 //!
 //! Its serde form is a JSON object of strings, as the map's was (a key given twice: the
 //! last wins), and its JSON schema is the map's, so the journal and the tool schemas are
@@ -24,28 +25,37 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A message's metadata: string keys to string values, iterated in key order.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct Metadata(Vec<(Box<str>, Box<str>)>);
+pub struct Metadata {
+    /// Per pair `i`: where its key ends (`2i`) and where its value ends (`2i + 1`) in `text`.
+    ends: Box<[u32]>,
+    /// Every key and value, in key order, each key before its value.
+    text: Box<str>,
+}
 
 /// Up to this many pairs a lookup scans comparing lengths first; above it, a binary search.
 const SCAN_PAIRS: usize = 16;
 
 /// `pairs` sorted by key, the last of a key given twice kept.
-fn sorted_last_wins<K: AsRef<str>, V: AsRef<str>>(
-    mut pairs: Vec<(K, V)>,
-) -> Vec<(Box<str>, Box<str>)> {
-    if !pairs.is_sorted_by(|a, b| a.0.as_ref() < b.0.as_ref()) {
-        // Stable: a key's pairs stay in the order given, so the last is the last given.
-        pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+fn sorted_last_wins<K: AsRef<str>, V: AsRef<str>>(mut pairs: Vec<(K, V)>) -> Vec<(K, V)> {
+    if pairs.is_sorted_by(|a, b| a.0.as_ref() < b.0.as_ref()) {
+        return pairs;
     }
-    let mut out: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(pairs.len());
-    for (k, v) in pairs {
+    // Stable: a key's pairs stay in the order given, so the last is the last given.
+    pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+    let mut out: Vec<(K, V)> = Vec::with_capacity(pairs.len());
+    for pair in pairs {
         match out.last_mut() {
-            Some(last) if &*last.0 == k.as_ref() => last.1 = v.as_ref().into(),
-            _ => out.push((k.as_ref().into(), v.as_ref().into())),
+            Some(last) if last.0.as_ref() == pair.0.as_ref() => *last = pair,
+            _ => out.push(pair),
         }
     }
-    out.shrink_to_fit();
     out
+}
+
+/// An offset into the text. Metadata is bounded far below 4 GiB (`inbox.limits.metadataBytes`,
+/// and every body a source reads), so this never fails in practice.
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).expect("metadata text under 4 GiB")
 }
 
 impl Metadata {
@@ -54,90 +64,153 @@ impl Metadata {
         Metadata::default()
     }
 
+    /// The map of `pairs`, which are sorted by key with no key twice.
+    fn of_sorted<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> Metadata {
+        if pairs.is_empty() {
+            return Metadata::default();
+        }
+        let bytes = pairs
+            .iter()
+            .map(|(k, v)| k.as_ref().len() + v.as_ref().len())
+            .sum();
+        let mut text = String::with_capacity(bytes);
+        let mut ends = Vec::with_capacity(2 * pairs.len());
+        for (k, v) in pairs {
+            text.push_str(k.as_ref());
+            ends.push(offset(text.len()));
+            text.push_str(v.as_ref());
+            ends.push(offset(text.len()));
+        }
+        Metadata {
+            ends: ends.into_boxed_slice(),
+            text: text.into_boxed_str(),
+        }
+    }
+
     /// How many keys.
     #[inline]
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.ends.len() / 2
     }
 
     /// No key at all.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.ends.is_empty()
     }
 
-    /// Where `key` is, or where it would go.
+    /// Where pair `i` starts in the text.
     #[inline]
-    fn find(&self, key: &str) -> Result<usize, usize> {
-        if self.0.len() <= SCAN_PAIRS {
-            // The length sits in the pair; the key's bytes are read only when it fits.
-            return match self
-                .0
-                .iter()
-                .position(|(k, _)| k.len() == key.len() && **k == *key)
-            {
-                Some(at) => Ok(at),
-                None => Err(self.0.partition_point(|(k, _)| &**k < key)),
-            };
+    fn start(&self, i: usize) -> usize {
+        match i {
+            0 => 0,
+            _ => self.ends[2 * i - 1] as usize,
         }
-        self.0.binary_search_by(|(k, _)| (**k).cmp(key))
+    }
+
+    /// Key `i`.
+    #[inline]
+    fn key(&self, i: usize) -> &str {
+        &self.text[self.start(i)..self.ends[2 * i] as usize]
+    }
+
+    /// Pair `i`.
+    #[inline]
+    fn pair(&self, i: usize) -> (&str, &str) {
+        let (key_end, value_end) = (self.ends[2 * i] as usize, self.ends[2 * i + 1] as usize);
+        (
+            &self.text[self.start(i)..key_end],
+            &self.text[key_end..value_end],
+        )
+    }
+
+    /// The index of `key`.
+    #[inline]
+    fn find(&self, key: &str) -> Option<usize> {
+        let n = self.len();
+        if n <= SCAN_PAIRS {
+            let mut start = 0;
+            for (i, ends) in self.ends.chunks_exact(2).enumerate() {
+                let key_end = ends[0] as usize;
+                // The length is in the table; the key's bytes are read only when it fits.
+                if key_end - start == key.len() && &self.text[start..key_end] == key {
+                    return Some(i);
+                }
+                start = ends[1] as usize;
+            }
+            return None;
+        }
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key(mid).cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
     }
 
     /// The value of `key`.
     #[inline]
     pub fn get(&self, key: &str) -> Option<&str> {
-        if self.0.len() <= SCAN_PAIRS {
-            return self
-                .0
-                .iter()
-                .find(|(k, _)| k.len() == key.len() && **k == *key)
-                .map(|(_, v)| &**v);
-        }
-        self.find(key).ok().map(|at| &*self.0[at].1)
+        self.find(key).map(|i| self.pair(i).1)
     }
 
     /// Whether it has `key`.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.get(key).is_some()
+        self.find(key).is_some()
     }
 
-    /// Sets `key` to `value`, replacing its value if it has one: O(n).
+    /// Sets `key` to `value`, replacing its value if it has one. Rebuilds the map: O(n).
     pub fn insert(&mut self, key: &str, value: &str) {
-        match self.find(key) {
-            Ok(at) => self.0[at].1 = value.into(),
-            Err(at) => self.0.insert(at, (key.into(), value.into())),
+        let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(self.len() + 1);
+        pairs.extend(self.iter());
+        match pairs.binary_search_by(|p| p.0.cmp(key)) {
+            Ok(at) => pairs[at].1 = value,
+            Err(at) => pairs.insert(at, (key, value)),
         }
+        *self = Metadata::of_sorted(&pairs);
     }
 
     /// The pairs, in key order.
     pub fn iter(&self) -> Iter<'_> {
-        Iter(self.0.iter())
+        Iter { map: self, at: 0 }
     }
 
     /// The keys and values together, in bytes (what `inbox.limits.metadataBytes` bounds).
     pub fn text_bytes(&self) -> usize {
-        self.0.iter().map(|(k, v)| k.len() + v.len()).sum()
+        self.text.len()
     }
 
-    /// The bytes it holds on the heap: its pairs and their text.
+    /// The bytes of its two allocations.
     pub fn heap_bytes(&self) -> usize {
-        self.0.capacity() * std::mem::size_of::<(Box<str>, Box<str>)>() + self.text_bytes()
+        self.ends.len() * std::mem::size_of::<u32>() + self.text.len()
     }
 }
 
 /// The pairs of a [`Metadata`], in key order.
-pub struct Iter<'a>(std::slice::Iter<'a, (Box<str>, Box<str>)>);
+pub struct Iter<'a> {
+    map: &'a Metadata,
+    at: usize,
+}
 
 impl<'a> Iterator for Iter<'a> {
     type Item = (&'a str, &'a str);
 
     #[inline]
     fn next(&mut self) -> Option<(&'a str, &'a str)> {
-        self.0.next().map(|(k, v)| (&**k, &**v))
+        if self.at == self.map.len() {
+            return None;
+        }
+        self.at += 1;
+        Some(self.map.pair(self.at - 1))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.0.size_hint()
+        let left = self.map.len() - self.at;
+        (left, Some(left))
     }
 }
 
@@ -155,26 +228,27 @@ impl<'a> IntoIterator for &'a Metadata {
 impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Metadata {
     /// A key given twice: the last value wins, as in a map.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Metadata {
-        Metadata(sorted_last_wins(iter.into_iter().collect()))
+        Metadata::of_sorted(&sorted_last_wins(iter.into_iter().collect()))
     }
 }
 
 impl<K: AsRef<str>, V: AsRef<str>> Extend<(K, V)> for Metadata {
     /// A key it has already or given twice: the last value wins, as in a map.
     fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
-        for (k, v) in iter {
-            self.insert(k.as_ref(), v.as_ref());
+        let added: Vec<(K, V)> = iter.into_iter().collect();
+        if added.is_empty() {
+            return;
         }
+        let mut pairs: Vec<(&str, &str)> = self.iter().collect();
+        pairs.extend(added.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
+        *self = Metadata::of_sorted(&sorted_last_wins(pairs));
     }
 }
 
 impl From<std::collections::BTreeMap<String, String>> for Metadata {
     fn from(map: std::collections::BTreeMap<String, String>) -> Metadata {
-        Metadata(
-            map.into_iter()
-                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-                .collect(),
-        )
+        let pairs: Vec<(&String, &String)> = map.iter().collect();
+        Metadata::of_sorted(&pairs)
     }
 }
 
