@@ -158,7 +158,7 @@ fn message(hook: &Webhook, alert: &Alert) -> Result<NewMessage, String> {
     let labels = (alert.labels.iter()).map(|(k, v)| (format!("labels.{k}"), v.as_str()));
     let annotations =
         (alert.annotations.iter()).map(|(k, v)| (format!("annotations.{k}"), v.as_str()));
-    // Built at once and sorted once: each `with_meta` is a sorted insert that moves the pairs after it.
+    // Built at once: each `with_meta` would rebuild the metadata.
     msg.metadata = (fixed.into_iter().chain(optional))
         .map(|(k, v)| (k.to_string(), v))
         .chain(labels)
