@@ -16,9 +16,9 @@
 //! candidate on most messages, its channel on few. The same holds for a matcher value shared
 //! by many rules (`labels.severity="critical"`). Between a literal and a matcher value, the one
 //! shared by fewer rules wins; a literal channel or subtree that few rules share wins over a
-//! matcher, since it finds its rules without reading the message's metadata (a map whose
-//! keys and values each sit in their own allocation: reading it is cache misses, by `perf`
-//! the larger part of a small rule set's cost when a cycle of messages is cold).
+//! matcher, since it finds its rules without reading the message's metadata (two allocations
+//! of its own: on a cycle of messages that is cold, reading them is cache misses, by
+//! `benches/engine_count.rs` most of what metadata adds to a dispatch).
 //!
 //! A candidate is then confirmed on what did not find it: server, channel (when found by
 //! content or metadata), its matchers and its own regex. A regex that is only its literal between assertions
