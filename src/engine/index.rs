@@ -88,7 +88,7 @@ impl<'m> Resolved<'m> {
     }
 
     fn get(&mut self, slot: usize, key: &str, msg: &'m Message) -> &'m str {
-        self.values[slot].get_or_insert_with(|| msg.metadata.get(key).unwrap_or(""))
+        self.values[slot].get_or_insert_with(|| msg.metadata.value(key))
     }
 }
 
@@ -466,7 +466,7 @@ impl Index {
         for (slot, (key, values)) in self.meta.iter().enumerate() {
             let value = match self.meta_slot.get(slot) {
                 Some(&k) => resolved.get(k as usize, key, msg),
-                None => msg.metadata.get(key).unwrap_or(""),
+                None => msg.metadata.value(key),
             };
             if let Some(rules) = values.get(value) {
                 cand.extend_from_slice(rules);

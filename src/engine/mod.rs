@@ -411,11 +411,7 @@ impl Engine {
             expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
             delivery: rule.delivery,
             approve_via: rule.approve_via.clone(),
-            consumers: match msg
-                .metadata
-                .get(crate::actions::TO_CONSUMER_KEY)
-                .unwrap_or("")
-            {
+            consumers: match msg.metadata.value(crate::actions::TO_CONSUMER_KEY) {
                 "" => rule.consumers.clone(),
                 to => crate::actions::Audience::only(to),
             },

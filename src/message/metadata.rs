@@ -158,6 +158,13 @@ impl Metadata {
         self.find(key).map(|i| self.pair(i).1)
     }
 
+    /// The value of `key`, the empty string when it has none: how a matcher and the engine read
+    /// a key (a missing key matches as the empty string, as in Alertmanager).
+    #[inline]
+    pub fn value(&self, key: &str) -> &str {
+        self.get(key).unwrap_or("")
+    }
+
     /// Whether it has `key`.
     pub fn contains_key(&self, key: &str) -> bool {
         self.find(key).is_some()

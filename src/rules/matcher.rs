@@ -267,7 +267,7 @@ impl Matcher {
 
     /// Whether it holds for a message's metadata.
     pub fn is_match(&self, metadata: &Metadata) -> bool {
-        self.holds(metadata.get(&self.key).unwrap_or(""))
+        self.holds(metadata.value(&self.key))
     }
 
     /// Every value it holds for, when that is a short list of non-empty strings: `="db"` →

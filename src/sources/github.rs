@@ -94,9 +94,7 @@ pub fn messages(
         _ => s.fallback(),
     };
     let channel = format!("ci/{}", event.replace('/', "_"));
-    let mut msg = NewMessage::new(SERVER, channel, summary.content)
-        .with_id(delivery)
-        .with_meta("event", event);
+    let mut msg = NewMessage::new(SERVER, channel, summary.content).with_id(delivery);
     let mut meta = vec![
         ("delivery", delivery.to_string()),
         ("repo", s.repo.clone()),
@@ -104,11 +102,11 @@ pub fn messages(
         ("sender", s.sender.clone()),
     ];
     meta.extend(summary.meta);
-    for (key, value) in meta {
-        if !value.is_empty() {
-            msg = msg.with_meta(key, value);
-        }
-    }
+    // Built at once, as the Alertmanager source's: each `with_meta` would rebuild the metadata.
+    let present = meta.into_iter().filter(|(_, v)| !v.is_empty());
+    msg.metadata = std::iter::once(("event", event.to_string()))
+        .chain(present)
+        .collect();
     Ok(vec![msg])
 }
 
