@@ -52,6 +52,23 @@ fn sorted_last_wins<K: AsRef<str>, V: AsRef<str>>(mut pairs: Vec<(K, V)>) -> Vec
     out
 }
 
+/// Whether `a` and `b`, of the same length, are the same bytes. A key is usually a few
+/// to twenty bytes: up to 16 they are compared as two overlapping words each, in place of a
+/// call to `memcmp` (which cost more than the lookup around it).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    let n = a.len();
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());
+    let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap());
+    match n {
+        8..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        _ => a == b,
+    }
+}
+
 /// An offset into the text. Metadata is bounded far below 4 GiB (`inbox.limits.metadataBytes`,
 /// and every body a source reads), so this never fails in practice.
 fn offset(n: usize) -> u32 {
@@ -124,38 +141,51 @@ impl Metadata {
         )
     }
 
-    /// The index of `key`.
-    #[inline]
-    fn find(&self, key: &str) -> Option<usize> {
-        let n = self.len();
-        if n <= SCAN_PAIRS {
-            let mut start = 0;
-            for (i, ends) in self.ends.chunks_exact(2).enumerate() {
-                let key_end = ends[0] as usize;
-                // The length is in the table; the key's bytes are read only when it fits.
-                if key_end - start == key.len() && &self.text[start..key_end] == key {
-                    return Some(i);
-                }
-                start = ends[1] as usize;
-            }
-            return None;
+    /// Where the value of `key` is in the text. Inlined into each caller whole (its call
+    /// cost more than the scan itself); the binary search past [`SCAN_PAIRS`] is not.
+    #[inline(always)]
+    fn find(&self, key: &str) -> Option<std::ops::Range<usize>> {
+        if self.len() > SCAN_PAIRS {
+            return self.search(key);
         }
-        let (mut lo, mut hi) = (0, n);
+        let (text, key) = (self.text.as_bytes(), key.as_bytes());
+        let mut start = 0;
+        for ends in self.ends.chunks_exact(2) {
+            let (key_end, value_end) = (ends[0] as usize, ends[1] as usize);
+            // The length is in the table; the key's bytes are read only when it fits.
+            if key_end - start == key.len() && same_bytes(&text[start..key_end], key) {
+                return Some(key_end..value_end);
+            }
+            start = value_end;
+        }
+        None
+    }
+
+    /// [`Metadata::find`] by binary search, for more than [`SCAN_PAIRS`] keys.
+    #[inline(never)]
+    fn search(&self, key: &str) -> Option<std::ops::Range<usize>> {
+        let (mut lo, mut hi) = (0, self.len());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match self.key(mid).cmp(key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
+                std::cmp::Ordering::Equal => {
+                    return Some(self.ends[2 * mid] as usize..self.ends[2 * mid + 1] as usize);
+                }
             }
         }
         None
     }
 
     /// The value of `key`.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.find(key).map(|i| self.pair(i).1)
+        // Here, not in `find`, so that a message without metadata costs no call.
+        if self.is_empty() {
+            return None;
+        }
+        self.find(key).map(|value| &self.text[value])
     }
 
     /// The value of `key`, the empty string when it has none: how a matcher and the engine read
@@ -541,6 +571,19 @@ mod tests {
             (0..self.below(4))
                 .map(|_| PIECES[self.below(PIECES.len() as u64) as usize])
                 .collect()
+        }
+    }
+
+    #[test]
+    fn same_bytes_tells_any_one_differing_byte_at_every_length() {
+        for n in 0..=40usize {
+            let a: Vec<u8> = (0..n as u8).map(|i| b'a' + i % 26).collect();
+            assert!(same_bytes(&a, &a.clone()), "{n}");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same_bytes(&a, &b), "length {n}, byte {at}");
+            }
         }
     }
 
