@@ -17,11 +17,26 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub const TO_CONSUMER_KEY: &str = "to_consumer";
 
 /// A compiled list of consumer-name globs; empty = everyone.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Audience {
     patterns: Vec<String>,
     /// `None` when empty.
     set: Option<Arc<GlobSet>>,
+}
+
+impl Clone for Audience {
+    /// Everyone is made in place (no call into `Vec::clone`): the engine copies a rule's
+    /// audience into every action it fires, and most rules have none.
+    #[inline]
+    fn clone(&self) -> Audience {
+        if self.patterns.is_empty() {
+            return Audience::everyone();
+        }
+        Audience {
+            patterns: self.patterns.clone(),
+            set: self.set.clone(),
+        }
+    }
 }
 
 impl Audience {

@@ -406,17 +406,29 @@ impl Engine {
             mode: rule.mode,
             seq: msg.seq,
             prompt: rule.render_prompt(msg),
-            tools: rule.tools.clone(),
+            tools: copied(&rule.tools),
             created: now,
             expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
             delivery: rule.delivery,
-            approve_via: rule.approve_via.clone(),
+            approve_via: copied(&rule.approve_via),
             consumers: match msg.metadata.value(crate::actions::TO_CONSUMER_KEY) {
                 "" => rule.consumers.clone(),
                 to => crate::actions::Audience::only(to),
             },
         });
         Decision::Fired(id)
+    }
+}
+
+/// A copy of `list` for a new action. Most rules have no tools or `approveVia` (nor
+/// `consumers`, see `Audience`'s `Clone`): an empty list is made in place, where `Vec::clone`
+/// is a call; the three were about 1% of a dispatch at 100 rules (`benches/engine_count.rs`).
+#[inline]
+fn copied<T: Clone>(list: &[T]) -> Vec<T> {
+    if list.is_empty() {
+        Vec::new()
+    } else {
+        list.to_vec()
     }
 }
 
