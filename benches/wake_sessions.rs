@@ -7,7 +7,9 @@
 //! Environment: `BIN` (default `target/release/switchboard`), `SESSIONS` (20), `SAMPLES`
 //! (200), `GAP_MS` (40), `POOL` (1; 0 gives each HTTP session rmcp's default client, which
 //! keeps no idle connection and so opens a new TCP connection for every call), `TRANSPORTS`
-//! (`http,stdio`: which phases run).
+//! (`http,stdio`: which phases run), `QUIET` (set: each client asks `logging/setLevel`
+//! warning, as a host that hides info logs does, so that no session gets the
+//! `notifications/message` line that each item otherwise also pushes).
 //!
 //! One daemon (`switchboard daemon`, fsync=always, `{"http": {"rateLimit": "0"}}`) on a
 //! temporary home, one notify rule on `wake/probe`: every session gets every message. Over
@@ -89,6 +91,17 @@ async fn phase(
     (wakes, posts)
 }
 
+/// Asks the server for nothing below warning (`logging/setLevel`): no item's log line.
+#[allow(deprecated)] // MCP logging is deprecated by SEP-2577; the 2025-11-25 lifecycle has it.
+async fn quieten(client: &Client) {
+    let level = rmcp::model::SetLevelRequestParams::new(rmcp::model::LoggingLevel::Warning);
+    client
+        .peer()
+        .set_level(level)
+        .await
+        .expect("logging/setLevel");
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing to run quickly.
     if !std::env::args().any(|a| a == "--bench") {
@@ -102,6 +115,7 @@ fn main() {
     let samples: usize = env_or("SAMPLES", 200);
     let gap = Duration::from_millis(env_or("GAP_MS", 40));
     let pool = env_or("POOL", 1) != 0;
+    let quiet = std::env::var_os("QUIET").is_some();
     let transports = std::env::var("TRANSPORTS").unwrap_or_else(|_| "http,stdio".into());
     let (run_http, run_stdio) = (transports.contains("http"), transports.contains("stdio"));
     let dir = tempfile::tempdir().unwrap();
@@ -135,8 +149,11 @@ fn main() {
             } else {
                 StreamableHttpClientTransport::from_config(config)
             };
-            let client = ().serve(transport).await;
-            over_http.push(Arc::new(client.expect("an HTTP session starts")));
+            let client = ().serve(transport).await.expect("an HTTP session starts");
+            if quiet {
+                quieten(&client).await;
+            }
+            over_http.push(Arc::new(client));
         }
         if run_http {
             let (wakes, posts) = phase(&over_http, &http, &ingest, &token, samples, gap).await;
@@ -166,8 +183,11 @@ fn main() {
                 .spawn()
                 .expect("spawn a front end")
                 .0;
-            let client = ().serve(transport).await;
-            over_stdio.push(Arc::new(client.expect("a stdio front end starts")));
+            let client = ().serve(transport).await.expect("a stdio front end starts");
+            if quiet {
+                quieten(&client).await;
+            }
+            over_stdio.push(Arc::new(client));
         }
         if run_stdio {
             let (wakes, posts) = phase(&over_stdio, &http, &ingest, &token, samples, gap).await;
@@ -183,8 +203,13 @@ fn main() {
     });
     drop(daemon);
     println!(
-        "fsync=always, one daemon, every session gets every message; Rust clients; ms; load \
+        "fsync=always, one daemon, every session gets every message; Rust clients{}; ms; load \
          average {start_load} at the start, {} at the end\n",
+        if quiet {
+            " at logging level warning (no log line per item)"
+        } else {
+            ""
+        },
         loadavg()
     );
     println!("| transport | measure | p50 | p90 | p99 | max | samples |");
