@@ -21,7 +21,9 @@
 //! `benches/engine_count.rs` most of what metadata adds to a dispatch).
 //!
 //! A candidate is then confirmed on what did not find it: server, channel (when found by
-//! content or metadata), its matchers and its own regex. A regex that is only its literal between assertions
+//! content or metadata), its matchers (each key read once per message; a matcher of a few
+//! strings decided from one table of every rule's strings, not from the matcher) and its own
+//! regex. A regex that is only its literal between assertions
 //! ([`Exact`]) never runs: the scan decides it where the literal occurs. Rules that share a
 //! regex share its verdict, so each distinct regex runs at most once per message; when many
 //! candidates have regexes without literals, one `RegexSet` pass answers for all of them.
@@ -36,6 +38,7 @@ use regex::RegexSet;
 use super::literals;
 use super::scan::{Exact, Literals};
 use crate::message::Message;
+use crate::message::metadata::same_bytes;
 use crate::rules::{NamePattern, RuleSet};
 
 /// A literal shorter than this is in too many messages to be worth scanning for.
@@ -74,6 +77,16 @@ struct Check {
     keys_at: u32,
 }
 
+/// How the index decides one matcher.
+#[derive(Clone, Copy, Debug)]
+enum Test {
+    /// Holds when the value is one of `strings[from..to]` (`=`, `=~` of a few strings), or,
+    /// without `when_in`, when it is none of them (`!=`, `!~`).
+    OneOf { from: u32, to: u32, when_in: bool },
+    /// A regex: the matcher runs it.
+    Regex,
+}
+
 /// A message's metadata values by key slot ([`Index::keys`]), each looked up the first time a
 /// matcher or the metadata index asks for it; a missing key reads as the empty string.
 struct Resolved<'m> {
@@ -110,6 +123,13 @@ pub struct Index {
     keys: Vec<Box<str>>,
     /// Per rule, from its [`Check::keys_at`]: the slot in `keys` of each of its matchers.
     matcher_keys: Vec<u8>,
+    /// Beside `matcher_keys`: how each matcher is decided.
+    matcher_tests: Vec<Test>,
+    /// The strings of every [`Test::OneOf`], as ranges of `strings_text`: the matchers of
+    /// every rule in two tables that stay in cache, where each matcher's own strings are an
+    /// allocation apiece, cold in a large rule set.
+    strings: Vec<(u32, u32)>,
+    strings_text: String,
     /// Per entry of `meta`: its key's slot in `keys`.
     meta_slot: Vec<u8>,
     /// The necessary literals of the rules found by content.
@@ -401,8 +421,23 @@ impl Index {
                 continue;
             }
             self.checks[i].keys_at = self.matcher_keys.len() as u32;
-            self.matcher_keys
-                .extend(rule.matchers.iter().map(|m| slot_of[m.key()]));
+            for m in &rule.matchers {
+                self.matcher_keys.push(slot_of[m.key()]);
+                let test = match m.decided_by() {
+                    Some((among, when_in)) => {
+                        let from = self.strings.len() as u32;
+                        for text in among {
+                            let start = self.strings_text.len() as u32;
+                            self.strings_text.push_str(text);
+                            self.strings.push((start, self.strings_text.len() as u32));
+                        }
+                        let to = self.strings.len() as u32;
+                        Test::OneOf { from, to, when_in }
+                    }
+                    None => Test::Regex,
+                };
+                self.matcher_tests.push(test);
+            }
         }
         // Every indexed key is some matcher's key.
         self.meta_slot = self.meta.iter().map(|(k, _)| slot_of[&**k]).collect();
@@ -423,11 +458,25 @@ impl Index {
             return rule.matchers_hold(msg);
         }
         let at = self.checks[i].keys_at as usize;
-        // The key is read from `keys`, which every rule shares (in cache), not from the
-        // matcher's own copy (one more cold line per matcher in a large rule set).
-        rule.matchers.iter().enumerate().all(|(n, m)| {
+        // The key is read from `keys` and the strings from `strings`, which every rule shares
+        // (in cache), not from the matcher's own copies (cold lines in a large rule set); only
+        // a regex reads the matcher.
+        (0..rule.matchers.len()).all(|n| {
             let slot = self.matcher_keys[at + n] as usize;
-            m.holds(resolved.get(slot, &self.keys[slot], msg))
+            let value = resolved.get(slot, &self.keys[slot], msg);
+            match self.matcher_tests[at + n] {
+                Test::OneOf { from, to, when_in } => {
+                    let text = self.strings_text.as_bytes();
+                    let among = self.strings[from as usize..to as usize]
+                        .iter()
+                        .any(|&(s, e)| {
+                            let s = &text[s as usize..e as usize];
+                            s.len() == value.len() && same_bytes(s, value.as_bytes())
+                        });
+                    among == when_in
+                }
+                Test::Regex => rule.matchers[n].holds(value),
+            }
         })
     }
 

@@ -52,11 +52,12 @@ fn sorted_last_wins<K: AsRef<str>, V: AsRef<str>>(mut pairs: Vec<(K, V)>) -> Vec
     out
 }
 
-/// Whether `a` and `b`, of the same length, are the same bytes. A key is usually a few
-/// to twenty bytes: up to 16 they are compared as two overlapping words each, in place of a
-/// call to `memcmp` (which cost more than the lookup around it).
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+/// Whether `a` and `b`, of the same length, are the same bytes. A key (or a label's value,
+/// which the engine's index compares with this too) is usually a few to twenty bytes: up to
+/// 16 they are compared as two overlapping words each, in place of a call to `memcmp` (which
+/// cost more than the lookup around it).
+#[inline(always)]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     debug_assert_eq!(a.len(), b.len());
     let n = a.len();
     let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());

@@ -265,6 +265,25 @@ impl Matcher {
         }
     }
 
+    /// The strings that decide it without a regex: it holds for a value when the value is
+    /// among them (`="db"`, `=~"critical|page"`) or, with `false`, when it is not (`!="db"`,
+    /// `!~"bot-1|bot-2"`). `None` for a regex that must run. So the engine's index can keep
+    /// every rule's strings in one table of its own, and decide a matcher from it without
+    /// reading the matcher.
+    pub fn decided_by(&self) -> Option<(Vec<&str>, bool)> {
+        let among = match &self.exact {
+            Some(set) => set.iter().map(String::as_str).collect(),
+            None => vec![self.value.as_str()],
+        };
+        match (self.op, &self.exact) {
+            (MatchOp::Equal, _) => Some((among, true)),
+            (MatchOp::NotEqual, _) => Some((among, false)),
+            (MatchOp::Regex, Some(_)) => Some((among, true)),
+            (MatchOp::NotRegex, Some(_)) => Some((among, false)),
+            (_, None) => None,
+        }
+    }
+
     /// Whether it holds for a message's metadata.
     pub fn is_match(&self, metadata: &Metadata) -> bool {
         self.holds(metadata.value(&self.key))
@@ -375,6 +394,34 @@ mod tests {
         assert_eq!(parsed("a!=b").1, NotEqual);
         assert_eq!(parsed("a=~b").1, Regex);
         assert_eq!(parsed("a!~b").1, NotRegex);
+    }
+
+    #[test]
+    fn decided_by_agrees_with_holds() {
+        // Each matcher, and whether a few strings decide it.
+        let matchers = [
+            (r#"k="db""#, true),
+            (r#"k="""#, true),
+            (r#"k!="db""#, true),
+            (r#"k!="""#, true),
+            (r#"k=~"db|web""#, true),
+            (r#"k=~"[ab]""#, true),
+            (r#"k!~"db|web""#, true),
+            (r#"k!~"""#, false),
+            (r#"k=~"d.*""#, false),
+            (r#"k!~"d.*""#, false),
+        ];
+        let values = ["", "db", "web", "a", "b", "dbx", "d", "DB"];
+        for (text, few) in matchers {
+            let m = Matcher::parse(text).unwrap();
+            assert_eq!(m.decided_by().is_some(), few, "{text}");
+            let Some((among, when_in)) = m.decided_by() else {
+                continue;
+            };
+            for v in values {
+                assert_eq!(among.contains(&v) == when_in, m.holds(v), "{text} on {v:?}");
+            }
+        }
     }
 
     #[test]
