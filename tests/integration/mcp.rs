@@ -759,6 +759,70 @@ async fn http_claude_code_gets_the_channel_push_others_do_not() {
 }
 
 /// `switchboard serve` on `home` with stdin and stdout piped, for raw JSON-RPC.
+/// A client that asked (`logging/setLevel`) for nothing below warning gets no
+/// `notifications/message` per item; one that did not, does; the channel push and the wait are
+/// the same for both.
+async fn set_level_warning_leaves_out_the_item_log(http: bool) {
+    let h = Harness::new(http, None);
+    let other = (!http).then(|| Harness::new(false, None));
+    // Named as Claude Code so that the channel push shows when its push task has gone by an item.
+    let (quiet, quiet_seen) = h.connect("claude-code").await;
+    let (loud, loud_seen) = other.as_ref().unwrap_or(&h).connect("claude-code").await;
+    quiet
+        .peer()
+        .set_level(rmcp::model::SetLevelRequestParams::new(
+            rmcp::model::LoggingLevel::Warning,
+        ))
+        .await
+        .expect("logging/setLevel");
+    for home in [Some(&h), other.as_ref()].into_iter().flatten() {
+        home.send("alerts/critical", "db down");
+        home.send("alerts/critical", "db still down");
+    }
+    let count = |seen: &Recorder, method: &str| {
+        let methods = seen.methods();
+        methods.iter().filter(|m| *m == method).count()
+    };
+    for (seen, who) in [(&quiet_seen, "quiet"), (&loud_seen, "loud")] {
+        eventually_async(
+            Duration::from_secs(5),
+            &format!("{who}: two channel pushes"),
+            || (count(seen, "notifications/claude/channel") == 2).then_some(()),
+        )
+        .await;
+    }
+    eventually_async(Duration::from_secs(5), "loud: two log lines", || {
+        (count(&loud_seen, "notifications/message") == 2).then_some(())
+    })
+    .await;
+    // Each log line follows its channel push at once; give a wrong one time to arrive.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        count(&quiet_seen, "notifications/message"),
+        0,
+        "{:?}",
+        quiet_seen.methods()
+    );
+    assert_eq!(
+        kinds(&wait_for(&quiet, json!({"timeout_s": 2}), 2).await).len(),
+        2
+    );
+    assert_eq!(
+        kinds(&wait_for(&loud, json!({"timeout_s": 2}), 2).await).len(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_set_level_warning_leaves_out_the_item_log() {
+    set_level_warning_leaves_out_the_item_log(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_set_level_warning_leaves_out_the_item_log() {
+    set_level_warning_leaves_out_the_item_log(true).await;
+}
+
 fn raw_stdio_server(home: &std::path::Path) -> std::process::Child {
     std::process::Command::new(bin())
         .arg("--home")
