@@ -467,12 +467,13 @@ impl Index {
             match self.matcher_tests[at + n] {
                 Test::OneOf { from, to, when_in } => {
                     let text = self.strings_text.as_bytes();
-                    let among = self.strings[from as usize..to as usize]
-                        .iter()
-                        .any(|&(s, e)| {
-                            let s = &text[s as usize..e as usize];
-                            s.len() == value.len() && same_bytes(s, value.as_bytes())
-                        });
+                    let among =
+                        self.strings[from as usize..to as usize]
+                            .iter()
+                            .any(|&(start, end)| {
+                                let string = &text[start as usize..end as usize];
+                                string.len() == value.len() && same_bytes(string, value.as_bytes())
+                            });
                     among == when_in
                 }
                 Test::Regex => rule.matchers[n].holds(value),

@@ -271,17 +271,16 @@ impl Matcher {
     /// every rule's strings in one table of its own, and decide a matcher from it without
     /// reading the matcher.
     pub fn decided_by(&self) -> Option<(Vec<&str>, bool)> {
+        let when_in = match (self.op, &self.exact) {
+            (MatchOp::Equal, _) | (MatchOp::Regex, Some(_)) => true,
+            (MatchOp::NotEqual, _) | (MatchOp::NotRegex, Some(_)) => false,
+            (MatchOp::Regex | MatchOp::NotRegex, None) => return None,
+        };
         let among = match &self.exact {
             Some(set) => set.iter().map(String::as_str).collect(),
             None => vec![self.value.as_str()],
         };
-        match (self.op, &self.exact) {
-            (MatchOp::Equal, _) => Some((among, true)),
-            (MatchOp::NotEqual, _) => Some((among, false)),
-            (MatchOp::Regex, Some(_)) => Some((among, true)),
-            (MatchOp::NotRegex, Some(_)) => Some((among, false)),
-            (_, None) => None,
-        }
+        Some((among, when_in))
     }
 
     /// Whether it holds for a message's metadata.
