@@ -758,7 +758,6 @@ async fn http_claude_code_gets_the_channel_push_others_do_not() {
     claude_channel_push_only_for_claude(true).await;
 }
 
-/// `switchboard serve` on `home` with stdin and stdout piped, for raw JSON-RPC.
 /// A client that asked (`logging/setLevel`) for nothing below warning gets no
 /// `notifications/message` per item; one that did not, does; the channel push and the wait are
 /// the same for both.
@@ -823,6 +822,7 @@ async fn http_set_level_warning_leaves_out_the_item_log() {
     set_level_warning_leaves_out_the_item_log(true).await;
 }
 
+/// `switchboard serve` on `home` with stdin and stdout piped, for raw JSON-RPC.
 fn raw_stdio_server(home: &std::path::Path) -> std::process::Child {
     std::process::Command::new(bin())
         .arg("--home")
