@@ -471,8 +471,7 @@ impl Index {
                         self.strings[from as usize..to as usize]
                             .iter()
                             .any(|&(start, end)| {
-                                let string = &text[start as usize..end as usize];
-                                string.len() == value.len() && same_bytes(string, value.as_bytes())
+                                same_bytes(&text[start as usize..end as usize], value.as_bytes())
                             });
                     among == when_in
                 }

@@ -52,14 +52,17 @@ fn sorted_last_wins<K: AsRef<str>, V: AsRef<str>>(mut pairs: Vec<(K, V)>) -> Vec
     out
 }
 
-/// Whether `a` and `b`, of the same length, are the same bytes. A key (or a label's value,
-/// which the engine's index compares with this too) is usually a few to twenty bytes: up to
-/// 16 they are compared as two overlapping words each, in place of a call to `memcmp` (which
-/// cost more than the lookup around it).
+/// Whether `a` and `b` are the same bytes: their lengths first (a slice's length is known
+/// without reading its bytes), then the bytes. A key (or a label's value, which the engine's
+/// index compares with this too) is usually a few to twenty bytes: up to 16 they are compared
+/// as two overlapping words each, in place of a call to `memcmp` (which cost more than the
+/// lookup around it).
 #[inline(always)]
 pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    debug_assert_eq!(a.len(), b.len());
     let n = a.len();
+    if n != b.len() {
+        return false;
+    }
     let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());
     let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap());
     match n {
@@ -154,7 +157,7 @@ impl Metadata {
         for ends in self.ends.chunks_exact(2) {
             let (key_end, value_end) = (ends[0] as usize, ends[1] as usize);
             // The length is in the table; the key's bytes are read only when it fits.
-            if key_end - start == key.len() && same_bytes(&text[start..key_end], key) {
+            if same_bytes(&text[start..key_end], key) {
                 return Some(key_end..value_end);
             }
             start = value_end;
@@ -203,13 +206,7 @@ impl Metadata {
 
     /// Sets `key` to `value`, replacing its value if it has one. Rebuilds the map: O(n).
     pub fn insert(&mut self, key: &str, value: &str) {
-        let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(self.len() + 1);
-        pairs.extend(self.iter());
-        match pairs.binary_search_by(|p| p.0.cmp(key)) {
-            Ok(at) => pairs[at].1 = value,
-            Err(at) => pairs.insert(at, (key, value)),
-        }
-        *self = Metadata::of_sorted(&pairs);
+        self.extend([(key, value)]);
     }
 
     /// The pairs, in key order.
@@ -580,6 +577,9 @@ mod tests {
         for n in 0..=40usize {
             let a: Vec<u8> = (0..n as u8).map(|i| b'a' + i % 26).collect();
             assert!(same_bytes(&a, &a.clone()), "{n}");
+            if n > 0 {
+                assert!(!same_bytes(&a, &a[..n - 1]), "length {n} against {}", n - 1);
+            }
             for at in 0..n {
                 let mut b = a.clone();
                 b[at] ^= 0x20;
