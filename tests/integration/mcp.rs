@@ -758,22 +758,27 @@ async fn http_claude_code_gets_the_channel_push_others_do_not() {
     claude_channel_push_only_for_claude(true).await;
 }
 
-/// A client that asked (`logging/setLevel`) for nothing below warning gets no
-/// `notifications/message` per item; one that did not, does; the channel push and the wait are
-/// the same for both.
-async fn set_level_warning_leaves_out_the_item_log(http: bool) {
-    let h = Harness::new(http, None);
-    let other = (!http).then(|| Harness::new(false, None));
-    // Named as Claude Code so that the channel push shows when its push task has gone by an item.
-    let (quiet, quiet_seen) = h.connect("claude-code").await;
-    let (loud, loud_seen) = other.as_ref().unwrap_or(&h).connect("claude-code").await;
-    quiet
+/// Asks the server for nothing below `level` (`logging/setLevel`).
+async fn set_level(client: &Client, level: rmcp::model::LoggingLevel) {
+    let params = rmcp::model::SetLevelRequestParams::new(level);
+    client
         .peer()
-        .set_level(rmcp::model::SetLevelRequestParams::new(
-            rmcp::model::LoggingLevel::Warning,
-        ))
+        .set_level(params)
         .await
         .expect("logging/setLevel");
+}
+
+/// A client that asked (`logging/setLevel`) for nothing below warning gets no
+/// `notifications/message` per item, and gets them again at info; one that did not ask gets
+/// them all; the channel push and the wait are the same for both.
+async fn set_level_warning_leaves_out_the_item_log(http: bool) {
+    use rmcp::model::LoggingLevel;
+    let h = Harness::new(http, None);
+    let other = (!http).then(|| Harness::new(false, None));
+    // Named as Claude Code: the channel push, which every level gets, shows its items arrive.
+    let (quiet, quiet_seen) = h.connect("claude-code").await;
+    let (loud, loud_seen) = other.as_ref().unwrap_or(&h).connect("claude-code").await;
+    set_level(&quiet, LoggingLevel::Warning).await;
     for home in [Some(&h), other.as_ref()].into_iter().flatten() {
         home.send("alerts/critical", "db down");
         home.send("alerts/critical", "db still down");
@@ -794,21 +799,38 @@ async fn set_level_warning_leaves_out_the_item_log(http: bool) {
         (count(&loud_seen, "notifications/message") == 2).then_some(())
     })
     .await;
-    // Each log line follows its channel push at once; give a wrong one time to arrive.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Back at info, a third item's log line comes after where the first two's would have
+    // (one push task per session, in order): once it is in, none of theirs is.
+    set_level(&quiet, LoggingLevel::Info).await;
+    for home in [Some(&h), other.as_ref()].into_iter().flatten() {
+        home.send("alerts/critical", "db back up");
+    }
+    let logged = || {
+        let seen = quiet_seen.seen.lock().unwrap();
+        let lines = seen.iter().filter(|(m, _)| m == "notifications/message");
+        lines
+            .map(|(_, p)| p["data"]["prompt"].to_string())
+            .collect::<Vec<_>>()
+    };
+    eventually_async(
+        Duration::from_secs(5),
+        "quiet: the third item's log line",
+        || {
+            logged()
+                .iter()
+                .any(|p| p.contains("db back up"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(logged().len(), 1, "{:?}", logged());
     assert_eq!(
-        count(&quiet_seen, "notifications/message"),
-        0,
-        "{:?}",
-        quiet_seen.methods()
+        kinds(&wait_for(&quiet, json!({"timeout_s": 2}), 3).await).len(),
+        3
     );
     assert_eq!(
-        kinds(&wait_for(&quiet, json!({"timeout_s": 2}), 2).await).len(),
-        2
-    );
-    assert_eq!(
-        kinds(&wait_for(&loud, json!({"timeout_s": 2}), 2).await).len(),
-        2
+        kinds(&wait_for(&loud, json!({"timeout_s": 2}), 3).await).len(),
+        3
     );
 }
 
