@@ -20,8 +20,14 @@
 //!   its consumer stored the message). It stores nothing: what switchboard adds beyond it is
 //!   its own journal (under `inbox.fsync`), HTTP, and its per-message work.
 //!
+//! - **`BATCH`** (default 1): messages per request. With `BATCH=10` each POST carries an array
+//!   of ten (as an Alertmanager webhook carries its group's alerts), and each bare publisher
+//!   publishes ten and then awaits their ten acks, as the daemon does with a request's
+//!   messages: both sides do the same JetStream work, and what is left between them is
+//!   switchboard's own per-message work without most of its per-request HTTP cost.
+//!
 //! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
-//! `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the default, or
+//! `BATCH` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the default, or
 //! "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the one cargo
 //! built with this bench, so that two builds can be compared with one bench binary).
 
@@ -163,6 +169,21 @@ fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
+/// The body of one request: message `range.start` alone as an object when `BATCH` is 1 (as
+/// before there was a `BATCH`), else the range's messages as an array.
+fn body(range: std::ops::Range<usize>) -> String {
+    if batch() == 1 {
+        return payload(range.start, "load/x");
+    }
+    let items: Vec<String> = range.map(|i| payload(i, "load/x")).collect();
+    format!("[{}]", items.join(","))
+}
+
+/// Messages per request (`BATCH`, default 1).
+fn batch() -> usize {
+    env_or("BATCH", 1).max(1)
+}
+
 fn payload(i: usize, channel: &str) -> String {
     serde_json::json!({"server": "bench", "channel": channel,
         "content": format!("load {i}: a message the size of a small alert"),
@@ -196,24 +217,26 @@ async fn switchboard_run(
             .collect(),
     );
     // Throughput.
+    let batch = batch();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency {
         let (http, targets) = (http.clone(), targets.clone());
         tasks.push(tokio::spawn(async move {
-            let mut i = t;
-            while i < messages {
-                let (url, token) = &targets[i % targets.len()];
+            // Request k carries messages k*batch.. (at most `batch`); task t posts k = t, t+c, ...
+            let mut k = t;
+            while k * batch < messages {
+                let (url, token) = &targets[k % targets.len()];
                 let r = http
                     .post(url)
                     .bearer_auth(token)
                     .header("content-type", "application/json")
-                    .body(payload(i, "load/x"))
+                    .body(body(k * batch..(k * batch + batch).min(messages)))
                     .send()
                     .await
                     .unwrap();
                 assert_eq!(r.status().as_u16(), 202);
-                i += concurrency;
+                k += concurrency;
             }
         }));
     }
@@ -331,23 +354,32 @@ async fn bare_run(
             }
         });
     }
+    let batch = batch();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency {
         let (js, received, subjects) = (js.clone(), received.clone(), subjects.clone());
         tasks.push(tokio::spawn(async move {
-            let mut i = t;
-            while i < messages {
-                let ack = js
-                    .publish(format!("{subjects}.load"), payload(i, "load/x").into())
-                    .await
-                    .unwrap();
-                let seq = ack.await.unwrap().sequence;
+            let mut k = t;
+            while k * batch < messages {
+                // Publish the batch, then await its acks: as the daemon does with a request's.
+                let mut acks = Vec::with_capacity(batch);
+                for i in k * batch..(k * batch + batch).min(messages) {
+                    let ack = js
+                        .publish(format!("{subjects}.load"), payload(i, "load/x").into())
+                        .await
+                        .unwrap();
+                    acks.push(ack);
+                }
+                let mut seq = 0;
+                for ack in acks {
+                    seq = seq.max(ack.await.unwrap().sequence);
+                }
                 if own {
-                    let mut r = received[i % n].subscribe();
+                    let mut r = received[k % n].subscribe();
                     r.wait_for(|r| *r >= seq).await.unwrap();
                 }
-                i += concurrency;
+                k += concurrency;
             }
         }));
     }
@@ -413,8 +445,9 @@ fn main() {
     let url = format!("nats://{addr}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "{messages} messages over {concurrency} connections; latency over {samples} messages, one at a time; \
-         switchboard's inbox.fsync {}\n",
+        "{messages} messages over {concurrency} connections, {} per request; latency over {samples} messages, \
+         one at a time; switchboard's inbox.fsync {}\n",
+        batch(),
         fsync()
     );
     println!(
