@@ -240,6 +240,45 @@ async fn a_single_message_is_stored_and_acknowledged_with_its_seq() {
     assert_eq!(msg.timestamp_rfc3339(), "2026-03-02T10:00:00Z");
 }
 
+/// The direct read of a body gives what the read through a `Value` gives, and leaves every body
+/// it does not take to that read (whose errors name what is wrong).
+#[test]
+fn the_direct_read_of_a_body_agrees_with_the_read_through_a_value() {
+    let taken = [
+        r#"{"server": "s", "channel": "c/d", "content": "x"}"#,
+        r#"[{"server": "s", "channel": "c", "content": "x", "id": "a", "metadata": {"k": "v",
+            "b": "1", "k": "w"}, "timestamp": "2026-03-02T10:00:00+02:00"}, {"server": "t",
+            "channel": "c", "content": "caf\u00e9 \"q\"", "id": null}]"#,
+        "[]",
+        " {\"server\": \"s\", \"channel\": \"c\", \"content\": \"\"}\n",
+    ];
+    for body in taken {
+        let direct = read_messages(body.as_bytes()).expect(body);
+        let slow = generic_messages(serde_json::from_str(body).unwrap()).unwrap();
+        assert_eq!(direct, slow, "{body}");
+    }
+    let left = [
+        // Not JSON, or more after it.
+        "{",
+        r#"{"server": "s", "channel": "c", "content": "x"} {}"#,
+        // The wrong shape: each is the slow read's to explain.
+        r#"["s", "c", "x"]"#,
+        r#"[["s", "c", "x"]]"#,
+        r#"{"server": "s", "channel": "c"}"#,
+        r#"{"server": "s", "channel": "c", "content": "x", "extra": 1}"#,
+        r#"{"server": "s", "channel": "c", "content": "x", "metadata": {"n": 1}}"#,
+        r#""text""#,
+        // A key given twice: the `Value` keeps the last, so only the slow read takes it.
+        r#"{"server": "s", "server": "t", "channel": "c", "content": "x"}"#,
+    ];
+    for body in left {
+        assert_eq!(read_messages(body.as_bytes()), None, "{body}");
+    }
+    let twice = r#"{"server": "s", "server": "t", "channel": "c", "content": "x"}"#;
+    let slow = generic_messages(serde_json::from_str(twice).unwrap()).unwrap();
+    assert_eq!(slow[0].server, "t");
+}
+
 #[tokio::test]
 async fn a_batch_keeps_request_order_and_repeats_answer_duplicate_with_the_original_seq() {
     let app = app(|_| {});
