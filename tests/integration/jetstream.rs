@@ -281,6 +281,91 @@ fn an_instance_down_for_a_while_catches_up_on_restart() {
         want,
         "the same order on the ingesting instance"
     );
+    // The catch-up came in batches, each acknowledged whole: nothing is left for JetStream
+    // to deliver again after the ack wait.
+    for name in ["a", "b"] {
+        eventually(
+            Duration::from_secs(10),
+            "every delivery acknowledged",
+            || (consumer_info(&nats, name).num_ack_pending == 0).then_some(()),
+        );
+    }
+}
+
+/// What JetStream says of instance `name`'s consumer on the stream of `nats`.
+fn consumer_info(nats: &Nats, name: &str) -> async_nats::jetstream::consumer::Info {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        let stream = js.get_stream("SWITCHBOARD").await.unwrap();
+        stream.consumer_info(name).await.unwrap()
+    })
+}
+
+/// A consumer made by a version that acked each message keeps that policy (JetStream does not
+/// change it), so each message is acked there, not only a batch's last.
+#[test]
+fn a_consumer_made_with_explicit_acks_has_each_message_acked() {
+    use async_nats::jetstream::consumer;
+    let Some(nats) = Nats::start() else { return };
+    let a = instance(&nats, "a");
+    // `b`'s durable consumer as an earlier version made it, before `b` first starts.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+            js.get_stream("SWITCHBOARD")
+                .await
+                .unwrap()
+                .create_consumer(consumer::pull::Config {
+                    durable_name: Some("b".into()),
+                    deliver_policy: consumer::DeliverPolicy::New,
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    filter_subject: "switchboard.msg.>".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+        });
+    let mut b = instance(&nats, "b");
+    // Stopped, so that what follows reaches it in batches when it comes back.
+    b.kill9();
+    let sent: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
+    for c in &sent {
+        let r = post(
+            &a,
+            serde_json::json!({"server": "http", "channel": "x", "content": c}),
+        );
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    start(&mut b);
+    let got = eventually(Duration::from_secs(20), "b caught up", || {
+        let got = contents(&b);
+        (got.len() >= sent.len()).then_some(got)
+    });
+    assert_eq!(got, sent);
+    eventually(
+        Duration::from_secs(10),
+        "each delivery acknowledged",
+        || (consumer_info(&nats, "b").num_ack_pending == 0).then_some(()),
+    );
+    let b_info = consumer_info(&nats, "b");
+    assert_eq!(
+        b_info.config.ack_policy,
+        consumer::AckPolicy::Explicit,
+        "kept as made"
+    );
+    assert_eq!(b_info.num_redelivered, 0, "{b_info:?}");
+    assert_eq!(
+        consumer_info(&nats, "a").config.ack_policy,
+        consumer::AckPolicy::All,
+        "a consumer made now acks by batch"
+    );
 }
 
 /// An instance catching up takes a batch of messages from several sources at once; each is

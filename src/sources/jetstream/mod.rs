@@ -14,7 +14,9 @@
 //!   acknowledged in `publishTimeout`: 503, nothing claimed that is not in the stream).
 //! - **One durable consumer per instance** (named after `instance`) feeds the local inbox in
 //!   stream order through the `replicate` operation: a batch is stored (journal, fsync
-//!   policy) before its messages are acknowledged to JetStream. The stream seq goes with the
+//!   policy) before its messages are acknowledged to JetStream — with one ack of its last
+//!   message (`AckPolicy::All`; a consumer made by an earlier version keeps `Explicit`, and
+//!   each of its messages is acked). The stream seq goes with the
 //!   record as metadata (`jetstream.seq`, and the ingesting instance as `jetstream.instance`),
 //!   so that at boot the inbox's newest records say how far this instance got: a message
 //!   delivered again after a crash between store and acknowledgement is acknowledged, not
@@ -594,7 +596,8 @@ async fn prepare(s: &Shared) -> anyhow::Result<jetstream::consumer::Consumer<pul
                 durable_name: Some(s.durable.clone()),
                 description: Some(format!("switchboard instance {}", s.instance)),
                 deliver_policy: jetstream::consumer::DeliverPolicy::New,
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                // Stored in stream order, so one ack of a batch's last message says all of it.
+                ack_policy: jetstream::consumer::AckPolicy::All,
                 ack_wait: s.settings.ack_wait,
                 filter_subject: format!("{prefix}.msg.>"),
                 max_ack_pending: 4096,
@@ -619,6 +622,9 @@ async fn consume(s: Arc<Shared>, local: Local) {
             let info = consumer.info().await?.clone();
             // A new consumer starts at the stream's end: nothing before it is owed here.
             s.applied.advance(info.ack_floor.stream_sequence);
+            // A consumer made before acks went by batch keeps its own policy (a durable
+            // consumer's ack policy cannot change): each of its messages is acked.
+            let acks = Acks::of(info.config.ack_policy);
             s.ready.store(true, Ordering::Release);
             *s.error.lock().unwrap() = None;
             tracing::info!(consumer = %s.durable, applied = s.applied.get(), "jetstream: consuming");
@@ -635,7 +641,7 @@ async fn consume(s: Arc<Shared>, local: Local) {
                 for m in chunk {
                     batch.push(m?);
                 }
-                store(&s, &local, batch).await;
+                store(&s, &local, batch, acks).await;
             }
             anyhow::Ok(())
         };
@@ -662,11 +668,30 @@ async fn consume(s: Arc<Shared>, local: Local) {
     }
 }
 
+/// How a stored batch is acknowledged, by the consumer's ack policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Acks {
+    /// `AckPolicy::All` (consumers made from now on): the batch's last message, which
+    /// acknowledges every one before it.
+    Last,
+    /// `AckPolicy::Explicit` (consumers made by earlier versions): every message.
+    Each,
+}
+
+impl Acks {
+    fn of(policy: jetstream::consumer::AckPolicy) -> Acks {
+        match policy {
+            jetstream::consumer::AckPolicy::All => Acks::Last,
+            _ => Acks::Each,
+        }
+    }
+}
+
 /// Stores one batch of delivered messages (those past the applied mark), retrying while the
-/// inbox cannot take them, then acknowledges every one. Each run of messages from one source
-/// is stored as that source's, in stream order, so that `/metrics` counts a mixed batch by
-/// the source of each message.
-async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
+/// inbox cannot take them, then acknowledges them (`acks`). Each run of messages from one
+/// source is stored as that source's, in stream order, so that `/metrics` counts a mixed batch
+/// by the source of each message.
+async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>, acks: Acks) {
     let applied = s.applied.get();
     let mut seqs = Vec::with_capacity(batch.len());
     let mut news = Vec::with_capacity(batch.len());
@@ -720,7 +745,11 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>) {
         at += run;
     }
     s.applied.advance(newest);
-    for m in &batch {
+    let acked = match acks {
+        Acks::Last => &batch[batch.len().saturating_sub(1)..],
+        Acks::Each => &batch[..],
+    };
+    for m in acked {
         if let Err(e) = m.ack().await {
             tracing::debug!(cause = %e, "jetstream: an acknowledgement was not sent; the message comes again and is skipped");
         }
