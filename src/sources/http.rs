@@ -366,11 +366,7 @@ impl Ingest {
                         ended.lasted.as_secs_f64()
                     );
                 }
-                Ok((
-                    StatusCode::ACCEPTED,
-                    axum::Json(json!({ "accepted": accepted })),
-                )
-                    .into_response())
+                Ok((StatusCode::ACCEPTED, axum::Json(Accepted { accepted })).into_response())
             }
             Err(StoreError::NotDurable { appended, cause }) => {
                 self.outage_began(source, "messages kept in memory, not on disk", &cause);
@@ -665,6 +661,13 @@ fn allowed_methods(path: &str) -> &'static str {
         "/metrics" | "/healthz" => "GET or HEAD",
         _ => "POST",
     }
+}
+
+/// The body of a 202: each message's seq and whether it was a duplicate, in request order.
+/// Written straight from this type, not through a `Value`.
+#[derive(serde::Serialize)]
+struct Accepted {
+    accepted: Vec<Appended>,
 }
 
 /// A generic message as `POST /v1/messages` takes it.

@@ -693,11 +693,13 @@ impl Acks {
 /// by the source of each message.
 async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>, acks: Acks) {
     let applied = s.applied.get();
+    // Of each message to store: its place in the batch, its stream seq, its source.
+    let mut places = Vec::with_capacity(batch.len());
     let mut seqs = Vec::with_capacity(batch.len());
     let mut news = Vec::with_capacity(batch.len());
     let mut sources = Vec::with_capacity(batch.len());
     let mut newest = 0;
-    for m in &batch {
+    for (place, m) in batch.iter().enumerate() {
         let Ok(info) = m.info() else { continue };
         if info.delivered > 1 {
             s.counters.redelivered.fetch_add(1, Ordering::Relaxed);
@@ -707,22 +709,13 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>, acks: 
         if seq <= applied {
             continue;
         }
-        match serde_json::from_slice::<NewMessage>(&m.payload) {
-            Ok(mut new) => {
-                // Borrowed from the batch: a source is copied once per run, not per message.
-                let header = |name| {
-                    m.headers
-                        .as_ref()
-                        .and_then(|h| h.get(name))
-                        .map(|v| v.as_str())
-                };
-                new.metadata.extend([
-                    (SEQ_KEY, seq.to_string().as_str()),
-                    (INSTANCE_KEY, header(INSTANCE_HEADER).unwrap_or_default()),
-                ]);
+        match decode(m, seq) {
+            Ok(new) => {
+                places.push(place);
                 seqs.push(seq);
                 news.push(new);
-                sources.push(header(SOURCE_HEADER).unwrap_or("jetstream"));
+                // Borrowed from the batch: a source is copied once per run, not per message.
+                sources.push(header(m, SOURCE_HEADER).unwrap_or("jetstream"));
             }
             Err(e) => {
                 s.counters.skipped.fetch_add(1, Ordering::Relaxed);
@@ -738,7 +731,14 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>, acks: 
             .take_while(|source| **source == sources[at])
             .count();
         let messages: Vec<NewMessage> = news.by_ref().take(run).collect();
-        let Some(done) = replicate(s, local, messages, sources[at]).await else {
+        // A retry decodes the run again from the batch, which is kept until it is acked: the
+        // first try, nearly always the only one, moves its messages in without a copy.
+        let again = || {
+            (at..at + run)
+                .filter_map(|k| decode(&batch[places[k]], seqs[k]).ok())
+                .collect()
+        };
+        let Some(done) = replicate(s, local, messages, again, sources[at]).await else {
             return;
         };
         record(s, &seqs[at..at + run], done);
@@ -756,19 +756,41 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>, acks: 
     }
 }
 
-/// Appends `messages` to the local inbox as from `source`, retrying until it takes them;
-/// `None` when the daemon shuts down first.
+/// A header of a delivered message, as text.
+fn header<'m>(m: &'m jetstream::Message, name: &str) -> Option<&'m str> {
+    m.headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str())
+}
+
+/// The switchboard message a delivery of stream seq `seq` carries, with the seq and the
+/// ingesting instance added to its metadata.
+fn decode(m: &jetstream::Message, seq: u64) -> Result<NewMessage, serde_json::Error> {
+    let mut new = serde_json::from_slice::<NewMessage>(&m.payload)?;
+    new.metadata.extend([
+        (SEQ_KEY, seq.to_string().as_str()),
+        (INSTANCE_KEY, header(m, INSTANCE_HEADER).unwrap_or_default()),
+    ]);
+    Ok(new)
+}
+
+/// Appends `messages` to the local inbox as from `source`, retrying (with the same messages
+/// from `again`) until it takes them; `None` when the daemon shuts down first.
 async fn replicate(
     s: &Shared,
     local: &Local,
     messages: Vec<NewMessage>,
+    again: impl Fn() -> Vec<NewMessage>,
     source: &str,
 ) -> Option<EachAppended> {
     let mut wait = Duration::from_millis(100);
+    let mut messages = Some(messages);
     loop {
+        let messages = messages.take().unwrap_or_else(&again);
         match local
             .call(Replicate {
-                messages: messages.clone(),
+                messages,
                 source: source.to_string(),
             })
             .await
