@@ -118,7 +118,10 @@ pub struct Replay {
 /// The open actions journal.
 pub struct ActionLog {
     path: PathBuf,
-    file: Mutex<Option<File>>,
+    /// The open file and its length as this process last wrote it (read once at open, so that
+    /// a write needs no `fstat` to know where a failed write's cut goes). A failed write closes
+    /// it: the next one opens the file again and reads its length then.
+    file: Mutex<Option<(File, u64)>>,
     /// Write failures so far (each failed attempt, retries included).
     pub errors: AtomicU64,
     failing: Mutex<Option<String>>,
@@ -137,10 +140,11 @@ impl ActionLog {
             .create(true)
             .mode(0o600)
             .open(path)?;
+        let len = file.metadata()?.len();
         Ok((
             ActionLog {
                 path: path.to_path_buf(),
-                file: Mutex::new(Some(file)),
+                file: Mutex::new(Some((file, len))),
                 errors: AtomicU64::new(0),
                 failing: Mutex::new(None),
                 torn: AtomicBool::new(false),
@@ -167,28 +171,29 @@ impl ActionLog {
         let mut guard = self.file.lock().unwrap();
         let result = (|| {
             if guard.is_none() {
-                *guard = Some(
-                    OpenOptions::new()
-                        .append(true)
-                        .create(true)
-                        .mode(0o600)
-                        .open(&self.path)?,
-                );
+                let file = OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .mode(0o600)
+                    .open(&self.path)?;
+                let len = file.metadata()?.len();
+                *guard = Some((file, len));
             }
-            let file = guard.as_mut().expect("opened above");
+            let (file, len) = guard.as_mut().expect("opened above");
             if self.torn.load(Ordering::Relaxed) {
                 file.write_all(b"\n")?;
+                *len += 1;
                 self.torn.store(false, Ordering::Relaxed);
             }
-            let len = file.metadata()?.len();
             if let Err(e) = file.write_all(lines) {
                 let cut =
-                    file.set_len(len).is_ok() || file.metadata().is_ok_and(|m| m.len() == len);
+                    file.set_len(*len).is_ok() || file.metadata().is_ok_and(|m| m.len() == *len);
                 if !cut {
                     self.torn.store(true, Ordering::Relaxed);
                 }
                 return Err(e);
             }
+            *len += lines.len() as u64;
             if sync { file.sync_data() } else { Ok(()) }
         })();
         let mut failing = self.failing.lock().unwrap();
@@ -218,7 +223,7 @@ impl ActionLog {
     /// Flushes written records to the disk.
     pub fn sync(&self) -> Result<(), String> {
         match &*self.file.lock().unwrap() {
-            Some(file) => file.sync_data().map_err(|e| e.to_string()),
+            Some((file, _)) => file.sync_data().map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }
@@ -360,6 +365,60 @@ mod tests {
             consumers: Default::default(),
         };
         (a, msg)
+    }
+
+    /// A write that fills the disk part way is cut back to where it began, by the length the
+    /// log keeps (it no longer asks the file), and lands whole once there is room. Needs
+    /// `mount -t tmpfs` (root); where that is refused it says so and checks nothing.
+    #[test]
+    fn a_write_the_disk_cannot_hold_is_cut_back_and_lands_whole_later() {
+        use std::process::Command;
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !mounted {
+            eprintln!("NOTICE: skipped: `mount -t tmpfs` is refused here");
+            return;
+        }
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = Command::new("umount").arg("-l").arg(self.0).output();
+            }
+        }
+        let _unmount = Unmount(dir.path());
+        let path = dir.path().join("actions.jsonl");
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let mark = |n: u64, pad: usize| Record {
+            evaluated: Some(n),
+            reason: Some("x".repeat(pad)),
+            ..Default::default()
+        };
+        log.append(&[mark(1, 10)], true).unwrap();
+        let before = std::fs::metadata(&path).unwrap().len();
+        // The rest of the disk taken, but for the room left in the log's own first page.
+        let filler = dir.path().join("filler");
+        {
+            let mut f = File::create(&filler).unwrap();
+            while f.write_all(&[0u8; 1024]).is_ok() {}
+        }
+        let big = [mark(2, 3000), mark(3, 3000)];
+        assert!(log.append(&big, true).is_err(), "the disk is full");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            before,
+            "what landed of the failed write is cut away"
+        );
+        std::fs::remove_file(&filler).unwrap();
+        log.append(&big, true).unwrap();
+        let replay = replay(&path).unwrap();
+        assert_eq!(replay.skipped, 0, "no torn line");
+        assert_eq!(replay.evaluated, Some(3));
+        let lines = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(lines.lines().count(), 3, "{} bytes", lines.len());
     }
 
     #[test]
