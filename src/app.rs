@@ -686,6 +686,11 @@ impl Core {
         result
     }
 
+    /// The highest seq of the inbox durable under its fsync policy.
+    pub fn durable(&self) -> Seq {
+        self.inbox.durable()
+    }
+
     /// Checks `messages` against the inbox's limits as an append does, storing nothing: the
     /// first one over a limit, as the append would refuse it.
     pub fn check_limits(&self, messages: &[NewMessage]) -> Result<(), InboxError> {

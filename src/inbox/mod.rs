@@ -463,6 +463,11 @@ impl Inbox {
         self.inner.log.committed().get()
     }
 
+    /// The highest seq durable as the log promises it (under its fsync policy).
+    pub fn durable(&self) -> Seq {
+        self.inner.log.durable()
+    }
+
     /// The message `seq`, if the ring still holds it and it is committed.
     pub fn get(&self, seq: Seq) -> Option<Arc<Message>> {
         if seq > self.last_seq() {

@@ -75,7 +75,7 @@ fn journal(home: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn skip(why: &str) {
+pub(super) fn skip(why: &str) {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     eprintln!(
         "NOTICE: fault test skipped{}: {why}",
@@ -84,7 +84,7 @@ fn skip(why: &str) {
 }
 
 /// Sets or clears the immutable flag; false when the file system or the user cannot.
-fn immutable(path: &Path, on: bool) -> bool {
+pub(super) fn immutable(path: &Path, on: bool) -> bool {
     Command::new("chattr")
         .arg(if on { "+i" } else { "-i" })
         .arg(path)
@@ -93,7 +93,7 @@ fn immutable(path: &Path, on: bool) -> bool {
 }
 
 /// Clears the immutable flag however the test ends, so the temporary home can be removed.
-struct Immutable<'a>(&'a Path);
+pub(super) struct Immutable<'a>(pub(super) &'a Path);
 
 impl Drop for Immutable<'_> {
     fn drop(&mut self) {

@@ -368,6 +368,52 @@ fn a_consumer_made_with_explicit_acks_has_each_message_acked() {
     );
 }
 
+/// The local journal failing while the consumer stores: the messages are in the inbox (shown,
+/// kept in memory, retried by the journal), so the consumer must not store them again — one
+/// without an id would be stored once per retry — and acks them only once they are on disk.
+#[test]
+fn a_journal_outage_while_consuming_stores_each_message_once() {
+    use super::faults::{Immutable, immutable, skip};
+    let Some(nats) = Nats::start() else { return };
+    let a = instance(&nats, "a");
+    let plain = |c: &str| serde_json::json!({"server": "http", "channel": "x", "content": c});
+    assert_eq!(post(&a, plain("m0")).status, 202);
+    eventually(Duration::from_secs(10), "m0 stored", || {
+        (contents(&a) == ["m0"]).then_some(())
+    });
+    let journal = a.home.path().join("channels.jsonl");
+    if !immutable(&journal, true) {
+        return skip("`chattr +i` is refused here");
+    }
+    let guard = Immutable(&journal);
+    // JetStream has it; the ingest's reply waits up to `publishTimeout` (2 s) for the store.
+    let r = post(&a, plain("m1"));
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(
+        r.seqs(),
+        [(0, false)],
+        "in the stream, not yet on this inbox's disk"
+    );
+    assert_eq!(
+        consumer_info(&nats, "a").num_ack_pending,
+        1,
+        "not acknowledged to the stream while not on disk"
+    );
+    drop(guard);
+    eventually(
+        Duration::from_secs(10),
+        "m1 acknowledged once on disk",
+        || (consumer_info(&nats, "a").num_ack_pending == 0).then_some(()),
+    );
+    assert_eq!(contents(&a), ["m0", "m1"], "each message once");
+    let on_disk = std::fs::read_to_string(&journal).unwrap();
+    assert_eq!(
+        on_disk.lines().filter(|l| l.contains("\"m1\"")).count(),
+        1,
+        "{on_disk}"
+    );
+}
+
 /// An instance catching up takes a batch of messages from several sources at once; each is
 /// counted as from its own source (the batch was counted as from its first message's).
 #[test]

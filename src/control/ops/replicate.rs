@@ -4,8 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::append_each::EachAppended;
-use crate::control::{ApiError, Ctx, Op};
+use std::time::Duration;
+
+use super::append_each::{EachAppended, Refused};
+use crate::control::{ApiError, Ctx, Op, StoreError};
+use crate::inbox::InboxError;
 use crate::message::NewMessage;
 
 /// Stores messages delivered by a shared stream.
@@ -21,8 +24,41 @@ impl Op for Replicate {
     type Reply = EachAppended;
     const REMOTE: bool = false;
 
+    /// Never relayed: it came from the stream. Answers once what it stored is durable: a
+    /// journal that cannot write keeps the messages in the inbox (shown to readers) and
+    /// retries them itself, so the caller must not send them again — a message without an id
+    /// would be stored once more each time — and must not acknowledge them to the stream
+    /// before they are on disk. So the wait for the disk is here, until shutdown.
     async fn apply(self, cx: &Ctx<'_>) -> Result<EachAppended, ApiError> {
-        // Never relayed: it came from the stream.
-        super::append_each::each(cx, self.messages, &self.source, None).await
+        let core = cx.local.core();
+        let (fit, refused) = core.split_by_limits(self.messages);
+        let refused = refused
+            .into_iter()
+            .map(|(index, reason)| Refused { index, reason })
+            .collect();
+        if fit.is_empty() {
+            return Ok(EachAppended {
+                appended: Vec::new(),
+                refused,
+            });
+        }
+        let appended = match core.append(fit, &self.source).await {
+            Ok(appended) => appended,
+            Err(InboxError::NotDurable { appended, .. }) => {
+                let need = appended.iter().map(|a| a.seq).max().unwrap_or(0);
+                let shutdown = cx.local.shutdown();
+                let mut wait = Duration::from_millis(50);
+                while core.durable() < need {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Err(ApiError::Store(StoreError::Closed)),
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+                appended
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(EachAppended { appended, refused })
     }
 }
