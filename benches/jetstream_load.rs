@@ -27,9 +27,9 @@
 //!   switchboard's own per-message work without most of its per-request HTTP cost.
 //!
 //! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
-//! `BATCH` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the default, or
-//! "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the one cargo
-//! built with this bench, so that two builds can be compared with one bench binary).
+//! `BATCH` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the
+//! default, or "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the
+//! one cargo built with this bench, so that two builds can be compared with one bench binary).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -159,6 +159,19 @@ fn post(sb: &Switchboard, body: serde_json::Value) -> super::util::Reply {
     )
 }
 
+/// Posts `m1` ... `m20` to `sb` on `channel`, each answered 202; their contents.
+fn post_twenty(sb: &Switchboard, channel: &str) -> Vec<String> {
+    let sent: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
+    for c in &sent {
+        let r = post(
+            sb,
+            serde_json::json!({"server": "http", "channel": channel, "content": c}),
+        );
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    sent
+}
+
 /// Every message in `sb`'s inbox, oldest first.
 fn messages(sb: &Switchboard) -> Vec<serde_json::Value> {
     let out = sb.cli(&["list", "--json", "--limit", "100000"]);
@@ -260,14 +273,7 @@ fn an_instance_down_for_a_while_catches_up_on_restart() {
         (contents(&b) == ["m0"]).then_some(())
     });
     b.kill9();
-    let sent: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
-    for c in &sent {
-        let r = post(
-            &a,
-            serde_json::json!({"server": "http", "channel": "ci/main", "content": c}),
-        );
-        assert_eq!(r.status, 202, "{}", r.body);
-    }
+    let sent = post_twenty(&a, "ci/main");
     start(&mut b);
     let mut want = vec!["m0".to_string()];
     want.extend(sent);
@@ -335,14 +341,7 @@ fn a_consumer_made_with_explicit_acks_has_each_message_acked() {
     let mut b = instance(&nats, "b");
     // Stopped, so that what follows reaches it in batches when it comes back.
     b.kill9();
-    let sent: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
-    for c in &sent {
-        let r = post(
-            &a,
-            serde_json::json!({"server": "http", "channel": "x", "content": c}),
-        );
-        assert_eq!(r.status, 202, "{}", r.body);
-    }
+    let sent = post_twenty(&a, "x");
     start(&mut b);
     let got = eventually(Duration::from_secs(20), "b caught up", || {
         let got = contents(&b);

@@ -2,9 +2,9 @@
 //! what fits of a batch, in stream order, like `append_each`, but never relayed back to the
 //! stream (it came from there). The daemon's own call: never served over the socket.
 
-use serde::{Deserialize, Serialize};
-
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use super::append_each::{EachAppended, Refused};
 use crate::control::{ApiError, Ctx, Op, StoreError};
