@@ -26,6 +26,9 @@
 //!   messages: both sides do the same JetStream work, and what is left between them is
 //!   switchboard's own per-message work without most of its per-request HTTP cost.
 //!
+//! - **`CLIENT=raw`**: the load's HTTP requests from a minimal keep-alive client of this file's
+//!   own instead of reqwest, whose CPU per request rivals the daemon's on the same cores.
+//!
 //! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
 //! `BATCH` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the
 //! default, or "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the
@@ -179,6 +182,72 @@ fn body(range: std::ops::Range<usize>) -> String {
     format!("[{}]", items.join(","))
 }
 
+/// Whether the load goes through [`RawClient`] (`CLIENT=raw`) rather than reqwest.
+fn raw_client() -> bool {
+    std::env::var("CLIENT").is_ok_and(|c| c == "raw")
+}
+
+/// The least an HTTP/1.1 client can do: one keep-alive connection, a request written in one
+/// `write`, the response read up to its `Content-Length`. reqwest's client costs about as much
+/// CPU per request as the daemon's whole server side (BENCHMARKS.md), on the same two cores; this
+/// one leaves them to what is measured. Loopback only, and only the 202 path of `/v1/messages`.
+struct RawClient {
+    stream: tokio::io::BufReader<tokio::net::TcpStream>,
+    host: String,
+}
+
+impl RawClient {
+    async fn connect(url: &str) -> RawClient {
+        let host = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        RawClient {
+            stream: tokio::io::BufReader::new(stream),
+            host,
+        }
+    }
+
+    /// Posts `body` to `/v1/messages`; the response's status.
+    async fn post(&mut self, token: &str, body: &str) -> u16 {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let request = format!(
+            "POST /v1/messages HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            self.host,
+            body.len()
+        );
+        self.stream
+            .get_mut()
+            .write_all(request.as_bytes())
+            .await
+            .unwrap();
+        let mut line = String::new();
+        self.stream.read_line(&mut line).await.unwrap();
+        let status: u16 = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap();
+        let mut length = 0;
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).await.unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut rest = vec![0; length];
+        self.stream.read_exact(&mut rest).await.unwrap();
+        status
+    }
+}
+
 /// Messages per request (`BATCH`, default 1).
 fn batch() -> usize {
     env_or("BATCH", 1).max(1)
@@ -224,18 +293,29 @@ async fn switchboard_run(
         let (http, targets) = (http.clone(), targets.clone());
         tasks.push(tokio::spawn(async move {
             // Request k carries messages k*batch.. (at most `batch`); task t posts k = t, t+c, ...
+            let mut raw: Vec<Option<RawClient>> = (0..targets.len()).map(|_| None).collect();
             let mut k = t;
             while k * batch < messages {
                 let (url, token) = &targets[k % targets.len()];
-                let r = http
-                    .post(url)
-                    .bearer_auth(token)
-                    .header("content-type", "application/json")
-                    .body(body(k * batch..(k * batch + batch).min(messages)))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status().as_u16(), 202);
+                let body = body(k * batch..(k * batch + batch).min(messages));
+                let status = if raw_client() {
+                    let conn = match &mut raw[k % targets.len()] {
+                        Some(conn) => conn,
+                        empty => empty.insert(RawClient::connect(url).await),
+                    };
+                    conn.post(token, &body).await
+                } else {
+                    let r = http
+                        .post(url)
+                        .bearer_auth(token)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    r.status().as_u16()
+                };
+                assert_eq!(status, 202);
                 k += concurrency;
             }
         }));
@@ -445,8 +525,13 @@ fn main() {
     let url = format!("nats://{addr}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "{messages} messages over {concurrency} connections, {} per request; latency over {samples} messages, \
-         one at a time; switchboard's inbox.fsync {}\n",
+        "{messages} messages over {concurrency} connections ({}), {} per request; latency over {samples} \
+         messages, one at a time; switchboard's inbox.fsync {}\n",
+        if raw_client() {
+            "a minimal client"
+        } else {
+            "reqwest"
+        },
         batch(),
         fsync()
     );
