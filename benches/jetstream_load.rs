@@ -172,10 +172,10 @@ fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
-/// The body of one request: message `range.start` alone as an object when `BATCH` is 1 (as
+/// The body of one request: message `range.start` alone as an object when `batch` is 1 (as
 /// before there was a `BATCH`), else the range's messages as an array.
-fn body(range: std::ops::Range<usize>) -> String {
-    if batch() == 1 {
+fn body(range: std::ops::Range<usize>, batch: usize) -> String {
+    if batch == 1 {
         return payload(range.start, "load/x");
     }
     let items: Vec<String> = range.map(|i| payload(i, "load/x")).collect();
@@ -286,7 +286,7 @@ async fn switchboard_run(
             .collect(),
     );
     // Throughput.
-    let batch = batch();
+    let (batch, raw_client) = (batch(), raw_client());
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency {
@@ -297,8 +297,8 @@ async fn switchboard_run(
             let mut k = t;
             while k * batch < messages {
                 let (url, token) = &targets[k % targets.len()];
-                let body = body(k * batch..(k * batch + batch).min(messages));
-                let status = if raw_client() {
+                let body = body(k * batch..(k * batch + batch).min(messages), batch);
+                let status = if raw_client {
                     let conn = match &mut raw[k % targets.len()] {
                         Some(conn) => conn,
                         empty => empty.insert(RawClient::connect(url).await),

@@ -45,6 +45,16 @@ impl Op for AppendEach {
     }
 }
 
+/// `messages` split into those within the inbox's limits and, by position, the refused.
+pub(super) fn split(cx: &Ctx<'_>, messages: Vec<NewMessage>) -> (Vec<NewMessage>, Vec<Refused>) {
+    let (fit, refused) = cx.local.core().split_by_limits(messages);
+    let refused = refused
+        .into_iter()
+        .map(|(index, reason)| Refused { index, reason })
+        .collect();
+    (fit, refused)
+}
+
 /// Stores what fits of `messages`, in order, through `relay` when there is one (a shared
 /// stream), else in the local inbox.
 pub(super) async fn each(
@@ -53,11 +63,7 @@ pub(super) async fn each(
     source: &str,
     relay: Option<std::sync::Arc<dyn crate::control::Relay>>,
 ) -> Result<EachAppended, ApiError> {
-    let (fit, refused) = cx.local.core().split_by_limits(messages);
-    let refused = refused
-        .into_iter()
-        .map(|(index, reason)| Refused { index, reason })
-        .collect();
+    let (fit, refused) = split(cx, messages);
     let appended = if fit.is_empty() {
         Vec::new()
     } else if let Some(relay) = relay {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::append_each::{EachAppended, Refused};
+use super::append_each::EachAppended;
 use crate::control::{ApiError, Ctx, Op, StoreError};
 use crate::inbox::InboxError;
 use crate::message::NewMessage;
@@ -31,11 +31,7 @@ impl Op for Replicate {
     /// before they are on disk. So the wait for the disk is here, until shutdown.
     async fn apply(self, cx: &Ctx<'_>) -> Result<EachAppended, ApiError> {
         let core = cx.local.core();
-        let (fit, refused) = core.split_by_limits(self.messages);
-        let refused = refused
-            .into_iter()
-            .map(|(index, reason)| Refused { index, reason })
-            .collect();
+        let (fit, refused) = super::append_each::split(cx, self.messages);
         if fit.is_empty() {
             return Ok(EachAppended {
                 appended: Vec::new(),
