@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, message::PublishMessage, stream};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio_util::task::TaskTracker;
 
@@ -628,18 +628,22 @@ async fn consume(s: Arc<Shared>, local: Local) {
             s.ready.store(true, Ordering::Release);
             *s.error.lock().unwrap() = None;
             tracing::info!(consumer = %s.durable, applied = s.applied.get(), "jetstream: consuming");
-            let messages = consumer
+            let mut messages = consumer
                 .stream()
                 .max_messages_per_batch(BATCH)
                 .heartbeat(Duration::from_secs(5))
                 .expires(Duration::from_secs(30))
                 .messages()
                 .await?;
-            let mut chunks = messages.ready_chunks(BATCH);
-            while let Some(chunk) = chunks.next().await {
-                let mut batch = Vec::with_capacity(chunk.len());
-                for m in chunk {
-                    batch.push(m?);
+            // What has arrived is stored as one batch. Not `ready_chunks`: it reserves room for
+            // `BATCH` deliveries for every chunk, and most chunks are a few.
+            while let Some(first) = messages.next().await {
+                let mut batch = vec![first?];
+                while batch.len() < BATCH {
+                    match messages.next().now_or_never() {
+                        Some(Some(m)) => batch.push(m?),
+                        _ => break,
+                    }
                 }
                 store(&s, &local, batch, acks).await;
             }
