@@ -298,15 +298,21 @@ fn an_instance_down_for_a_while_catches_up_on_restart() {
     }
 }
 
-/// What JetStream says of instance `name`'s consumer on the stream of `nats`.
-fn consumer_info(nats: &Nats, name: &str) -> async_nats::jetstream::consumer::Info {
+/// Runs `f` on switchboard's stream on `nats`, through a client of the test's own.
+fn on_stream<T>(nats: &Nats, f: impl AsyncFnOnce(async_nats::jetstream::stream::Stream) -> T) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
         let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
-        let stream = js.get_stream("SWITCHBOARD").await.unwrap();
+        f(js.get_stream("SWITCHBOARD").await.unwrap()).await
+    })
+}
+
+/// What JetStream says of instance `name`'s consumer on the stream of `nats`.
+fn consumer_info(nats: &Nats, name: &str) -> async_nats::jetstream::consumer::Info {
+    on_stream(nats, async |stream| {
         stream.consumer_info(name).await.unwrap()
     })
 }
@@ -319,25 +325,18 @@ fn a_consumer_made_with_explicit_acks_has_each_message_acked() {
     let Some(nats) = Nats::start() else { return };
     let a = instance(&nats, "a");
     // `b`'s durable consumer as an earlier version made it, before `b` first starts.
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
-            js.get_stream("SWITCHBOARD")
-                .await
-                .unwrap()
-                .create_consumer(consumer::pull::Config {
-                    durable_name: Some("b".into()),
-                    deliver_policy: consumer::DeliverPolicy::New,
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    filter_subject: "switchboard.msg.>".into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-        });
+    on_stream(&nats, async |stream| {
+        stream
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some("b".into()),
+                deliver_policy: consumer::DeliverPolicy::New,
+                ack_policy: consumer::AckPolicy::Explicit,
+                filter_subject: "switchboard.msg.>".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    });
     let mut b = instance(&nats, "b");
     // Stopped, so that what follows reaches it in batches when it comes back.
     b.kill9();
