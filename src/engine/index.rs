@@ -88,20 +88,21 @@ enum Test {
 }
 
 /// A message's metadata values by key slot ([`Index::keys`]), each looked up the first time a
-/// matcher or the metadata index asks for it; a missing key reads as the empty string.
+/// matcher or the metadata index asks for it; a missing key reads as the empty string. The
+/// table (half a KiB) is cleared only for a message that asks: rule sets without matchers
+/// never do.
 struct Resolved<'m> {
-    values: [Option<&'m str>; MAX_KEYS],
+    values: Option<[Option<&'m str>; MAX_KEYS]>,
 }
 
 impl<'m> Resolved<'m> {
     fn new() -> Resolved<'m> {
-        Resolved {
-            values: [None; MAX_KEYS],
-        }
+        Resolved { values: None }
     }
 
     fn get(&mut self, slot: usize, key: &str, msg: &'m Message) -> &'m str {
-        self.values[slot].get_or_insert_with(|| msg.metadata.value(key))
+        self.values.get_or_insert([None; MAX_KEYS])[slot]
+            .get_or_insert_with(|| msg.metadata.value(key))
     }
 }
 

@@ -140,11 +140,16 @@ pub struct Engine {
     live: Prepared,
     /// Per rule of `live`, by position in the file.
     state: Vec<RuleState>,
-    next_id: ActionId,
+    counters: Counters,
     paused: bool,
     scratch: Scratch,
     hits: Vec<u32>,
-    /// Bumped whenever `state` changes, so a saver knows when a snapshot is due.
+}
+
+/// What every firing moves, beside its rule's state.
+struct Counters {
+    next_id: ActionId,
+    /// Bumped whenever the rules' state changes, so a saver knows when a snapshot is due.
     limits_version: u64,
 }
 
@@ -165,11 +170,13 @@ impl Engine {
         Engine {
             live,
             state,
-            next_id: 1,
+            counters: Counters {
+                next_id: 1,
+                limits_version: 0,
+            },
             paused: false,
             scratch: Scratch::default(),
             hits: Vec::new(),
-            limits_version: 0,
         }
     }
 
@@ -198,7 +205,7 @@ impl Engine {
         self.state = state;
         self.live = prepared;
         self.scratch = Scratch::default();
-        self.limits_version += 1;
+        self.counters.limits_version += 1;
     }
 
     /// The rate-limit and dedup memory of the live rules that is still in force at `now`,
@@ -229,7 +236,7 @@ impl Engine {
                 restored += 1;
             }
         }
-        self.limits_version += 1;
+        self.counters.limits_version += 1;
         restored
     }
 
@@ -240,17 +247,17 @@ impl Engine {
         seen: &mut u64,
         now: DateTime<Utc>,
     ) -> Option<LimitsSnapshot> {
-        if *seen == self.limits_version {
+        if *seen == self.counters.limits_version {
             return None;
         }
-        *seen = self.limits_version;
+        *seen = self.counters.limits_version;
         Some(self.limits_snapshot(now))
     }
 
     /// Changes whenever the rate-limit and dedup memory may have changed (a fire, a swap, a
     /// restore): a saver takes a new snapshot only when it differs from the one it saved.
     pub fn limits_version(&self) -> u64 {
-        self.limits_version
+        self.counters.limits_version
     }
 
     /// [`Engine::swap`] for rules not yet indexed.
@@ -260,12 +267,12 @@ impl Engine {
 
     /// The id the next action will get.
     pub fn next_action_id(&self) -> ActionId {
-        self.next_id
+        self.counters.next_id
     }
 
     /// Continues numbering at `id` (after replaying the actions journal); never goes back.
     pub fn set_next_action_id(&mut self, id: ActionId) {
-        self.next_id = self.next_id.max(id);
+        self.counters.next_id = self.counters.next_id.max(id);
     }
 
     /// Pauses or resumes evaluation; while paused nothing fires and no state changes.
@@ -284,17 +291,24 @@ impl Engine {
         if self.paused {
             return eval;
         }
-        let mut hits = std::mem::take(&mut self.hits);
+        // Borrowed field by field: the rules are read while the state changes, without an
+        // `Arc` clone (two atomic operations) per message.
+        let Engine {
+            live,
+            state,
+            counters,
+            scratch,
+            hits,
+            ..
+        } = self;
         hits.clear();
-        let rules = Arc::clone(&self.live.rules);
-        self.live
-            .index
-            .matches(&rules, msg, &mut self.scratch, &mut hits);
+        live.index.matches(&live.rules, msg, scratch, hits);
         // The index stops listing candidates after the first that has `stop`.
-        for &i in &hits {
-            self.decide(&rules, i as usize, msg, now, &mut eval);
+        let rules = live.rules.rules();
+        for &i in hits.iter() {
+            let i = i as usize;
+            decide(&rules[i], &mut state[i], counters, msg, now, &mut eval);
         }
-        self.hits = hits;
         eval
     }
 
@@ -305,10 +319,10 @@ impl Engine {
         if self.paused {
             return eval;
         }
-        let rules = Arc::clone(&self.live.rules);
-        for (i, rule) in rules.rules().iter().enumerate() {
+        let rules = self.live.rules.rules();
+        for (rule, state) in rules.iter().zip(&mut self.state) {
             if rule.enabled && rule.is_match(msg) {
-                self.decide(&rules, i, msg, now, &mut eval);
+                decide(rule, state, &mut self.counters, msg, now, &mut eval);
                 if rule.stop {
                     break;
                 }
@@ -325,10 +339,10 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> (Evaluation, Vec<(String, Decision)>) {
         let mut eval = Evaluation::default();
-        let rules = Arc::clone(&self.live.rules);
+        let rules = self.live.rules.rules();
         let mut decisions = Vec::with_capacity(rules.len());
         let mut stopped = false;
-        for (i, rule) in rules.rules().iter().enumerate() {
+        for (rule, state) in rules.iter().zip(&mut self.state) {
             let decision = if self.paused {
                 Decision::Paused
             } else if stopped {
@@ -339,85 +353,83 @@ impl Engine {
                 Decision::NoMatch
             } else {
                 stopped = rule.stop;
-                self.decide(&rules, i, msg, now, &mut eval)
+                decide(rule, state, &mut self.counters, msg, now, &mut eval)
             };
             decisions.push((rule.name.to_string(), decision));
         }
         (eval, decisions)
     }
+}
 
-    /// Dedup, rate limit and fire for rule `i` of the live rules, which matched.
-    fn decide(
-        &mut self,
-        rules: &RuleSet,
-        i: usize,
-        msg: &Message,
-        now: DateTime<Utc>,
-        eval: &mut Evaluation,
-    ) -> Decision {
-        let rule: &Rule = &rules.rules()[i];
-        let state = &mut self.state[i];
-        // The default key borrows the content; it is copied only when the rule fires.
-        let dedup = rule.dedup_window.map(|window| {
-            let key = match &rule.dedup_key {
-                Some(t) => Cow::Owned(t.render(msg)),
-                None => Cow::Borrowed(default_dedup_key(&msg.content)),
-            };
-            (key, window)
-        });
-        // Time intervals first: a rule held back by the clock neither spends its rate limit
-        // nor opens a dedup window (Alertmanager checks mute, then active intervals).
-        let reason = if !rule.mute_intervals.is_empty() && rule.muted_by(now).is_some() {
-            Some(SuppressReason::Muted)
-        } else if !rule.is_active(now) {
-            Some(SuppressReason::Inactive)
-        } else if let Some((key, window)) = &dedup
-            && state.is_duplicate(key, *window, now)
-        {
-            Some(SuppressReason::Dedup)
-        } else if state.is_rate_limited(rule.rate_limit, now) {
-            Some(SuppressReason::RateLimited)
-        } else {
-            None
+/// Time intervals, dedup, rate limit and fire for `rule`, which matched; `state` is its state.
+fn decide(
+    rule: &Rule,
+    state: &mut RuleState,
+    counters: &mut Counters,
+    msg: &Message,
+    now: DateTime<Utc>,
+    eval: &mut Evaluation,
+) -> Decision {
+    // The default key borrows the content; it is copied only when the rule fires.
+    let dedup = rule.dedup_window.map(|window| {
+        let key = match &rule.dedup_key {
+            Some(t) => Cow::Owned(t.render(msg)),
+            None => Cow::Borrowed(default_dedup_key(&msg.content)),
         };
-        if let Some(reason) = reason {
-            eval.suppressed.push(Suppressed {
-                rule: rule.name.clone(),
-                reason,
-            });
-            return match reason {
-                SuppressReason::Dedup => Decision::Dedup,
-                SuppressReason::RateLimited => Decision::RateLimited,
-                SuppressReason::Inactive => Decision::Inactive,
-                SuppressReason::Muted => Decision::Muted,
-            };
-        }
-        state.record(
-            rule.rate_limit,
-            dedup.map(|(key, window)| (key.into_owned(), window)),
-            now,
-        );
-        self.limits_version += 1;
-        let id = self.next_id;
-        self.next_id += 1;
-        eval.actions.push(Action {
-            id,
+        (key, window)
+    });
+    // Time intervals first: a rule held back by the clock neither spends its rate limit
+    // nor opens a dedup window (Alertmanager checks mute, then active intervals).
+    let reason = if !rule.mute_intervals.is_empty() && rule.muted_by(now).is_some() {
+        Some(SuppressReason::Muted)
+    } else if !rule.is_active(now) {
+        Some(SuppressReason::Inactive)
+    } else if let Some((key, window)) = &dedup
+        && state.is_duplicate(key, *window, now)
+    {
+        Some(SuppressReason::Dedup)
+    } else if state.is_rate_limited(rule.rate_limit, now) {
+        Some(SuppressReason::RateLimited)
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        eval.suppressed.push(Suppressed {
             rule: rule.name.clone(),
-            mode: rule.mode,
-            seq: msg.seq,
-            prompt: rule.render_prompt(msg),
-            tools: copied(&rule.tools),
-            created: now,
-            expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
-            delivery: rule.delivery,
-            approve_via: copied(&rule.approve_via),
-            consumers: match msg.metadata.value(crate::actions::TO_CONSUMER_KEY) {
-                "" => rule.consumers.clone(),
-                to => crate::actions::Audience::only(to),
-            },
+            reason,
         });
-        Decision::Fired(id)
+        return match reason {
+            SuppressReason::Dedup => Decision::Dedup,
+            SuppressReason::RateLimited => Decision::RateLimited,
+            SuppressReason::Inactive => Decision::Inactive,
+            SuppressReason::Muted => Decision::Muted,
+        };
     }
+    state.record(
+        rule.rate_limit,
+        dedup.map(|(key, window)| (key.into_owned(), window)),
+        now,
+    );
+    counters.limits_version += 1;
+    let id = counters.next_id;
+    counters.next_id += 1;
+    eval.actions.push(Action {
+        id,
+        rule: rule.name.clone(),
+        mode: rule.mode,
+        seq: msg.seq,
+        prompt: rule.render_prompt(msg),
+        tools: copied(&rule.tools),
+        created: now,
+        expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
+        delivery: rule.delivery,
+        approve_via: copied(&rule.approve_via),
+        consumers: match msg.metadata.value(crate::actions::TO_CONSUMER_KEY) {
+            "" => rule.consumers.clone(),
+            to => crate::actions::Audience::only(to),
+        },
+    });
+    Decision::Fired(id)
 }
 
 /// A copy of `list` for a new action. Most rules have no tools or `approveVia` (nor
