@@ -40,12 +40,75 @@ pub struct Literals {
 /// reading `a` from the start state reaches no match and the state after `a b` is the one
 /// after `b` alone, which is where resuming at `b` from the start state leads. One bit per
 /// pair, 8 KiB.
+///
+/// When the pairs that cannot be stepped over are few up to ASCII case (`er` and `ho` for
+/// `error code E7` and `host12`), [`Stops`] finds them eight positions at a time first.
 #[derive(Debug)]
 struct Skip {
     /// Per byte: it keeps the start state (the last byte of a haystack has no pair).
     stay: Box<[bool; 256]>,
     /// Bit `a << 8 | b`: the pair `(a, b)` can be stepped over at `a`.
     pairs: Box<[u64; 1024]>,
+    /// The pairs that stop the scan, when there are at most [`Stops::MAX`] up to case.
+    stops: Option<Stops>,
+}
+
+/// The pairs `(a, b)` that cannot be stepped over, ASCII letters folded to lowercase, tested
+/// on eight positions at once in a `u64` (no SIMD instructions, so on any target).
+///
+/// A lane's test: `(x | fold) ^ splat(a)` is zero in the lanes holding `a` (either case when
+/// `a` is a letter, `fold` then being `0x20`), and `(v - 0x01…) & !v & 0x80…` has the high bit
+/// of every zero lane set. That test can also set a lane above a zero one (a borrow) and the
+/// fold lets in both cases of a letter: the lanes it finds are candidates, each then checked
+/// against [`Skip::pairs`]; a lane it does not find is never a stop.
+#[derive(Debug)]
+struct Stops {
+    /// Per pair: `a` in every lane, its fold, `b` in every lane, its fold.
+    pairs: Vec<[u64; 4]>,
+}
+
+impl Stops {
+    /// Most pairs worth testing this way: each adds about a dozen operations per eight bytes,
+    /// where the pair loop spends about six a byte.
+    const MAX: usize = 4;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+    /// The stops of `pairs` (as [`Skip::pairs`]), if there are few enough.
+    fn of(pairs: &[u64; 1024]) -> Option<Stops> {
+        let fold = |b: u8| {
+            if b.is_ascii_alphabetic() {
+                (b | 0x20, 0x20)
+            } else {
+                (b, 0)
+            }
+        };
+        let mut folded: Vec<[u64; 4]> = Vec::new();
+        for bit in 0..1 << 16 {
+            if pairs[bit >> 6] & (1 << (bit & 63)) != 0 {
+                continue;
+            }
+            let ((a, fa), (b, fb)) = (fold((bit >> 8) as u8), fold(bit as u8));
+            let lanes = [a, fa, b, fb].map(|v| Stops::ONES * u64::from(v));
+            if !folded.contains(&lanes) {
+                if folded.len() == Stops::MAX {
+                    return None;
+                }
+                folded.push(lanes);
+            }
+        }
+        Some(Stops { pairs: folded })
+    }
+
+    /// The lanes (high bit of each) where a stop may begin, given the eight bytes at a
+    /// position (`x`, little-endian) and the eight after it (`y`).
+    #[inline(always)]
+    fn candidates(&self, x: u64, y: u64) -> u64 {
+        let zero = |v: u64| v.wrapping_sub(Stops::ONES) & !v;
+        self.pairs.iter().fold(0, |m, &[a, fa, b, fb]| {
+            m | (zero((x | fa) ^ a) & zero((y | fb) ^ b))
+        }) & Stops::HIGHS
+    }
 }
 
 impl Skip {
@@ -65,7 +128,8 @@ impl Skip {
                 }
             }
         }
-        Some(Skip { stay, pairs })
+        let stops = Stops::of(&pairs);
+        Some(Skip { stay, pairs, stops })
     }
 
     /// Whether the pair `(a, b)` can be stepped over at `a`.
@@ -81,8 +145,25 @@ impl Skip {
     /// be stepped over, as most are. The scan is about a third of a 100-rule dispatch's
     /// instructions (`benches/engine_count.rs`), most of it this loop; one position a step,
     /// with a check and a branch for each, it cost 5% more instructions per dispatch.
+    ///
+    /// With [`Stops`], eight positions a step first: a step with no candidate lane, as most
+    /// are, costs one branch.
     #[inline(always)]
     fn from(&self, haystack: &[u8], mut i: usize) -> usize {
+        if let Some(stops) = &self.stops {
+            while let Some(w) = haystack.get(i..i + 9) {
+                let word = |at: usize| u64::from_le_bytes(w[at..at + 8].try_into().unwrap());
+                let mut lanes = stops.candidates(word(0), word(1));
+                while lanes != 0 {
+                    let k = lanes.trailing_zeros() as usize / 8;
+                    if !self.skips(w[k], w[k + 1]) {
+                        return i + k;
+                    }
+                    lanes &= lanes - 1;
+                }
+                i += 8;
+            }
+        }
         while let Some(w) = haystack.get(i..i + 5) {
             let (a, b, c, d) = (
                 self.skips(w[0], w[1]),
@@ -359,24 +440,33 @@ mod tests {
     fn occurrences(patterns: &[&str], haystack: &str) -> Vec<(usize, usize, usize)> {
         let pats: Vec<&[u8]> = patterns.iter().map(|p| p.as_bytes()).collect();
         let mut out = Vec::new();
-        for lits in [Literals::new(&pats).unwrap(), {
-            let nfa = contiguous::NFA::builder()
-                .ascii_case_insensitive(true)
-                .match_kind(MatchKind::Standard)
-                .build(&pats)
-                .unwrap();
-            Literals {
-                skip: Skip::of(&nfa).unwrap(),
-                automaton: Kind::Nfa(nfa),
-            }
-        }] {
+        for lits in [
+            Literals::new(&pats).unwrap(),
+            {
+                let nfa = contiguous::NFA::builder()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::Standard)
+                    .build(&pats)
+                    .unwrap();
+                Literals {
+                    skip: Skip::of(&nfa).unwrap(),
+                    automaton: Kind::Nfa(nfa),
+                }
+            },
+            {
+                // The same DFA scanned by the pair loop alone, without `Stops`.
+                let mut lits = Literals::new(&pats).unwrap();
+                lits.skip.stops = None;
+                lits
+            },
+        ] {
             let mut got = Vec::new();
             lits.scan(haystack.as_bytes(), |p, end| {
                 got.push((p, end - patterns[p].len(), end))
             });
             got.sort();
             if !out.is_empty() {
-                assert_eq!(got, out, "DFA and NFA differ on {haystack:?}");
+                assert_eq!(got, out, "the scans differ on {haystack:?}");
             }
             out = got;
         }
@@ -456,6 +546,54 @@ mod tests {
             want.sort();
             assert_eq!(got, want, "patterns {pats:?} in {hay:?}");
         }
+    }
+
+    #[test]
+    fn stops_find_what_the_pair_loop_finds() {
+        // Letters in both cases, bytes that fold onto letters (`@` and `` ` `` are `@ | 0x20`
+        // apart), a byte above ASCII: every position `from` may start at, on each haystack.
+        let mut seed = 11u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as usize) % n
+        };
+        let alphabet = b"eEhHor @`\xc3-";
+        let mut built = 0;
+        for _ in 0..3000 {
+            let pats: Vec<Vec<u8>> = (0..1 + next(3))
+                .map(|_| {
+                    (0..2 + next(4))
+                        .map(|_| alphabet[next(alphabet.len())].to_ascii_lowercase())
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[u8]> = pats.iter().map(Vec::as_slice).collect();
+            let Some(with) = Literals::new(&refs) else {
+                continue;
+            };
+            if with.skip.stops.is_none() {
+                continue;
+            }
+            built += 1;
+            let mut without = Literals::new(&refs).unwrap();
+            without.skip.stops = None;
+            let hay: Vec<u8> = (0..next(60))
+                .map(|_| alphabet[next(alphabet.len())])
+                .collect();
+            for i in 0..=hay.len() {
+                assert_eq!(
+                    with.skip.from(&hay, i),
+                    without.skip.from(&hay, i),
+                    "patterns {pats:?}, haystack {hay:?}, from {i}"
+                );
+            }
+        }
+        assert!(
+            built > 500,
+            "only {built} literal sets had few enough stops"
+        );
     }
 
     #[test]
