@@ -29,6 +29,7 @@
 //! when not even the reservation can be written, the writer is told `Unavailable` and nothing
 //! about the messages is shown until the journal takes them.
 
+mod clock;
 pub mod cursor;
 pub mod journal;
 pub mod log;
@@ -404,7 +405,7 @@ impl Inbox {
     ) -> Result<A, InboxError> {
         let inner = &*self.inner;
         let log = &*inner.log;
-        let now = Utc::now();
+        let now = clock::now();
         let mut out = A::with_capacity(n);
         // Under the append lock: admission, seqs, the ring, and the hand-off to the log, so
         // that the log takes batches in seq order.
