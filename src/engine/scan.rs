@@ -505,18 +505,23 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// Pseudo-random numbers below `n` from `seed` (a linear congruential generator: the same
+    /// cases on every run).
+    fn numbers(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |n| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as usize) % n
+        }
+    }
+
     #[test]
     fn scan_finds_what_a_plain_search_finds_on_random_literals() {
         // Small alphabets make literals that overlap, contain each other and share pairs, so
         // the pair skip meets every case: one-byte literals, a pair that begins a literal
         // only after another byte, a haystack's last byte.
-        let mut seed = 7u64;
-        let mut next = |n: usize| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 33) as usize) % n
-        };
+        let mut next = numbers(7);
         for _ in 0..2000 {
             let alphabet = b"abAB c";
             let word = |len: usize, next: &mut dyn FnMut(usize) -> usize| -> String {
@@ -552,13 +557,7 @@ mod tests {
     fn stops_find_what_the_pair_loop_finds() {
         // Letters in both cases, bytes that fold onto letters (`@` and `` ` `` are `@ | 0x20`
         // apart), a byte above ASCII: every position `from` may start at, on each haystack.
-        let mut seed = 11u64;
-        let mut next = |n: usize| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 33) as usize) % n
-        };
+        let mut next = numbers(11);
         let alphabet = b"eEhHor @`\xc3-";
         let mut built = 0;
         for _ in 0..3000 {
