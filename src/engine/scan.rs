@@ -74,8 +74,9 @@ impl Stops {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
 
-    /// The stops of `pairs` (as [`Skip::pairs`]), if there are few enough.
-    fn of(pairs: &[u64; 1024]) -> Option<Stops> {
+    /// Adds the pair `(a, b)`, unless its folded form is there already; false when that would
+    /// make more than [`Stops::MAX`].
+    fn add(&mut self, a: u8, b: u8) -> bool {
         let fold = |b: u8| {
             if b.is_ascii_alphabetic() {
                 (b | 0x20, 0x20)
@@ -83,21 +84,15 @@ impl Stops {
                 (b, 0)
             }
         };
-        let mut folded: Vec<[u64; 4]> = Vec::new();
-        for bit in 0..1 << 16 {
-            if pairs[bit >> 6] & (1 << (bit & 63)) != 0 {
-                continue;
+        let ((a, fa), (b, fb)) = (fold(a), fold(b));
+        let lanes = [a, fa, b, fb].map(|v| Stops::ONES * u64::from(v));
+        if !self.pairs.contains(&lanes) {
+            if self.pairs.len() == Stops::MAX {
+                return false;
             }
-            let ((a, fa), (b, fb)) = (fold((bit >> 8) as u8), fold(bit as u8));
-            let lanes = [a, fa, b, fb].map(|v| Stops::ONES * u64::from(v));
-            if !folded.contains(&lanes) {
-                if folded.len() == Stops::MAX {
-                    return None;
-                }
-                folded.push(lanes);
-            }
+            self.pairs.push(lanes);
         }
-        Some(Stops { pairs: folded })
+        true
     }
 
     /// The lanes (high bit of each) where a stop may begin, given the eight bytes at a
@@ -117,6 +112,8 @@ impl Skip {
         let next = |sid, b: usize| aut.next_state(Anchored::No, sid, b as u8);
         let mut stay = Box::new([false; 256]);
         let mut pairs = Box::new([0u64; 1024]);
+        // The pairs that cannot be stepped over, gathered on the way while they are few.
+        let mut stops = Some(Stops { pairs: Vec::new() });
         for a in 0..256 {
             let after_a = next(start, a);
             stay[a] = after_a == start;
@@ -125,10 +122,11 @@ impl Skip {
                 if stay[a] || (quiet && next(after_a, b) == next(start, b)) {
                     let bit = a << 8 | b;
                     pairs[bit >> 6] |= 1 << (bit & 63);
+                } else if stops.as_mut().is_some_and(|s| !s.add(a as u8, b as u8)) {
+                    stops = None;
                 }
             }
         }
-        let stops = Stops::of(&pairs);
         Some(Skip { stay, pairs, stops })
     }
 
