@@ -4,8 +4,10 @@
 //! message (so a restart can deliver it without the inbox); a transition record carries the
 //! id and the new state; an `evaluated` record marks how far the dispatcher has evaluated
 //! the inbox. The dispatcher writes a batch's actions and its mark in one write and one
-//! fsync, so after a crash either both are on disk or neither is: no message is evaluated
-//! twice, none is skipped.
+//! fsync, so after a crash either both are on disk or neither is: no message makes its actions
+//! twice, none is skipped. A batch that made no action writes only its mark, and may be
+//! written a few milliseconds later together with the marks after it (see
+//! [`super::writer`]): a crash in between evaluates those messages again at the next start.
 //!
 //! A failed write cuts away what part of it landed; the writer keeps the records and writes
 //! them again. Should the cut fail too, the next write first ends the partial line, which

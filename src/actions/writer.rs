@@ -16,8 +16,16 @@
 //! The sync policy follows the home's `inbox.fsync`: `always` syncs every group before it is
 //! acknowledged; `interval` syncs at most once a second and within a second of the last write;
 //! `never` leaves it to the kernel.
+//!
+//! An evaluation mark that comes alone (messages evaluated, no action made) is not a job: it
+//! is kept in an atomic that the thread reads when it writes, at the latest [`MARK_DELAY`]
+//! after the first mark it was told of. Under load that is one write (and, under `always`, one
+//! fsync) for many messages instead of one each, and no thread wake-up per message. A crash
+//! in the meantime loses only marks: their messages made nothing and are evaluated again at
+//! the next start, like any message evaluated after the last mark on disk.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +33,7 @@ use tokio::sync::oneshot;
 
 use super::journal::{ActionLog, Record, encode};
 use crate::home::FsyncPolicy;
+use crate::message::Seq;
 
 /// How long an `interval` journal may hold written records unsynced.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -38,12 +47,30 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// The most buffer capacity kept between writes.
 const KEEP_CAPACITY: usize = 1024 * 1024;
 
+/// How long an evaluation mark that comes alone may wait to be written.
+pub const MARK_DELAY: Duration = Duration::from_millis(5);
+
 /// What runs once a write's records are written.
 type Then = Box<dyn FnOnce() + Send>;
+
+/// What runs with the newest mark once it is written.
+type OnMark = Arc<dyn Fn(Seq) + Send + Sync>;
 
 enum Job {
     Write(Vec<Record>, Option<Then>),
     Flush(oneshot::Sender<bool>),
+    /// A mark is waiting in [`Marks`]: write it within [`MARK_DELAY`].
+    Mark(OnMark),
+}
+
+/// The newest evaluation mark that came alone, shared by the handles and the thread.
+#[derive(Default)]
+struct Marks {
+    /// The newest mark submitted (0: none yet).
+    seq: AtomicU64,
+    /// Whether the thread knows a mark is waiting (a [`Job::Mark`] is sent and not yet
+    /// written): only the mark that finds it false wakes the thread.
+    told: AtomicBool,
 }
 
 /// A handle on the writer thread (none in memory: writes are dropped, acks immediate).
@@ -51,6 +78,7 @@ enum Job {
 pub struct JournalWriter {
     tx: Option<mpsc::Sender<Job>>,
     log: Option<Arc<ActionLog>>,
+    marks: Arc<Marks>,
 }
 
 impl JournalWriter {
@@ -59,6 +87,7 @@ impl JournalWriter {
         JournalWriter {
             tx: None,
             log: None,
+            marks: Arc::default(),
         }
     }
 
@@ -66,14 +95,16 @@ impl JournalWriter {
     /// after writing what was queued.
     pub fn start(log: ActionLog, policy: FsyncPolicy) -> std::io::Result<JournalWriter> {
         let log = Arc::new(log);
+        let marks = Arc::<Marks>::default();
         let (tx, rx) = mpsc::channel();
-        let thread_log = log.clone();
+        let (thread_log, thread_marks) = (log.clone(), marks.clone());
         std::thread::Builder::new()
             .name("actions-journal".into())
-            .spawn(move || run(&thread_log, policy, &rx))?;
+            .spawn(move || run(&thread_log, &thread_marks, policy, &rx))?;
         Ok(JournalWriter {
             tx: Some(tx),
             log: Some(log),
+            marks,
         })
     }
 
@@ -99,6 +130,22 @@ impl JournalWriter {
                 }
             }
             None => then(),
+        }
+    }
+
+    /// Marks every message up to `seq` evaluated, when that is all a batch changed (it made no
+    /// action). Written after everything submitted before it, within [`MARK_DELAY`], together
+    /// with the marks that come meanwhile; `on_written` then runs with the newest of them
+    /// (on the writer's thread, or at once in memory). Never blocks, and wakes the thread
+    /// only for the first mark of a delay.
+    pub fn submit_mark(&self, seq: Seq, on_written: impl Fn(Seq) + Send + Sync + 'static) {
+        let Some(tx) = &self.tx else {
+            on_written(seq);
+            return;
+        };
+        self.marks.seq.fetch_max(seq, Ordering::SeqCst);
+        if !self.marks.told.swap(true, Ordering::SeqCst) {
+            let _ = tx.send(Job::Mark(Arc::new(on_written)));
         }
     }
 
@@ -176,18 +223,87 @@ impl Held {
     }
 }
 
-fn run(log: &ActionLog, policy: FsyncPolicy, rx: &mpsc::Receiver<Job>) {
+/// The marks that came alone, as the writer thread holds them.
+#[derive(Default)]
+struct MarkState {
+    /// When the waiting mark must be written (`None`: none waits).
+    due: Option<Instant>,
+    /// What runs once it is.
+    on_written: Option<OnMark>,
+    /// The newest mark taken into [`Held`].
+    taken: Seq,
+}
+
+impl MarkState {
+    fn told(&mut self, on_written: OnMark) {
+        self.on_written = Some(on_written);
+        self.due.get_or_insert_with(|| Instant::now() + MARK_DELAY);
+    }
+
+    /// Takes the waiting mark into `held`, after every record submitted before it: the records
+    /// of decisions made before the mark was stored were sent before it, so they are in the
+    /// queue by now and are taken first.
+    fn take(&mut self, marks: &Marks, rx: &mpsc::Receiver<Job>, held: &mut Held) -> Vec<Flush> {
+        self.due = None;
+        marks.told.store(false, Ordering::SeqCst);
+        let seq = marks.seq.load(Ordering::SeqCst);
+        let flushes = take_queued(None, rx, held, self);
+        if seq > self.taken {
+            self.taken = seq;
+            let mark = Record {
+                at: Some(chrono::Utc::now()),
+                evaluated: Some(seq),
+                ..Record::default()
+            };
+            encode(&[mark], &mut held.lines);
+            if let Some(on_written) = self.on_written.clone() {
+                held.then.push(Box::new(move || on_written(seq)));
+            }
+        }
+        flushes
+    }
+}
+
+type Flush = oneshot::Sender<bool>;
+
+/// Moves `first` and everything queued after it into `held` (marks into `marks`); returns the
+/// flushes asked for.
+fn take_queued(
+    first: Option<Job>,
+    rx: &mpsc::Receiver<Job>,
+    held: &mut Held,
+    marks: &mut MarkState,
+) -> Vec<Flush> {
+    let mut flushes = Vec::new();
+    for job in first
+        .into_iter()
+        .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+    {
+        match job {
+            Job::Write(records, then) => {
+                encode(&records, &mut held.lines);
+                held.then.extend(then);
+            }
+            Job::Flush(ack) => flushes.push(ack),
+            Job::Mark(on_written) => marks.told(on_written),
+        }
+    }
+    flushes
+}
+
+fn run(log: &ActionLog, marks: &Marks, policy: FsyncPolicy, rx: &mpsc::Receiver<Job>) {
     let mut held = Held::default();
+    let mut mark = MarkState::default();
     // After a failed write: when to try again, and the wait after that one.
     let mut retry: Option<Instant> = None;
     let mut backoff = RETRY_MIN;
     // Under `interval`: when the oldest unsynced write happened.
     let mut unsynced: Option<Instant> = None;
     loop {
-        let wake_at = match (retry, unsynced.map(|t| t + SYNC_INTERVAL)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake_at = [retry, unsynced.map(|t| t + SYNC_INTERVAL), mark.due]
+            .into_iter()
+            .flatten()
+            .min();
         let first = match wake_at {
             Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                 Ok(job) => Some(job),
@@ -199,20 +315,16 @@ fn run(log: &ActionLog, policy: FsyncPolicy, rx: &mpsc::Receiver<Job>) {
                 Err(_) => break,
             },
         };
-        let mut flushes = Vec::new();
-        for job in first
-            .into_iter()
-            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
-        {
-            match job {
-                Job::Write(records, then) => {
-                    encode(&records, &mut held.lines);
-                    held.then.extend(then);
-                }
-                Job::Flush(ack) => flushes.push(ack),
-            }
-        }
+        let mut flushes = take_queued(first, rx, &mut held, &mut mark);
         let now = Instant::now();
+        let flush = !flushes.is_empty();
+        // A waiting mark goes with a flush, with records written anyway, or when it is due.
+        if mark
+            .due
+            .is_some_and(|due| flush || !held.is_empty() || now >= due)
+        {
+            flushes.extend(mark.take(marks, rx, &mut held));
+        }
         let flush = !flushes.is_empty();
         // While a failed write waits for its next try, new records wait with it; a flush
         // tries at once.
@@ -253,7 +365,10 @@ fn run(log: &ActionLog, policy: FsyncPolicy, rx: &mpsc::Receiver<Job>) {
             let _ = ack.send(held.is_empty());
         }
     }
-    // Every handle is gone: one last try for what is held.
+    // Every handle is gone: one last try for what is held, with the last mark.
+    if mark.due.is_some() {
+        mark.take(marks, rx, &mut held);
+    }
     if held.is_empty() {
         if unsynced.is_some() {
             let _ = log.sync();
@@ -293,6 +408,77 @@ mod tests {
         let acked = writer.submit_acked(vec![Record::transition(501, ActionState::Queued, now)]);
         acked.await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 501);
+    }
+
+    /// The records of `path`, in file order.
+    fn records(path: &std::path::Path) -> Vec<Record> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn marks_that_come_alone_are_written_together_after_the_records_before_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("actions.jsonl");
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let writer = JournalWriter::start(log, FsyncPolicy::Never).unwrap();
+        let now = chrono::Utc::now();
+        let newest = Arc::new(AtomicU64::new(0));
+        for seq in 1..=1000 {
+            if seq % 100 == 0 {
+                writer.submit(vec![Record::transition(seq, ActionState::Delivered, now)]);
+            }
+            let newest = newest.clone();
+            writer.submit_mark(seq, move |seq| {
+                newest.fetch_max(seq, Ordering::SeqCst);
+            });
+        }
+        // Written by the delay, unasked.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while newest.load(Ordering::SeqCst) < 1000 {
+            assert!(Instant::now() < deadline, "the last mark was never written");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let written = records(&path);
+        let marks: Vec<Seq> = written.iter().filter_map(|r| r.evaluated).collect();
+        assert_eq!(
+            marks.last(),
+            Some(&1000),
+            "the newest mark, once told it is written"
+        );
+        assert!(marks.windows(2).all(|w| w[0] < w[1]), "{marks:?}");
+        // No mark is on disk before a record submitted before it.
+        for (at, r) in written.iter().enumerate() {
+            if let Some(mark) = r.evaluated {
+                let before = written[..at].iter().filter_map(|r| r.id).count() as u64;
+                assert_eq!(before, mark / 100, "records before mark {mark}");
+            }
+        }
+        // A flush writes a waiting mark at once.
+        writer.submit_mark(1001, |_| {});
+        assert!(writer.flush().await);
+        let last = records(&path).pop().unwrap();
+        assert_eq!(last.evaluated, Some(1001));
+
+        // Marks that trickle in, slower than the thread writes, still wait for each other:
+        // one write per delay, not one per mark.
+        let lines = records(&path).len();
+        let started = Instant::now();
+        for seq in 1002..=1021 {
+            writer.submit_mark(seq, |_| {});
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let trickling = started.elapsed();
+        assert!(writer.flush().await);
+        let written = records(&path).len() - lines;
+        let delays = (trickling.as_micros() / MARK_DELAY.as_micros()) as usize;
+        assert!(
+            written <= delays + 2,
+            "{written} lines for 20 marks over {trickling:?}"
+        );
     }
 
     #[tokio::test]

@@ -90,6 +90,15 @@ impl Lifecycle {
             }
         }
         s.nudges.trim_delivered(cap);
+        s.drops.log(cap);
+        let journal = &self.inner.journal;
+        let waits = !batch.staged.is_empty() || journal.is_failing();
+        if let (Some(seq), true, false) = (evaluated, batch.changes.records.is_empty(), waits) {
+            // Only the mark moves: it may wait for the marks after it (see the writer).
+            let mark = self.inner.evaluated.clone();
+            journal.submit_mark(seq, move |seq| advance(&mark, Some(seq)));
+            return (batch, None);
+        }
         if let Some(seq) = evaluated {
             batch.changes.record(Record {
                 at: Some(now),
@@ -97,10 +106,8 @@ impl Lifecycle {
                 ..Record::default()
             });
         }
-        s.drops.log(cap);
         let records = std::mem::take(&mut batch.changes.records);
-        let journal = &self.inner.journal;
-        let written = if batch.staged.is_empty() && !journal.is_failing() {
+        let written = if !waits {
             let mark = self.inner.evaluated.clone();
             journal.submit_then(records, move || advance(&mark, evaluated));
             None
