@@ -317,6 +317,55 @@ fn consumer_info(nats: &Nats, name: &str) -> async_nats::jetstream::consumer::In
     })
 }
 
+/// Messages that come one at a time, each soon after the last, share their acknowledgements:
+/// the consumer acks the newest stored one once 64 wait or none came for 5 ms, not each as it
+/// is stored. Every one is acknowledged in the end.
+#[test]
+fn single_messages_in_a_row_share_their_acknowledgements() {
+    use futures::StreamExt;
+    let Some(nats) = Nats::start() else { return };
+    let a = instance(&nats, "a");
+    // The acks instance `a`'s consumer sends, seen by a subscriber of the test's own.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let acks = rt.block_on(async {
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let sub = client.subscribe("$JS.ACK.SWITCHBOARD.a.>").await.unwrap();
+        client.flush().await.unwrap();
+        sub
+    });
+    let started = std::time::Instant::now();
+    let mut sent = post_twenty(&a, "x");
+    sent.extend(post_twenty(&a, "y"));
+    sent.extend(post_twenty(&a, "z"));
+    let posting = started.elapsed();
+    eventually(
+        Duration::from_secs(10),
+        "every delivery acknowledged",
+        || (consumer_info(&nats, "a").num_ack_pending == 0).then_some(()),
+    );
+    assert_eq!(contents(&a), sent, "each once, in order");
+    // Dropped within the runtime, as async-nats wants.
+    let seen = rt.block_on(async move {
+        let mut acks = acks;
+        let mut seen = 0;
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), acks.next()).await
+        {
+            seen += 1;
+        }
+        seen
+    });
+    // At most one ack per 5 ms of posting, one per 64 messages, and the last.
+    let bound = (posting.as_millis() / 5) as usize + 60 / 64 + 2;
+    assert!(
+        (1..=bound).contains(&seen),
+        "{seen} acks for 60 messages posted one at a time over {posting:?}"
+    );
+}
+
 /// A consumer made by a version that acked each message keeps that policy (JetStream does not
 /// change it), so each message is acked there, not only a batch's last.
 #[test]

@@ -14,9 +14,10 @@
 //!   acknowledged in `publishTimeout`: 503, nothing claimed that is not in the stream).
 //! - **One durable consumer per instance** (named after `instance`) feeds the local inbox in
 //!   stream order through the `replicate` operation: a batch is stored (journal, fsync
-//!   policy) before its messages are acknowledged to JetStream — with one ack of its last
-//!   message (`AckPolicy::All`; a consumer made by an earlier version keeps `Explicit`, and
-//!   each of its messages is acked). The stream seq goes with the
+//!   policy) before its messages are acknowledged to JetStream — with one ack of the newest
+//!   stored message, shared by the batches that follow within 5 ms, up to 64 messages
+//!   (`AckPolicy::All`; a consumer made by an earlier version keeps `Explicit`, and each of its
+//!   messages is acked). The stream seq goes with the
 //!   record as metadata (`jetstream.seq`, and the ingesting instance as `jetstream.instance`),
 //!   so that at boot the inbox's newest records say how far this instance got: a message
 //!   delivered again after a crash between store and acknowledgement is acknowledged, not
@@ -635,18 +636,49 @@ async fn consume(s: Arc<Shared>, local: Local) {
                 .expires(Duration::from_secs(30))
                 .messages()
                 .await?;
-            // What has arrived is stored as one batch. Not `ready_chunks`: it reserves room for
-            // `BATCH` deliveries for every chunk, and most chunks are a few.
-            while let Some(first) = messages.next().await {
-                let mut batch = vec![first?];
+            // The ack of what is stored and not yet acknowledged (`Acks::Last` only).
+            let mut unacked = Unacked::default();
+            loop {
+                let next = if unacked.waiting() {
+                    match tokio::time::timeout(ACK_DELAY, messages.next()).await {
+                        Ok(next) => next,
+                        // Nothing more came: acknowledge what is stored.
+                        Err(_) => {
+                            unacked.send().await;
+                            continue;
+                        }
+                    }
+                } else {
+                    messages.next().await
+                };
+                let first = match next {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => {
+                        unacked.send().await;
+                        return Err(e.into());
+                    }
+                    None => break,
+                };
+                // What has arrived is stored as one batch. Not `ready_chunks`: it reserves
+                // room for `BATCH` deliveries for every chunk, and most chunks are a few.
+                let mut batch = vec![first];
                 while batch.len() < BATCH {
                     match messages.next().now_or_never() {
-                        Some(Some(m)) => batch.push(m?),
+                        Some(Some(Ok(m))) => batch.push(m),
+                        // Not stored: it comes again once the consumer starts again.
+                        Some(Some(Err(e))) => {
+                            unacked.send().await;
+                            return Err(e.into());
+                        }
                         _ => break,
                     }
                 }
-                store(&s, &local, batch, acks).await;
+                let stored = batch.len();
+                if let Some(last) = store(&s, &local, batch, acks).await {
+                    unacked.stored(last, stored).await;
+                }
             }
+            unacked.send().await;
             anyhow::Ok(())
         };
         tokio::select! {
@@ -672,6 +704,51 @@ async fn consume(s: Arc<Shared>, local: Local) {
     }
 }
 
+/// The longest a stored message waits for its acknowledgement when no other message follows.
+const ACK_DELAY: Duration = Duration::from_millis(5);
+/// Stored messages acknowledged with one ack at most (well under the consumer's
+/// `max_ack_pending` of 4096).
+const ACK_EVERY: usize = 64;
+
+/// Stored and not yet acknowledged, under `Acks::Last`: the newest such message, whose one ack
+/// says all of them. It is sent once [`ACK_EVERY`] messages wait, once no message has come
+/// for [`ACK_DELAY`], or before the consumer stops. Until then JetStream counts them as ack
+/// pending; should this instance die meanwhile, they come again after the consumer's ack wait
+/// and are acknowledged, not stored twice (they are at or below the applied mark).
+#[derive(Default)]
+struct Unacked {
+    last: Option<jetstream::Message>,
+    count: usize,
+}
+
+impl Unacked {
+    fn waiting(&self) -> bool {
+        self.last.is_some()
+    }
+
+    /// `last`, the newest of `count` more stored messages, waits for its ack.
+    async fn stored(&mut self, last: jetstream::Message, count: usize) {
+        self.last = Some(last);
+        self.count += count;
+        if self.count >= ACK_EVERY {
+            self.send().await;
+        }
+    }
+
+    async fn send(&mut self) {
+        self.count = 0;
+        if let Some(m) = self.last.take() {
+            ack(&m).await;
+        }
+    }
+}
+
+async fn ack(m: &jetstream::Message) {
+    if let Err(e) = m.ack().await {
+        tracing::debug!(cause = %e, "jetstream: an acknowledgement was not sent; the message comes again and is skipped");
+    }
+}
+
 /// How a stored batch is acknowledged, by the consumer's ack policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Acks {
@@ -692,10 +769,17 @@ impl Acks {
 }
 
 /// Stores one batch of delivered messages (those past the applied mark), retrying while the
-/// inbox cannot take them, then acknowledges them (`acks`). Each run of messages from one
-/// source is stored as that source's, in stream order, so that `/metrics` counts a mixed batch
-/// by the source of each message.
-async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>, acks: Acks) {
+/// inbox cannot take them. Each run of messages from one source is stored as that source's, in
+/// stream order, so that `/metrics` counts a mixed batch by the source of each message.
+///
+/// Under `Acks::Each` every message is then acknowledged here; under `Acks::Last` the batch's
+/// last message is returned, for [`Unacked`]. `None` when the daemon stops first.
+async fn store(
+    s: &Shared,
+    local: &Local,
+    mut batch: Vec<jetstream::Message>,
+    acks: Acks,
+) -> Option<jetstream::Message> {
     let applied = s.applied.get();
     // Of each message to store: its place in the batch, its stream seq, its source.
     let mut places = Vec::with_capacity(batch.len());
@@ -742,20 +826,18 @@ async fn store(s: &Shared, local: &Local, batch: Vec<jetstream::Message>, acks: 
                 .filter_map(|k| decode(&batch[places[k]], seqs[k]).ok())
                 .collect()
         };
-        let Some(done) = replicate(s, local, messages, again, sources[at]).await else {
-            return;
-        };
+        let done = replicate(s, local, messages, again, sources[at]).await?;
         record(s, &seqs[at..at + run], done);
         at += run;
     }
     s.applied.advance(newest);
-    let acked = match acks {
-        Acks::Last => &batch[batch.len().saturating_sub(1)..],
-        Acks::Each => &batch[..],
-    };
-    for m in acked {
-        if let Err(e) = m.ack().await {
-            tracing::debug!(cause = %e, "jetstream: an acknowledgement was not sent; the message comes again and is skipped");
+    match acks {
+        Acks::Last => batch.pop(),
+        Acks::Each => {
+            for m in &batch {
+                ack(m).await;
+            }
+            None
         }
     }
 }
