@@ -48,7 +48,7 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 const KEEP_CAPACITY: usize = 1024 * 1024;
 
 /// How long an evaluation mark that comes alone may wait to be written.
-pub const MARK_DELAY: Duration = Duration::from_millis(5);
+const MARK_DELAY: Duration = Duration::from_millis(5);
 
 /// What runs once a write's records are written.
 type Then = Box<dyn FnOnce() + Send>;

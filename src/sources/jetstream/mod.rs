@@ -712,9 +712,10 @@ const ACK_EVERY: usize = 64;
 
 /// Stored and not yet acknowledged, under `Acks::Last`: the newest such message, whose one ack
 /// says all of them. It is sent once [`ACK_EVERY`] messages wait, once no message has come
-/// for [`ACK_DELAY`], or before the consumer stops. Until then JetStream counts them as ack
-/// pending; should this instance die meanwhile, they come again after the consumer's ack wait
-/// and are acknowledged, not stored twice (they are at or below the applied mark).
+/// for [`ACK_DELAY`], or when the delivery stream ends or fails. Until then JetStream counts
+/// them as ack pending; should this instance stop or die meanwhile, they come again after the
+/// consumer's ack wait and are acknowledged, not stored twice (they are at or below the
+/// applied mark).
 #[derive(Default)]
 struct Unacked {
     last: Option<jetstream::Message>,
