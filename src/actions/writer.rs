@@ -388,26 +388,13 @@ mod tests {
     use super::*;
     use crate::actions::ActionState;
 
-    #[tokio::test]
-    async fn records_land_in_submission_order_and_flush_waits_for_them() {
+    /// A writer with `policy` on `actions.jsonl` in a new directory (kept while the test runs).
+    fn started(policy: FsyncPolicy) -> (tempfile::TempDir, std::path::PathBuf, JournalWriter) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("actions.jsonl");
         let (log, _) = ActionLog::open(&path).unwrap();
-        let writer = JournalWriter::start(log, FsyncPolicy::Never).unwrap();
-        let now = chrono::Utc::now();
-        for id in 1..=500 {
-            writer.submit(vec![Record::transition(id, ActionState::Delivered, now)]);
-        }
-        writer.flush().await;
-        let ids: Vec<u64> = std::fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str::<Record>(l).unwrap().id.unwrap())
-            .collect();
-        assert_eq!(ids, (1..=500).collect::<Vec<_>>());
-        let acked = writer.submit_acked(vec![Record::transition(501, ActionState::Queued, now)]);
-        acked.await.unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 501);
+        let writer = JournalWriter::start(log, policy).unwrap();
+        (dir, path, writer)
     }
 
     /// The records of `path`, in file order.
@@ -419,12 +406,28 @@ mod tests {
             .collect()
     }
 
+    /// The action ids of `path`'s records, in file order.
+    fn ids(path: &std::path::Path) -> Vec<u64> {
+        records(path).iter().map(|r| r.id.unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn records_land_in_submission_order_and_flush_waits_for_them() {
+        let (_dir, path, writer) = started(FsyncPolicy::Never);
+        let now = chrono::Utc::now();
+        for id in 1..=500 {
+            writer.submit(vec![Record::transition(id, ActionState::Delivered, now)]);
+        }
+        writer.flush().await;
+        assert_eq!(ids(&path), (1..=500).collect::<Vec<_>>());
+        let acked = writer.submit_acked(vec![Record::transition(501, ActionState::Queued, now)]);
+        acked.await.unwrap();
+        assert_eq!(records(&path).len(), 501);
+    }
+
     #[tokio::test]
     async fn marks_that_come_alone_are_written_together_after_the_records_before_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("actions.jsonl");
-        let (log, _) = ActionLog::open(&path).unwrap();
-        let writer = JournalWriter::start(log, FsyncPolicy::Never).unwrap();
+        let (_dir, path, writer) = started(FsyncPolicy::Never);
         let now = chrono::Utc::now();
         let newest = Arc::new(AtomicU64::new(0));
         for seq in 1..=1000 {
@@ -483,10 +486,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_write_keeps_its_records_in_order_until_the_file_takes_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("actions.jsonl");
-        let (log, _) = ActionLog::open(&path).unwrap();
-        let writer = JournalWriter::start(log, FsyncPolicy::Always).unwrap();
+        let (_dir, path, writer) = started(FsyncPolicy::Always);
         let now = chrono::Utc::now();
         let record = |id| vec![Record::transition(id, ActionState::Delivered, now)];
         writer.submit(record(1));
@@ -519,11 +519,6 @@ mod tests {
             .unwrap();
         assert!(writer.flush().await);
         assert_eq!(writer.status(), "ok");
-        let ids: Vec<u64> = std::fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str::<Record>(l).unwrap().id.unwrap())
-            .collect();
-        assert_eq!(ids, [1, 2, 3, 4], "each once, in order");
+        assert_eq!(ids(&path), [1, 2, 3, 4], "each once, in order");
     }
 }
