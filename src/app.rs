@@ -823,7 +823,8 @@ impl Core {
     // ---- the tasks -----------------------------------------------------------------------------
 
     /// The dispatcher: evaluates committed messages after `mark`, in seq order, in batches,
-    /// and offers the actions with the new mark to the lifecycle (one journal write per batch).
+    /// and offers the actions with the new mark to the lifecycle (one journal write per batch
+    /// that made actions; marks alone share a write).
     /// While the actions journal fails it waits for its batch to be written, so it never runs
     /// ahead of what is on disk.
     fn spawn_dispatcher(self: &Arc<Core>, mark: Seq) {

@@ -134,7 +134,7 @@ impl JournalWriter {
     }
 
     /// Marks every message up to `seq` evaluated, when that is all a batch changed (it made no
-    /// action). Written after everything submitted before it, within [`MARK_DELAY`], together
+    /// action). Written after everything submitted before it, within 5 ms, together
     /// with the marks that come meanwhile; `on_written` then runs with the newest of them
     /// (on the writer's thread, or at once in memory). Never blocks, and wakes the thread
     /// only for the first mark of a delay.

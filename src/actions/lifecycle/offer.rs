@@ -36,8 +36,10 @@ struct Batch {
 
 impl Lifecycle {
     /// Offers the actions of evaluated messages; `evaluated` is the dispatcher's new mark,
-    /// written in the same journal write as the actions. Nudges and work are visible at once;
-    /// confirm requests once that write is on disk, and the mark
+    /// written in the same journal write as the actions (a mark with nothing else to write
+    /// waits up to 5 ms for the marks after it: see
+    /// [`crate::actions::writer::JournalWriter::submit_mark`]). Nudges and work are visible at
+    /// once; confirm requests once that write is on disk, and the mark
     /// ([`Lifecycle::evaluated`]) moves only then too.
     ///
     /// Returns once the confirm requests are visible. While the journal fails, it returns only
