@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::util::{
-    Switchboard, apt_install, eventually, free_port, http_request, metric, on_path, stdout,
+    Switchboard, apt_install, eventually, free_port, http_request, metric, metrics, on_path, stdout,
 };
 
 /// A `nats-server -js` on a loopback port with its store in a temporary directory; killed
@@ -238,22 +238,107 @@ fn a_message_posted_to_one_instance_reaches_every_instance_once() {
         "{status}"
     );
     assert!(status.contains("oncall-a ("), "{status}");
-    let auth = format!("Bearer {}", all[2].token());
-    let metrics = http_request(
-        all[2].ingest.as_deref().unwrap(),
-        "GET",
-        "/metrics",
-        &[("Authorization", auth.as_str())],
-        b"",
-    );
+    let metrics = metrics(&all[2]);
     for line in [
         "switchboard_jetstream_connected 1",
         "switchboard_jetstream_instances 2",
         "switchboard_jetstream_stored_total 1",
         "switchboard_jetstream_applied_seq 1",
     ] {
-        assert!(metrics.body.contains(line), "{line}: {}", metrics.body);
+        assert!(metrics.contains(line), "{line}: {metrics}");
     }
+}
+
+/// A NATS client of the sender's own can publish straight to the stream: every instance stores
+/// the message once, `Nats-Msg-Id` its id when the payload has none, the time JetStream stored
+/// it its time on every instance. What is not a switchboard message is skipped and counted.
+#[test]
+fn a_message_published_straight_to_the_stream_reaches_every_instance() {
+    let Some(nats) = Nats::start() else { return };
+    let all = [instance(&nats, "a"), instance(&nats, "b")];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let retried = rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        let publish = async |payload: serde_json::Value, id: Option<&str>| {
+            let mut headers = async_nats::HeaderMap::new();
+            if let Some(id) = id {
+                headers.insert("Nats-Msg-Id", id);
+            }
+            let body = payload.to_string().into();
+            js.publish_with_headers("switchboard.msg.ci.main", headers, body)
+                .await
+                .unwrap()
+                .await
+                .unwrap()
+        };
+        let failed = serde_json::json!({"server": "ci", "channel": "ci/main",
+            "content": "build 7 failed"});
+        publish(failed.clone(), Some("ci-run-7")).await;
+        let retried = publish(failed, Some("ci-run-7")).await;
+        js.publish("switchboard.msg.ci.main", "not a message".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let next =
+            serde_json::json!({"server": "ci", "channel": "ci/main", "content": "build 8 passed"});
+        publish(next, None).await;
+        retried
+    });
+    assert!(retried.duplicate, "JetStream drops the retry of an id");
+    let mut times = Vec::new();
+    for sb in &all {
+        let got = eventually(Duration::from_secs(10), "both messages stored", || {
+            let m = messages(sb);
+            (m.len() >= 2).then_some(m)
+        });
+        assert_eq!(contents(sb), ["build 7 failed", "build 8 passed"]);
+        assert_eq!(got[0]["id"], "ci-run-7", "the id is Nats-Msg-Id");
+        assert_eq!(got[0]["server"], "ci");
+        assert_eq!(got[0]["metadata"]["jetstream.seq"], "1");
+        assert_eq!(
+            got[0]["metadata"].get("jetstream.instance"),
+            None,
+            "no instance ingested it"
+        );
+        assert_eq!(got[1]["metadata"]["jetstream.seq"], "3");
+        assert_eq!(
+            jetstream_state(sb)["skipped"],
+            1,
+            "the payload that is not JSON"
+        );
+        let status = stdout(&sb.cli(&["status"]));
+        assert!(status.contains("0 redelivered, 1 skipped;"), "{status}");
+        let metrics = metrics(sb);
+        assert!(
+            metrics.contains("switchboard_jetstream_skipped_total 1"),
+            "{metrics}"
+        );
+        // The journal keeps the time to the nanosecond (a listing, to the second).
+        let journal = std::fs::read_to_string(sb.home.path().join("channels.jsonl")).unwrap();
+        let stored: Vec<i64> = journal
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|r| {
+                let t = chrono::DateTime::parse_from_rfc3339(r["timestamp"].as_str()?).ok()?;
+                t.timestamp_nanos_opt()
+            })
+            .collect();
+        times.push(stored);
+    }
+    let in_stream = on_stream(&nats, async |stream| {
+        let mut times = Vec::new();
+        for seq in [1, 3] {
+            let m = stream.get_raw_message(seq).await.unwrap();
+            times.push(m.time.unix_timestamp_nanos() as i64);
+        }
+        times
+    });
+    assert_eq!(times[0], in_stream, "the time JetStream stored each one");
+    assert_eq!(times[1], in_stream, "the same on every instance");
 }
 
 #[test]
@@ -748,14 +833,7 @@ async fn thirty_auto_messages_posted_to_three_instances_are_each_delivered_exact
         status.contains("; work: 0 pending, 0 in flight, 0 redelivering; here "),
         "{status}"
     );
-    let auth = format!("Bearer {}", all[0].token());
-    let metrics = http_request(
-        all[0].ingest.as_deref().unwrap(),
-        "GET",
-        "/metrics",
-        &[("Authorization", auth.as_str())],
-        b"",
-    );
+    let metrics = metrics(&all[0]);
     let w = jetstream_state(&all[0])["work"].clone();
     for line in [
         "switchboard_jetstream_work_pending 0".to_string(),
@@ -766,7 +844,7 @@ async fn thirty_auto_messages_posted_to_three_instances_are_each_delivered_exact
             w["duplicates"]
         ),
     ] {
-        assert!(metrics.body.contains(&line), "{line}: {}", metrics.body);
+        assert!(metrics.contains(&line), "{line}: {metrics}");
     }
 }
 

@@ -819,9 +819,8 @@ impl Drop for Watch {
     }
 }
 
-/// The value of the sample `name` (with its labels, as printed) in `sb`'s `GET /metrics`, if it
-/// has one.
-pub fn metric(sb: &Switchboard, name: &str) -> Option<f64> {
+/// `sb`'s `GET /metrics`, answered 200.
+pub fn metrics(sb: &Switchboard) -> String {
     let auth = format!("Bearer {}", sb.token());
     let reply = http_request(
         sb.ingest.as_deref().expect("ingest address"),
@@ -831,7 +830,13 @@ pub fn metric(sb: &Switchboard, name: &str) -> Option<f64> {
         b"",
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
-    reply.body.lines().find_map(|line| {
+    reply.body
+}
+
+/// The value of the sample `name` (with its labels, as printed) in `sb`'s `GET /metrics`, if it
+/// has one.
+pub fn metric(sb: &Switchboard, name: &str) -> Option<f64> {
+    metrics(sb).lines().find_map(|line| {
         let (sample, value) = line.rsplit_once(' ')?;
         (sample == name).then(|| value.parse().unwrap())
     })

@@ -148,8 +148,13 @@ impl JetStreamState {
                 .collect();
             format!("instances: {}", names.join(", "))
         };
+        // Messages of the stream this inbox could not take: said only when there are some.
+        let skipped = match self.skipped {
+            0 => String::new(),
+            n => format!(", {n} skipped"),
+        };
         format!(
-            "{} as `{}`, stream {} {}; applied seq {}, lag {}, {} redelivered; {}{}{}",
+            "{} as `{}`, stream {} {}; applied seq {}, lag {}, {} redelivered{}; {}{}{}",
             self.connection,
             self.instance,
             self.stream,
@@ -157,6 +162,7 @@ impl JetStreamState {
             self.applied,
             self.lag,
             self.redelivered,
+            skipped,
             others,
             self.work.line(),
             self.error
@@ -439,6 +445,12 @@ impl JetStream {
             Kind::Counter,
             "Messages from the stream stored in this instance's inbox.",
             st.stored as f64,
+        );
+        line(
+            "skipped_total",
+            Kind::Counter,
+            "Messages of the stream this inbox refused (not a switchboard message, or over its limits).",
+            st.skipped as f64,
         );
         line(
             "applied_seq",
@@ -798,7 +810,7 @@ async fn store(
         if seq <= applied {
             continue;
         }
-        match decode(m, seq) {
+        match decode(m, &info) {
             Ok(new) => {
                 places.push(place);
                 seqs.push(seq);
@@ -824,7 +836,10 @@ async fn store(
         // first try, nearly always the only one, moves its messages in without a copy.
         let again = || {
             (at..at + run)
-                .filter_map(|k| decode(&batch[places[k]], seqs[k]).ok())
+                .filter_map(|k| {
+                    let m = &batch[places[k]];
+                    decode(m, &m.info().ok()?).ok()
+                })
                 .collect()
         };
         let done = replicate(s, local, messages, again, sources[at]).await?;
@@ -851,14 +866,32 @@ fn header<'m>(m: &'m jetstream::Message, name: &str) -> Option<&'m str> {
         .map(|v| v.as_str())
 }
 
-/// The switchboard message a delivery of stream seq `seq` carries, with the seq and the
-/// ingesting instance added to its metadata.
-fn decode(m: &jetstream::Message, seq: u64) -> Result<NewMessage, serde_json::Error> {
+/// The switchboard message a delivery carries, with its stream seq and the ingesting instance
+/// added to its metadata.
+///
+/// A message an instance published has its id and time in the payload. One that a NATS client
+/// published straight to the stream may leave them out: its `Nats-Msg-Id` header is then its
+/// id (so the inbox's id window drops what JetStream's did not), and the time JetStream stored
+/// it is its time — the same on every instance, not each one's receive time.
+fn decode(
+    m: &jetstream::Message,
+    info: &jetstream::message::Info,
+) -> Result<NewMessage, serde_json::Error> {
     let mut new = serde_json::from_slice::<NewMessage>(&m.payload)?;
-    new.metadata.extend([
-        (SEQ_KEY, seq.to_string().as_str()),
-        (INSTANCE_KEY, header(m, INSTANCE_HEADER).unwrap_or_default()),
-    ]);
+    let seq = info.stream_sequence.to_string();
+    match header(m, INSTANCE_HEADER) {
+        Some(instance) => new
+            .metadata
+            .extend([(SEQ_KEY, seq.as_str()), (INSTANCE_KEY, instance)]),
+        None => new.metadata.extend([(SEQ_KEY, seq.as_str())]),
+    }
+    if new.id.is_none() {
+        new.id = header(m, "Nats-Msg-Id").map(str::to_string);
+    }
+    if new.timestamp.is_none() {
+        let at = info.published;
+        new.timestamp = chrono::DateTime::from_timestamp(at.unix_timestamp(), at.nanosecond());
+    }
     Ok(new)
 }
 
@@ -1025,6 +1058,14 @@ mod tests {
             st.line(),
             "connected as `a`, stream SWITCHBOARD ready; applied seq 7, lag 0, 0 redelivered; \
              instances: b (1s ago)"
+        );
+        let skipping = JetStreamState { skipped: 2, ..st };
+        assert!(
+            skipping
+                .line()
+                .contains("0 redelivered, 2 skipped; instances"),
+            "{}",
+            skipping.line()
         );
     }
 }
