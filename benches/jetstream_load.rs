@@ -29,6 +29,12 @@
 //! - **`CLIENT=raw`**: the load's HTTP requests from a minimal keep-alive client of this file's
 //!   own instead of reqwest, whose CPU per request rivals the daemon's on the same cores.
 //!
+//! - **`INGEST=stream`**: no HTTP: the load (and the latency's message) is published with
+//!   async-nats straight to the instances' stream (`sbN.msg.load.x`), as a sender that speaks
+//!   NATS does (README, "Publishing straight to the stream"), by the same publishers as bare
+//!   JetStream's, and the instances store it. What is left between the two is what the
+//!   instances' consumers do per message: decode, journal, evaluate, ack.
+//!
 //! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
 //! `BATCH` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the
 //! default, or "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the
@@ -248,6 +254,55 @@ impl RawClient {
     }
 }
 
+/// Whether the load is published straight to the stream (`INGEST=stream`) rather than posted.
+fn stream_ingest() -> bool {
+    std::env::var("INGEST").is_ok_and(|i| i == "stream")
+}
+
+/// Publishes messages `0..messages` of `channel`'s payload to `subject` from `concurrency`
+/// publishers, each publishing a batch (`BATCH`) and then awaiting its acks; with `own`, each
+/// publisher then also waits until the consumer of the "instance" it published to (`k % n`)
+/// has received the batch.
+async fn publish_load(
+    js: &jetstream::Context,
+    subject: &str,
+    messages: usize,
+    concurrency: usize,
+    own: Option<(usize, Arc<Vec<tokio::sync::watch::Sender<u64>>>)>,
+) {
+    let batch = batch();
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let (js, own, subject) = (js.clone(), own.clone(), subject.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut k = t;
+            while k * batch < messages {
+                // Publish the batch, then await its acks: as the daemon does with a request's.
+                let mut acks = Vec::with_capacity(batch);
+                for i in k * batch..(k * batch + batch).min(messages) {
+                    let ack = js
+                        .publish(subject.clone(), payload(i, "load/x").into())
+                        .await
+                        .unwrap();
+                    acks.push(ack);
+                }
+                let mut seq = 0;
+                for ack in acks {
+                    seq = seq.max(ack.await.unwrap().sequence);
+                }
+                if let Some((n, received)) = &own {
+                    let mut r = received[k % n].subscribe();
+                    r.wait_for(|r| *r >= seq).await.unwrap();
+                }
+                k += concurrency;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
 /// Messages per request (`BATCH`, default 1).
 fn batch() -> usize {
     env_or("BATCH", 1).max(1)
@@ -287,9 +342,25 @@ async fn switchboard_run(
     );
     // Throughput.
     let (batch, raw_client) = (batch(), raw_client());
+    let js = jetstream::ContextBuilder::new()
+        .max_ack_inflight(65536)
+        .backpressure_on_inflight(true)
+        .build(async_nats::connect(url).await.unwrap());
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for t in 0..concurrency {
+    if stream_ingest() {
+        publish_load(
+            &js,
+            &format!("{prefix}.msg.load.x"),
+            messages,
+            concurrency,
+            None,
+        )
+        .await;
+    }
+    // Otherwise `concurrency` HTTP posters.
+    let posters = if stream_ingest() { 0 } else { concurrency };
+    for t in 0..posters {
         let (http, targets) = (http.clone(), targets.clone());
         tasks.push(tokio::spawn(async move {
             // Request k carries messages k*batch.. (at most `batch`); task t posts k = t, t+c, ...
@@ -351,12 +422,25 @@ async fn switchboard_run(
     for i in 0..samples {
         let (url, token) = &targets[0];
         let t0 = Instant::now();
-        let post = http
-            .post(url)
-            .bearer_auth(token)
-            .header("content-type", "application/json")
-            .body(payload(i, "lat/x"))
-            .send();
+        let post = async {
+            if stream_ingest() {
+                let ack = js
+                    .publish(format!("{prefix}.msg.lat.x"), payload(i, "lat/x").into())
+                    .await
+                    .unwrap();
+                ack.await.unwrap();
+                return 202;
+            }
+            let r = http
+                .post(url)
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body(payload(i, "lat/x"))
+                .send()
+                .await
+                .unwrap();
+            r.status().as_u16()
+        };
         let wait = async {
             loop {
                 let got = client
@@ -373,8 +457,8 @@ async fn switchboard_run(
                 }
             }
         };
-        let (r, d) = tokio::join!(post, wait);
-        assert_eq!(r.unwrap().status().as_u16(), 202);
+        let (status, d) = tokio::join!(post, wait);
+        assert_eq!(status, 202);
         lat.push(d);
     }
     lat.sort();
@@ -434,38 +518,9 @@ async fn bare_run(
             }
         });
     }
-    let batch = batch();
     let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..concurrency {
-        let (js, received, subjects) = (js.clone(), received.clone(), subjects.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut k = t;
-            while k * batch < messages {
-                // Publish the batch, then await its acks: as the daemon does with a request's.
-                let mut acks = Vec::with_capacity(batch);
-                for i in k * batch..(k * batch + batch).min(messages) {
-                    let ack = js
-                        .publish(format!("{subjects}.load"), payload(i, "load/x").into())
-                        .await
-                        .unwrap();
-                    acks.push(ack);
-                }
-                let mut seq = 0;
-                for ack in acks {
-                    seq = seq.max(ack.await.unwrap().sequence);
-                }
-                if own {
-                    let mut r = received[k % n].subscribe();
-                    r.wait_for(|r| *r >= seq).await.unwrap();
-                }
-                k += concurrency;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    let own = own.then(|| (n, received.clone()));
+    publish_load(&js, &format!("{subjects}.load"), messages, concurrency, own).await;
     let mut got = 0;
     while got < messages * n {
         rx.recv().await.unwrap();
@@ -527,7 +582,9 @@ fn main() {
     println!(
         "{messages} messages over {concurrency} connections ({}), {} per request; latency over {samples} \
          messages, one at a time; switchboard's inbox.fsync {}\n",
-        if raw_client() {
+        if stream_ingest() {
+            "published straight to the stream, no HTTP"
+        } else if raw_client() {
             "a minimal client"
         } else {
             "reqwest"
