@@ -259,10 +259,10 @@ fn stream_ingest() -> bool {
     std::env::var("INGEST").is_ok_and(|i| i == "stream")
 }
 
-/// Publishes messages `0..messages` of `channel`'s payload to `subject` from `concurrency`
-/// publishers, each publishing a batch (`BATCH`) and then awaiting its acks; with `own`, each
-/// publisher then also waits until the consumer of the "instance" it published to (`k % n`)
-/// has received the batch.
+/// Publishes the load's messages `0..messages` (each `payload(i, "load/x")`) to `subject` from
+/// `concurrency` publishers, each publishing a batch (`BATCH`) and then awaiting its acks; with
+/// `own`, each publisher then also waits until the consumer of the "instance" it published to
+/// (`k % n`) has received the batch.
 async fn publish_load(
     js: &jetstream::Context,
     subject: &str,
