@@ -44,7 +44,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::journal::{LiveAction, Record};
-use super::writer::JournalWriter;
+use super::writer::{JournalWriter, OnMark};
 use super::{ActionId, ActionSettings, ActionState, Delivery, ExecFailure, ExecReport, Mode, Via};
 use crate::message::Seq;
 
@@ -102,6 +102,8 @@ struct Inner {
     /// and the confirms they created are visible (the resolve pass follows it). Shared with
     /// the journal writer, which moves it as the records land.
     evaluated: Arc<tokio::sync::watch::Sender<Seq>>,
+    /// Moves `evaluated` once a mark that came alone is written.
+    on_mark: OnMark,
     /// Each queue's capacity; `actions.queueCapacity`, changed live by a config reload.
     capacity: std::sync::atomic::AtomicUsize,
     /// Woken when exec work is queued.
@@ -138,6 +140,11 @@ impl Lifecycle {
     /// A lifecycle with `settings`, journaling through `journal`.
     pub fn with_settings(settings: &ActionSettings, journal: JournalWriter) -> Lifecycle {
         let capacity = settings.queue_capacity;
+        let evaluated = Arc::new(tokio::sync::watch::Sender::new(0));
+        let on_mark: OnMark = {
+            let evaluated = evaluated.clone();
+            Arc::new(move |seq| offer::advance(&evaluated, Some(seq)))
+        };
         Lifecycle {
             inner: Arc::new(Inner {
                 state: Mutex::default(),
@@ -145,7 +152,8 @@ impl Lifecycle {
                 events: broadcast::channel(4096).0,
                 wake: Notify::new(),
                 expiry: Notify::new(),
-                evaluated: Arc::new(tokio::sync::watch::Sender::new(0)),
+                evaluated,
+                on_mark,
                 capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),
                 exec_wake: Notify::new(),
                 hold: nudges::Hold {

@@ -53,8 +53,9 @@ const MARK_DELAY: Duration = Duration::from_millis(5);
 /// What runs once a write's records are written.
 type Then = Box<dyn FnOnce() + Send>;
 
-/// What runs with the newest mark once it is written.
-type OnMark = Arc<dyn Fn(Seq) + Send + Sync>;
+/// What runs with the newest mark once it is written (built once by its owner, cloned only
+/// when a mark wakes the thread).
+pub type OnMark = Arc<dyn Fn(Seq) + Send + Sync>;
 
 enum Job {
     Write(Vec<Record>, Option<Then>),
@@ -138,14 +139,14 @@ impl JournalWriter {
     /// with the marks that come meanwhile; `on_written` then runs with the newest of them
     /// (on the writer's thread, or at once in memory). Never blocks, and wakes the thread
     /// only for the first mark of a delay.
-    pub fn submit_mark(&self, seq: Seq, on_written: impl Fn(Seq) + Send + Sync + 'static) {
+    pub fn submit_mark(&self, seq: Seq, on_written: &OnMark) {
         let Some(tx) = &self.tx else {
             on_written(seq);
             return;
         };
         self.marks.seq.fetch_max(seq, Ordering::SeqCst);
         if !self.marks.told.swap(true, Ordering::SeqCst) {
-            let _ = tx.send(Job::Mark(Arc::new(on_written)));
+            let _ = tx.send(Job::Mark(on_written.clone()));
         }
     }
 
@@ -429,21 +430,23 @@ mod tests {
     async fn marks_that_come_alone_are_written_together_after_the_records_before_them() {
         let (_dir, path, writer) = started(FsyncPolicy::Never);
         let now = chrono::Utc::now();
-        let newest = Arc::new(AtomicU64::new(0));
+        let (tx, told) = mpsc::channel();
+        let on_written: OnMark = Arc::new(move |seq| {
+            let _ = tx.send(seq);
+        });
         for seq in 1..=1000 {
             if seq % 100 == 0 {
                 writer.submit(vec![Record::transition(seq, ActionState::Delivered, now)]);
             }
-            let newest = newest.clone();
-            writer.submit_mark(seq, move |seq| {
-                newest.fetch_max(seq, Ordering::SeqCst);
-            });
+            writer.submit_mark(seq, &on_written);
         }
-        // Written by the delay, unasked.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while newest.load(Ordering::SeqCst) < 1000 {
-            assert!(Instant::now() < deadline, "the last mark was never written");
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        // Written by the delay, unasked: told with each mark written, the last one 1000.
+        loop {
+            match told.recv_timeout(Duration::from_secs(10)) {
+                Ok(1000) => break,
+                Ok(_) => {}
+                Err(e) => panic!("the last mark was never written: {e}"),
+            }
         }
         let written = records(&path);
         let marks: Vec<Seq> = written.iter().filter_map(|r| r.evaluated).collect();
@@ -461,7 +464,7 @@ mod tests {
             }
         }
         // A flush writes a waiting mark at once.
-        writer.submit_mark(1001, |_| {});
+        writer.submit_mark(1001, &on_written);
         assert!(writer.flush().await);
         let last = records(&path).pop().unwrap();
         assert_eq!(last.evaluated, Some(1001));
@@ -471,7 +474,7 @@ mod tests {
         let lines = records(&path).len();
         let started = Instant::now();
         for seq in 1002..=1021 {
-            writer.submit_mark(seq, |_| {});
+            writer.submit_mark(seq, &on_written);
             std::thread::sleep(Duration::from_micros(200));
         }
         let trickling = started.elapsed();

@@ -95,10 +95,12 @@ impl Lifecycle {
         s.drops.log(cap);
         let journal = &self.inner.journal;
         let waits = !batch.staged.is_empty() || journal.is_failing();
-        if let (Some(seq), true, false) = (evaluated, batch.changes.records.is_empty(), waits) {
+        if let Some(seq) = evaluated
+            && batch.changes.records.is_empty()
+            && !waits
+        {
             // Only the mark moves: it may wait for the marks after it (see the writer).
-            let mark = self.inner.evaluated.clone();
-            journal.submit_mark(seq, move |seq| advance(&mark, Some(seq)));
+            journal.submit_mark(seq, &self.inner.on_mark);
             return (batch, None);
         }
         if let Some(seq) = evaluated {
@@ -152,7 +154,7 @@ impl Lifecycle {
 }
 
 /// Moves the evaluation `mark` up to `seq` (never back).
-fn advance(mark: &watch::Sender<Seq>, seq: Option<Seq>) {
+pub(super) fn advance(mark: &watch::Sender<Seq>, seq: Option<Seq>) {
     if let Some(seq) = seq {
         mark.send_if_modified(|m| {
             let newer = seq > *m;

@@ -859,7 +859,7 @@ async fn store(
 }
 
 /// A header of a delivered message, as text.
-fn header<'m>(m: &'m jetstream::Message, name: &str) -> Option<&'m str> {
+fn header(m: &jetstream::Message, name: impl async_nats::header::IntoHeaderName) -> Option<&str> {
     m.headers
         .as_ref()
         .and_then(|h| h.get(name))
@@ -886,7 +886,7 @@ fn decode(
         None => new.metadata.extend([(SEQ_KEY, seq.as_str())]),
     }
     if new.id.is_none() {
-        new.id = header(m, "Nats-Msg-Id").map(str::to_string);
+        new.id = header(m, async_nats::header::NATS_MESSAGE_ID).map(str::to_string);
     }
     if new.timestamp.is_none() {
         let at = info.published;
