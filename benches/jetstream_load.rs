@@ -13,7 +13,11 @@
 //!   return, p50 and p99 over `SAMPLES` messages. With one instance, the same instance.
 //! - **bare JetStream**: the floor switchboard adds to — async-nats publishes the same
 //!   payloads with the same concurrency, each awaiting its ack, and one durable pull consumer
-//!   per "instance" acknowledges them; latency is publish start → consumer receipt.
+//!   per "instance" acknowledges them; latency is publish start → consumer receipt. Each
+//!   publish carries a `Nats-Msg-Id`, as each of switchboard's does (issue 31 asks for it, so
+//!   that JetStream's duplicate window drops a sender's retries): the server's duplicate
+//!   tracking is JetStream's work on both sides. `MSGID=0` publishes without, the loop this
+//!   bench had before (BENCHMARKS.md: the header costs bare JetStream 5–20% of its msg/s here).
 //! - **bare, own consumer**: the same, except that each publisher, after its ack, also waits
 //!   until the consumer of the "instance" it posted to has received the message — the round
 //!   trip switchboard's ingest makes before its 202 (whose seqs are the ingesting inbox's own:
@@ -36,7 +40,7 @@
 //!   instances' consumers do per message: decode, journal, evaluate, ack.
 //!
 //! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
-//! `BATCH` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the
+//! `BATCH` (1), `MSGID` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the
 //! default, or "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the
 //! one cargo built with this bench, so that two builds can be compared with one bench binary).
 
@@ -254,6 +258,34 @@ impl RawClient {
     }
 }
 
+/// Whether bare JetStream's publishes (and `INGEST=stream`'s) carry a `Nats-Msg-Id`, as every
+/// publish of switchboard's does (`MSGID`, default 1; `MSGID=0` publishes without).
+fn msg_id() -> bool {
+    std::env::var("MSGID").map_or(true, |v| v != "0")
+}
+
+/// Publishes `payload(i, channel)` to `subject` with async-nats, with a `Nats-Msg-Id` unique in
+/// the run unless `MSGID=0`; returns the future of its ack.
+async fn publish(
+    js: &jetstream::Context,
+    subject: String,
+    i: usize,
+    channel: &str,
+) -> jetstream::context::PublishAckFuture {
+    let body = payload(i, channel).into();
+    if msg_id() {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            format!("{subject}-{i}").as_str(),
+        );
+        js.publish_with_headers(subject, headers, body).await
+    } else {
+        js.publish(subject, body).await
+    }
+    .unwrap()
+}
+
 /// Whether the load is published straight to the stream (`INGEST=stream`) rather than posted.
 fn stream_ingest() -> bool {
     std::env::var("INGEST").is_ok_and(|i| i == "stream")
@@ -280,10 +312,7 @@ async fn publish_load(
                 // Publish the batch, then await its acks: as the daemon does with a request's.
                 let mut acks = Vec::with_capacity(batch);
                 for i in k * batch..(k * batch + batch).min(messages) {
-                    let ack = js
-                        .publish(subject.clone(), payload(i, "load/x").into())
-                        .await
-                        .unwrap();
+                    let ack = publish(&js, subject.clone(), i, "load/x").await;
                     acks.push(ack);
                 }
                 let mut seq = 0;
@@ -424,10 +453,7 @@ async fn switchboard_run(
         let t0 = Instant::now();
         let post = async {
             if stream_ingest() {
-                let ack = js
-                    .publish(format!("{prefix}.msg.lat.x"), payload(i, "lat/x").into())
-                    .await
-                    .unwrap();
+                let ack = publish(&js, format!("{prefix}.msg.lat.x"), i, "lat/x").await;
                 ack.await.unwrap();
                 return 202;
             }
@@ -530,9 +556,8 @@ async fn bare_run(
     let mut lat = Vec::with_capacity(samples);
     for i in 0..samples {
         let t0 = Instant::now();
-        js.publish(format!("{subjects}.lat"), payload(i, "lat/x").into())
+        publish(&js, format!("{subjects}.lat"), i, "lat/x")
             .await
-            .unwrap()
             .await
             .unwrap();
         loop {
