@@ -23,6 +23,13 @@
 //!   trip switchboard's ingest makes before its 202 (whose seqs are the ingesting inbox's own:
 //!   its consumer stored the message). It stores nothing: what switchboard adds beyond it is
 //!   its own journal (under `inbox.fsync`), HTTP, and its per-message work.
+//! - **bare + HTTP relay**: the same consumers, the load posted by the same HTTP client as
+//!   switchboard's to the least an HTTP front end to JetStream can do (`start_relay`: read the
+//!   body, publish each message with a `Nats-Msg-Id`, await the acks, answer 202 with their seqs;
+//!   no inbox, journal, rules or consumer of its own), one per "instance", the posts spread over
+//!   them as over switchboard's instances. Its overhead column is switchboard's
+//!   msg/s against it: what switchboard adds to an HTTP ingest into JetStream. Not measured with
+//!   `INGEST=stream`.
 //!
 //! - **`BATCH`** (default 1): messages per request. With `BATCH=10` each POST carries an array
 //!   of ten (as an Alertmanager webhook carries its group's alerts), and each bare publisher
@@ -258,6 +265,155 @@ impl RawClient {
     }
 }
 
+/// Posts the load's messages `0..messages` from `concurrency` HTTP posters, request `k`
+/// carrying messages `k * BATCH..` to `targets[k % targets.len()]` (a URL and its token), each
+/// answered 202 before the poster sends its next.
+async fn post_load(
+    http: &reqwest::Client,
+    targets: &Arc<Vec<(String, String)>>,
+    messages: usize,
+    concurrency: usize,
+) {
+    let (batch, raw_client) = (batch(), raw_client());
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let (http, targets) = (http.clone(), targets.clone());
+        tasks.push(tokio::spawn(async move {
+            // Task t posts requests k = t, t+c, ...
+            let mut raw: Vec<Option<RawClient>> = (0..targets.len()).map(|_| None).collect();
+            let mut k = t;
+            while k * batch < messages {
+                let (url, token) = &targets[k % targets.len()];
+                let body = body(k * batch..(k * batch + batch).min(messages), batch);
+                let status = if raw_client {
+                    let conn = match &mut raw[k % targets.len()] {
+                        Some(conn) => conn,
+                        empty => empty.insert(RawClient::connect(url).await),
+                    };
+                    conn.post(token, &body).await
+                } else {
+                    let r = http
+                        .post(url)
+                        .bearer_auth(token)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    r.status().as_u16()
+                };
+                assert_eq!(status, 202);
+                k += concurrency;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// The least an HTTP front end to JetStream can do, as the floor under switchboard's HTTP ingest:
+/// `POST /v1/messages` with a message or an array of them (bearer token `relay`) publishes each,
+/// as it came, to `{subjects}.{its channel, '/' as '.'}` with a `Nats-Msg-Id` (`{name}-N`),
+/// awaits their acks and answers `202 {"accepted":[{"seq":N},...]}`. No inbox, journal, rules or
+/// consumer of its own. It runs on a runtime of its own with two workers and its own NATS
+/// connection, as a daemon would; the returned runtime must be shut down with
+/// `shutdown_background` (it is dropped inside the bench's own).
+async fn start_relay(
+    url: &str,
+    subjects: String,
+    name: String,
+) -> (String, tokio::runtime::Runtime) {
+    use axum::http::{HeaderMap, StatusCode};
+    use serde_json::value::RawValue;
+    struct Relay {
+        js: jetstream::Context,
+        subjects: String,
+        name: String,
+        next: std::sync::atomic::AtomicU64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        channel: std::borrow::Cow<'a, str>,
+    }
+    async fn post(
+        axum::extract::State(r): axum::extract::State<Arc<Relay>>,
+        headers: HeaderMap,
+        body: axum::body::Bytes,
+    ) -> (StatusCode, String) {
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer relay") {
+            return (StatusCode::UNAUTHORIZED, String::new());
+        }
+        let one: Result<&RawValue, _> = serde_json::from_slice(&body);
+        let messages: Vec<&RawValue> = match one {
+            Ok(m) if m.get().starts_with('[') => match serde_json::from_str(m.get()) {
+                Ok(all) => all,
+                Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()),
+            },
+            Ok(m) => vec![m],
+            Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()),
+        };
+        let mut acks = Vec::with_capacity(messages.len());
+        for m in messages {
+            let channel = match serde_json::from_str::<Head>(m.get()) {
+                Ok(head) => head.channel.replace('/', "."),
+                Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()),
+            };
+            let id = r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(
+                async_nats::header::NATS_MESSAGE_ID,
+                format!("{}-{id}", r.name).as_str(),
+            );
+            let subject = format!("{}.{channel}", r.subjects);
+            let body = m.get().as_bytes().to_vec().into();
+            match r.js.publish_with_headers(subject, headers, body).await {
+                Ok(ack) => acks.push(ack),
+                Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            }
+        }
+        let mut accepted = Vec::with_capacity(acks.len());
+        for ack in acks {
+            match ack.await {
+                Ok(ack) => accepted.push(serde_json::json!({"seq": ack.sequence})),
+                Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            }
+        }
+        let answer = serde_json::json!({ "accepted": accepted });
+        (StatusCode::ACCEPTED, answer.to_string())
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = url.to_string();
+    let addr = rt
+        .spawn(async move {
+            let js = jetstream::ContextBuilder::new()
+                .max_ack_inflight(65536)
+                .backpressure_on_inflight(true)
+                .build(async_nats::connect(url).await.unwrap());
+            let relay = Arc::new(Relay {
+                js,
+                subjects,
+                name,
+                next: Default::default(),
+            });
+            let app = axum::Router::new()
+                .route("/v1/messages", axum::routing::post(post))
+                .with_state(relay);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            addr
+        })
+        .await
+        .unwrap();
+    (format!("http://{addr}/v1/messages"), rt)
+}
+
 /// Whether bare JetStream's publishes (and `INGEST=stream`'s) carry a `Nats-Msg-Id`, as every
 /// publish of switchboard's does (`MSGID`, default 1; `MSGID=0` publishes without).
 fn msg_id() -> bool {
@@ -370,13 +526,11 @@ async fn switchboard_run(
             .collect(),
     );
     // Throughput.
-    let (batch, raw_client) = (batch(), raw_client());
     let js = jetstream::ContextBuilder::new()
         .max_ack_inflight(65536)
         .backpressure_on_inflight(true)
         .build(async_nats::connect(url).await.unwrap());
     let start = Instant::now();
-    let mut tasks = Vec::new();
     if stream_ingest() {
         publish_load(
             &js,
@@ -386,42 +540,8 @@ async fn switchboard_run(
             None,
         )
         .await;
-    }
-    // Otherwise `concurrency` HTTP posters.
-    let posters = if stream_ingest() { 0 } else { concurrency };
-    for t in 0..posters {
-        let (http, targets) = (http.clone(), targets.clone());
-        tasks.push(tokio::spawn(async move {
-            // Request k carries messages k*batch.. (at most `batch`); task t posts k = t, t+c, ...
-            let mut raw: Vec<Option<RawClient>> = (0..targets.len()).map(|_| None).collect();
-            let mut k = t;
-            while k * batch < messages {
-                let (url, token) = &targets[k % targets.len()];
-                let body = body(k * batch..(k * batch + batch).min(messages), batch);
-                let status = if raw_client {
-                    let conn = match &mut raw[k % targets.len()] {
-                        Some(conn) => conn,
-                        empty => empty.insert(RawClient::connect(url).await),
-                    };
-                    conn.post(token, &body).await
-                } else {
-                    let r = http
-                        .post(url)
-                        .bearer_auth(token)
-                        .header("content-type", "application/json")
-                        .body(body)
-                        .send()
-                        .await
-                        .unwrap();
-                    r.status().as_u16()
-                };
-                assert_eq!(status, 202);
-                k += concurrency;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
+    } else {
+        post_load(&http, &targets, messages, concurrency).await;
     }
     for inst in &instances {
         while js_state(inst.home.path()).await["stored"]
@@ -491,20 +611,35 @@ async fn switchboard_run(
     (rate, percentile(&lat, 0.5), percentile(&lat, 0.99))
 }
 
+/// What carries the load in a bare run.
+#[derive(Clone, Copy, PartialEq)]
+enum Floor {
+    /// async-nats publishers (`publish_load`).
+    Bare,
+    /// The same, each also waiting for the consumer of the "instance" it published to.
+    OwnConsumer,
+    /// HTTP posters (`post_load`, the client switchboard's load has) through `start_relay`.
+    HttpRelay,
+}
+
 async fn bare_run(
     url: &str,
     n: usize,
     messages: usize,
     concurrency: usize,
     samples: usize,
-    own: bool,
+    floor: Floor,
 ) -> (f64, Duration, Duration) {
     let client = async_nats::connect(url).await.unwrap();
     let js = jetstream::ContextBuilder::new()
         .max_ack_inflight(65536)
         .backpressure_on_inflight(true)
         .build(client.clone());
-    let tag = if own { "O" } else { "" };
+    let tag = match floor {
+        Floor::Bare => "",
+        Floor::OwnConsumer => "O",
+        Floor::HttpRelay => "H",
+    };
     let name = format!("BARE{tag}{n}");
     let subjects = format!("bare{tag}{n}");
     let st = js
@@ -544,9 +679,27 @@ async fn bare_run(
             }
         });
     }
+    let http = reqwest::Client::new();
+    // One relay per "instance", as each switchboard instance takes its share of the posts.
+    let mut relays = Vec::new();
+    if floor == Floor::HttpRelay {
+        for r in 0..n {
+            relays.push(start_relay(url, subjects.clone(), format!("relay{r}")).await);
+        }
+    }
     let start = Instant::now();
-    let own = own.then(|| (n, received.clone()));
-    publish_load(&js, &format!("{subjects}.load"), messages, concurrency, own).await;
+    match floor {
+        // A relay publishes a message of channel `load/x` to `{subjects}.load.x`.
+        Floor::HttpRelay => {
+            let targets = relays.iter().map(|(url, _)| (url.clone(), "relay".into()));
+            let targets = Arc::new(targets.collect());
+            post_load(&http, &targets, messages, concurrency).await;
+        }
+        _ => {
+            let own = (floor == Floor::OwnConsumer).then(|| (n, received.clone()));
+            publish_load(&js, &format!("{subjects}.load"), messages, concurrency, own).await;
+        }
+    }
     let mut got = 0;
     while got < messages * n {
         rx.recv().await.unwrap();
@@ -556,19 +709,37 @@ async fn bare_run(
     let mut lat = Vec::with_capacity(samples);
     for i in 0..samples {
         let t0 = Instant::now();
-        publish(&js, format!("{subjects}.lat"), i, "lat/x")
-            .await
-            .await
-            .unwrap();
+        match relays.first() {
+            Some((relay, _)) => {
+                let r = http
+                    .post(relay)
+                    .bearer_auth("relay")
+                    .body(payload(i, "lat/x"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 202);
+            }
+            None => {
+                publish(&js, format!("{subjects}.lat"), i, "lat/x")
+                    .await
+                    .await
+                    .unwrap();
+            }
+        }
         loop {
             let (c, subject) = rx.recv().await.unwrap();
-            if c == n - 1 && subject.ends_with(".lat") {
+            // `{subjects}.lat`, or `{subjects}.lat.x` from the relay.
+            if c == n - 1 && subject.contains(".lat") {
                 break;
             }
         }
         lat.push(t0.elapsed());
     }
     lat.sort();
+    for (_, rt) in relays {
+        rt.shutdown_background();
+    }
     (rate, percentile(&lat, 0.5), percentile(&lat, 0.99))
 }
 
@@ -618,19 +789,34 @@ fn main() {
         fsync()
     );
     println!(
-        "| instances | switchboard msg/s | bare JetStream msg/s | overhead | bare, own consumer msg/s | overhead | switchboard ingest→remote wait p50 / p99 ms | bare publish→consume p50 / p99 ms |"
+        "| instances | switchboard msg/s | bare JetStream msg/s | overhead | bare, own consumer msg/s | overhead | bare + HTTP relay msg/s | overhead | switchboard ingest→remote wait p50 / p99 ms | bare publish→consume p50 / p99 ms |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for n in counts {
-        let (bare_rate, bare_p50, bare_p99) =
-            rt.block_on(bare_run(&url, n, messages, concurrency, samples, false));
-        let (own_rate, _, _) = rt.block_on(bare_run(&url, n, messages, concurrency, 1, true));
+        let (bare_rate, bare_p50, bare_p99) = rt.block_on(bare_run(
+            &url,
+            n,
+            messages,
+            concurrency,
+            samples,
+            Floor::Bare,
+        ));
+        let own = Floor::OwnConsumer;
+        let (own_rate, _, _) = rt.block_on(bare_run(&url, n, messages, concurrency, 1, own));
+        // Without HTTP in switchboard's load, the relay has nothing to stand for.
+        let relay_rate = (!stream_ingest()).then(|| {
+            let relay = Floor::HttpRelay;
+            rt.block_on(bare_run(&url, n, messages, concurrency, 1, relay))
+                .0
+        });
         let (rate, p50, p99) =
             rt.block_on(switchboard_run(&url, n, messages, concurrency, samples));
         println!(
-            "| {n} | {rate:.0} | {bare_rate:.0} | {:.2}× | {own_rate:.0} | {:.2}× | {} / {} | {} / {} |",
+            "| {n} | {rate:.0} | {bare_rate:.0} | {:.2}× | {own_rate:.0} | {:.2}× | {} | {} | {} / {} | {} / {} |",
             bare_rate / rate,
             own_rate / rate,
+            relay_rate.map_or("-".into(), |r| format!("{r:.0}")),
+            relay_rate.map_or("-".into(), |r| format!("{:.2}×", r / rate)),
             ms(p50),
             ms(p99),
             ms(bare_p50),
