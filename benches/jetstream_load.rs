@@ -17,7 +17,7 @@
 //!   publish carries a `Nats-Msg-Id`, as each of switchboard's does (issue 31 asks for it, so
 //!   that JetStream's duplicate window drops a sender's retries): the server's duplicate
 //!   tracking is JetStream's work on both sides. `MSGID=0` publishes without, the loop this
-//!   bench had before (BENCHMARKS.md: the header costs bare JetStream 5–20% of its msg/s here).
+//!   bench had before (BENCHMARKS.md: the header costs bare JetStream 2–18% of its msg/s here).
 //! - **bare, own consumer**: the same, except that each publisher, after its ack, also waits
 //!   until the consumer of the "instance" it posted to has received the message — the round
 //!   trip switchboard's ingest makes before its 202 (whose seqs are the ingesting inbox's own:
