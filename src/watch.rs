@@ -2,13 +2,14 @@
 //!
 //! Editors save by writing a temporary file and renaming it over the old one, which
 //! replaces the inode a file watch would follow, so the watcher watches the home
-//! *directory*. Only events that can change the file count: create, write, rename and
-//! remove of `triggers.json` itself. Opening or reading it does not (the reload itself
+//! *directory* ([`dir`]). Only events that can change the file count: create, write, rename
+//! and remove of `triggers.json` itself. Opening or reading it does not (the reload itself
 //! reads the file, so reacting to access events reloaded forever), and neither does a
 //! change of its metadata. Events are debounced (an editor's save is several events), and
 //! the watcher then compares a hash of the file with the one it last saw, so one save is
-//! one reload and a `touch` is none. Every other file's events (the journals are written
-//! for every message) are dropped as they come, on notify's thread. The watcher only
+//! one reload and a `touch` is none. The journals beside it are written for every message:
+//! on Linux their writes make no event (the watch asks inotify for a write only once the
+//! file is closed); elsewhere each is dropped by name as it comes. The watcher only
 //! signals: the reload itself is the `reload` operation, the same one SIGHUP and `rules
 //! reload` use, so a deleted or invalid file keeps the live rules.
 //!
@@ -28,8 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
-use notify::{Event, RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -37,6 +36,10 @@ use tokio::time::Instant;
 use crate::config::{Config, ConfigReload, Home, LiveHttp};
 use crate::control::Local;
 use crate::control::ops::{QueueCapacity, Reload};
+
+mod dir;
+
+use dir::DirWatch;
 
 /// What the watcher reloads, and where it says what a `switchboard.json` change did.
 #[derive(Clone)]
@@ -71,10 +74,9 @@ enum Changed {
 
 /// Watches the home until shutdown.
 ///
-/// The journals live in the same directory and are written for every message, so the
-/// watcher's handler sees an event per write. It only compares the event's kind and name,
-/// on notify's thread, and passes on nothing else: the debounce and the hashing run for
-/// the two watched files only, in this task (hashing on the blocking pool).
+/// The watch's handler only compares a reported name with the watched files' and passes on
+/// nothing else: the debounce and the hashing run for the two watched files only, in this
+/// task (hashing on the blocking pool).
 pub fn spawn(watched: Watched) -> anyhow::Result<()> {
     let home = &watched.home;
     let dir = home.dir().to_path_buf();
@@ -87,14 +89,13 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
     let names: Names = Arc::default();
     let watcher = {
         let names = names.clone();
-        notify::recommended_watcher(move |event: notify::Result<Event>| {
-            let Ok(event) = event else { return };
+        dir::recommended(Box::new(move |changed| {
             for (name, which) in names.read().unwrap().iter() {
-                if changes(&event, name) {
+                if names_it(changed, name) {
                     let _ = tx.send(*which);
                 }
             }
-        })?
+        }))?
     };
     let mut targets = Targets::new(watcher, dir.clone(), names, &path, &config_path)?;
     targets.refresh(&path, &config_path);
@@ -136,7 +137,7 @@ type Names = Arc<std::sync::RwLock<Vec<(OsString, Changed)>>>;
 /// The directories watched: the home, and the directory of each watched file's symlink target
 /// outside it.
 struct Targets {
-    watcher: notify::RecommendedWatcher,
+    watcher: Box<dyn DirWatch>,
     /// The home, resolved, to tell a target beside the links from one elsewhere.
     home_real: PathBuf,
     /// The other directories watched now.
@@ -149,13 +150,13 @@ struct Targets {
 impl Targets {
     /// Watches the home for the files at `rules` and `config`.
     fn new(
-        mut watcher: notify::RecommendedWatcher,
+        mut watcher: Box<dyn DirWatch>,
         home: PathBuf,
         names: Names,
         rules: &Path,
         config: &Path,
     ) -> anyhow::Result<Targets> {
-        watcher.watch(&home, RecursiveMode::NonRecursive)?;
+        watcher.watch(&home)?;
         let name = |p: &Path| p.file_name().map(|n| n.to_os_string()).unwrap_or_default();
         Ok(Targets {
             watcher,
@@ -187,7 +188,7 @@ impl Targets {
             if self.extra.contains(dir) {
                 continue;
             }
-            match self.watcher.watch(dir, RecursiveMode::NonRecursive) {
+            match self.watcher.watch(dir) {
                 Ok(()) => tracing::info!(
                     dir = %dir.display(),
                     "watching the directory of a symlinked rules or config file"
@@ -202,7 +203,7 @@ impl Targets {
         }
         for dir in &self.extra {
             if !dirs.contains(dir) {
-                let _ = self.watcher.unwatch(dir);
+                self.watcher.unwatch(dir);
             }
         }
         self.extra = dirs;
@@ -334,22 +335,10 @@ fn not_reloaded(why: String) -> ConfigReload {
     }
 }
 
-/// Whether `event` can have changed the file named `file_name`: a create, a write (or the close
-/// after one), a rename or a remove naming it. Opens, reads and metadata changes cannot.
-fn changes(event: &Event, file_name: &OsString) -> bool {
-    let kind = match event.kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-        EventKind::Access(_) => false,
-        EventKind::Modify(ModifyKind::Metadata(_)) => false,
-        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => true,
-        // An overflowed queue (rescan) or an event the backend could not classify.
-        EventKind::Any | EventKind::Other => true,
-    };
-    kind && (event.need_rescan()
-        || event
-            .paths
-            .iter()
-            .any(|p| p.file_name() == Some(file_name.as_os_str())))
+/// Whether a change the watch reported (a file's name, or `None` for "anything may have
+/// changed") can concern the file named `file_name`.
+fn names_it(changed: Option<&std::ffi::OsStr>, file_name: &OsString) -> bool {
+    changed.is_none_or(|name| name == file_name)
 }
 
 /// The hash of the file's bytes, or `None` when it cannot be read.
@@ -362,47 +351,15 @@ fn fingerprint(path: &Path) -> Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{CreateKind, DataChange, MetadataKind, RemoveKind, RenameMode};
     use std::path::PathBuf;
 
-    fn event(kind: EventKind, path: &str) -> Event {
-        Event::new(kind).add_path(PathBuf::from(path))
-    }
-
     #[test]
-    fn only_changes_to_the_rules_file_count() {
+    fn a_report_concerns_the_file_it_names_and_a_lost_queue_concerns_every_file() {
         let name = OsString::from("triggers.json");
-        let table = [
-            (EventKind::Create(CreateKind::File), true),
-            (EventKind::Modify(ModifyKind::Data(DataChange::Any)), true),
-            (EventKind::Modify(ModifyKind::Name(RenameMode::To)), true),
-            (EventKind::Remove(RemoveKind::File), true),
-            (
-                EventKind::Access(AccessKind::Close(AccessMode::Write)),
-                true,
-            ),
-            (EventKind::Access(AccessKind::Open(AccessMode::Any)), false),
-            (EventKind::Access(AccessKind::Read), false),
-            (
-                EventKind::Access(AccessKind::Close(AccessMode::Read)),
-                false,
-            ),
-            (
-                EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
-                false,
-            ),
-        ];
-        for (kind, want) in table {
-            assert_eq!(
-                changes(&event(kind, "/h/triggers.json"), &name),
-                want,
-                "{kind:?}"
-            );
-            assert!(
-                !changes(&event(kind, "/h/state.json"), &name),
-                "{kind:?} on another file"
-            );
-        }
+        assert!(names_it(Some("triggers.json".as_ref()), &name));
+        assert!(!names_it(Some("channels.jsonl".as_ref()), &name));
+        assert!(!names_it(Some("triggers.json.swp".as_ref()), &name));
+        assert!(names_it(None, &name));
     }
 
     /// Watched files in `dir` as they are now, and the sender of their events.
