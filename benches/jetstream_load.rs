@@ -669,7 +669,16 @@ async fn bare_run(
         let (tx, received) = (tx.clone(), received.clone());
         tokio::spawn(async move {
             let mut msgs = consumer.messages().await.unwrap();
-            while let Some(Ok(m)) = msgs.next().await {
+            while let Some(m) = msgs.next().await {
+                // A missed heartbeat or a pull's status on a loaded host: the stream pulls
+                // again. Ending here (as this loop once did) left the run waiting forever.
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("jetstream_load: bare consumer c{c}: {e}");
+                        continue;
+                    }
+                };
                 if let Ok(info) = m.info() {
                     let seq = info.stream_sequence;
                     received[c].send_if_modified(|r| (seq > *r).then(|| *r = seq).is_some());

@@ -351,7 +351,6 @@ fn fingerprint(path: &Path) -> Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     #[test]
     fn a_report_concerns_the_file_it_names_and_a_lost_queue_concerns_every_file() {

@@ -120,7 +120,17 @@ mod linux {
             let mut events = inotify.into_event_stream([0u8; 4096])?;
             let reader = tokio::spawn(async move {
                 while let Some(event) = events.next().await {
-                    let Ok(event) = event else { break };
+                    let event = match event {
+                        Ok(event) => event,
+                        Err(err) => {
+                            tracing::warn!(
+                                cause = %err,
+                                "cannot read the watch of the home any more; rule and config \
+                                 edits are picked up by `switchboard rules reload` and SIGHUP only"
+                            );
+                            break;
+                        }
+                    };
                     if event.mask.contains(EventMask::Q_OVERFLOW) {
                         on_event(None);
                     } else if let Some(name) = &event.name {
