@@ -27,8 +27,8 @@
 //!   switchboard's to the least an HTTP front end to JetStream can do (`start_relay`: read the
 //!   body, publish each message with a `Nats-Msg-Id`, await the acks, answer 202 with their seqs;
 //!   no inbox, journal, rules or consumer of its own), one per "instance", the posts spread over
-//!   them as over switchboard's instances. Its overhead column is switchboard's
-//!   msg/s against it: what switchboard adds to an HTTP ingest into JetStream. Not measured with
+//!   them as over switchboard's instances. Its overhead column is switchboard's msg/s against
+//!   it: what switchboard adds to an HTTP ingest into JetStream. Not measured with
 //!   `INGEST=stream`.
 //!
 //! - **`BATCH`** (default 1): messages per request. With `BATCH=10` each POST carries an array
@@ -47,9 +47,10 @@
 //!   instances' consumers do per message: decode, journal, evaluate, ack.
 //!
 //! Settings from the environment: `MESSAGES` (2000), `CONCURRENCY` (16), `SAMPLES` (200),
-//! `BATCH` (1), `MSGID` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`: "always", the
-//! default, or "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure; default the
-//! one cargo built with this bench, so that two builds can be compared with one bench binary).
+//! `BATCH` (1), `MSGID` (1), `INSTANCES` ("1 3 5"), `FSYNC` (the instances' `inbox.fsync`:
+//! "always", the default, or "interval" or "never"), `SWITCHBOARD_BIN` (the daemon to measure;
+//! default the one cargo built with this bench, so that two builds can be compared with one
+//! bench binary).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -5,8 +5,7 @@
 //! file may have changed. Opens, reads and metadata changes are not reported.
 //!
 //! On Linux the watch is inotify itself, asked for only those events. The journals in the
-//! home are written for every message and stay open until the daemon stops, so their writes
-//! make no event at all. notify's watcher asks for every write (`IN_MODIFY`) and every open
+//! home are written for every message and held open, so their writes make no event at all. notify's watcher asks for every write (`IN_MODIFY`) and every open
 //! (`IN_OPEN`), so under load each journal write queued an event in the kernel and woke
 //! notify's thread to drop it. A file written in place counts when its writer closes it
 //! (`IN_CLOSE_WRITE`), which is also when its content is whole. Elsewhere the watch is
@@ -53,8 +52,8 @@ pub fn can_change(kind: &EventKind) -> bool {
 }
 
 /// notify's recommended watcher (on Linux, notify's own inotify backend, with its fixed mask).
-/// Used where there is no inotify; on Linux only by the tests, which hold both watches to the
-/// same reports.
+/// Used where there is no inotify; on Linux only by a test that holds it to the same reports of
+/// saves, renames, removes and reads as the inotify watch.
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 pub struct Portable(notify::RecommendedWatcher);
 
