@@ -231,24 +231,38 @@ mod tests {
         names
     }
 
-    /// Waits for a report naming `name`, failing after ten seconds.
-    fn wait_for(rx: &mpsc::Receiver<Option<OsString>>, name: &str) {
+    /// Waits for a report naming `name`, failing after ten seconds; the names reported before it.
+    fn wait_for(rx: &mpsc::Receiver<Option<OsString>>, name: &str) -> Vec<String> {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut before = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match rx.recv_timeout(left) {
-                Ok(Some(n)) if n == name => return,
-                Ok(_) => continue,
+                Ok(Some(n)) if n == name => return before,
+                Ok(n) => {
+                    before.push(n.map_or("(lost)".into(), |n| n.to_string_lossy().into_owned()))
+                }
                 Err(_) => panic!("no report of {name}"),
             }
         }
+    }
+
+    /// What was reported since the last look, markers left out: a marker file is created in
+    /// `dir` and every report before the marker's is returned (a watch reports in the order
+    /// things happened; a marker makes more than one report, so the next look sees its last).
+    fn since_last(dir: &Path, rx: &mpsc::Receiver<Option<OsString>>, marker: &str) -> Vec<String> {
+        std::fs::write(dir.join(marker), "").unwrap();
+        let before = wait_for(rx, marker);
+        before
+            .into_iter()
+            .filter(|n| !n.starts_with("marker-"))
+            .collect()
     }
 
     /// Saves, renames and removes are reported by name, whichever watch; reads are not. (On a
     /// runtime with workers: the test blocks its own thread while inotify's task reads.)
     #[tokio::test(flavor = "multi_thread")]
     async fn saves_renames_and_removes_are_reported_by_name() {
-        let quiet = Duration::from_millis(200);
         for make in [recommended, |on: OnEvent| {
             Ok(Box::new(Portable::new(on)?) as Box<dyn DirWatch>)
         }] {
@@ -256,9 +270,13 @@ mod tests {
             let file = dir.path().join("triggers.json");
             std::fs::write(&file, "{}").unwrap();
             wait_for(&rx, "triggers.json");
-            let _ = reported(&rx, quiet);
+            since_last(dir.path(), &rx, "marker-1");
             std::fs::read(&file).unwrap();
-            assert_eq!(reported(&rx, quiet), Vec::<String>::new(), "a read");
+            assert_eq!(
+                since_last(dir.path(), &rx, "marker-2"),
+                Vec::<String>::new(),
+                "a read"
+            );
             // An editor's save: a temporary file renamed over the old one.
             std::fs::write(dir.path().join(".triggers.json.tmp"), "{\"rules\":[]}").unwrap();
             std::fs::rename(dir.path().join(".triggers.json.tmp"), &file).unwrap();
@@ -281,14 +299,14 @@ mod tests {
             .open(dir.path().join("channels.jsonl"))
             .unwrap();
         wait_for(&rx, "channels.jsonl");
-        let _ = reported(&rx, quiet);
+        since_last(dir.path(), &rx, "marker-1");
         for i in 0..100 {
             writeln!(journal, "{{\"seq\":{i}}}").unwrap();
             journal.flush().unwrap();
         }
         journal.sync_data().unwrap();
         assert_eq!(
-            reported(&rx, quiet),
+            since_last(dir.path(), &rx, "marker-2"),
             Vec::<String>::new(),
             "writes while open"
         );
