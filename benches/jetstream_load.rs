@@ -417,8 +417,12 @@ async fn start_relay(
 
 /// Whether bare JetStream's publishes (and `INGEST=stream`'s) carry a `Nats-Msg-Id`, as every
 /// publish of switchboard's does (`MSGID`, default 1; `MSGID=0` publishes without).
+/// Read once: it is asked for every publish, and the bare loop must not pay for reading the
+/// environment each time.
 fn msg_id() -> bool {
-    std::env::var("MSGID").map_or(true, |v| v != "0")
+    static ON: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var("MSGID").map_or(true, |v| v != "0"));
+    *ON
 }
 
 /// Publishes `payload(i, channel)` to `subject` with async-nats, with a `Nats-Msg-Id` unique in
