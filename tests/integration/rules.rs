@@ -376,7 +376,7 @@ fn schema_is_json_schema_for_the_file() {
     );
 }
 
-/// The README's `rules test` example: the shipped messages file against the shipped rules.
+/// The `rules test` example of docs/rules.md: the shipped messages file against the shipped rules.
 #[test]
 fn the_example_messages_replay_as_the_readme_shows() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -459,7 +459,7 @@ fn rules_test_reports_every_bad_line() {
     assert!(stdout(&out).is_empty());
 }
 
-/// The README's worked on-call example: Alertmanager alerts routed by their labels, a
+/// The worked on-call example of docs/rules.md: Alertmanager alerts routed by their labels, a
 /// maintenance window and Berlin business hours, checked by its `rules test` file.
 #[test]
 fn the_oncall_team_example_passes_its_rules_test() {

@@ -1,5 +1,5 @@
-//! The README's worked on-call example, end to end: the Alertmanager payload printed in the
-//! README is posted to a real daemon running `rules/oncall-team.json`, and the message it
+//! The worked on-call example of `docs/rules.md`, end to end: the Alertmanager payload printed
+//! there is posted to a real daemon running `rules/oncall-team.json`, and the message it
 //! stored is replayed by `rules test` at a Monday morning in Berlin (a confirm) and a Monday
 //! evening (held back as `inactive`).
 
@@ -13,20 +13,20 @@ fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// The first ```json block after `heading` in the README.
-fn readme_json_after(heading: &str) -> Value {
-    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
-    let (_, after) = readme
+/// The first ```json block after `heading` in `docs/rules.md`.
+fn rules_doc_json_after(heading: &str) -> Value {
+    let page = std::fs::read_to_string(repo("docs/rules.md")).unwrap();
+    let (_, after) = page
         .split_once(heading)
-        .unwrap_or_else(|| panic!("the README has no {heading:?}"));
+        .unwrap_or_else(|| panic!("docs/rules.md has no {heading:?}"));
     let (_, block) = after.split_once("```json\n").expect("a json block");
     let (block, _) = block.split_once("```").expect("the block ends");
     serde_json::from_str(block).unwrap_or_else(|e| panic!("{e}: {block}"))
 }
 
 #[test]
-fn the_readme_alertmanager_payload_asks_in_business_hours_only() {
-    let payload = readme_json_after("#### Worked example: an on-call team");
+fn the_documented_alertmanager_payload_asks_in_business_hours_only() {
+    let payload = rules_doc_json_after("### Worked example: an on-call team");
     let mut sb = Switchboard::new();
     sb.write(
         "triggers.json",
@@ -46,7 +46,7 @@ fn the_readme_alertmanager_payload_asks_in_business_hours_only() {
     assert_eq!(reply.status, 202, "{}", reply.body);
     assert!(sb.terminate().success());
 
-    // The message as the README describes it.
+    // The message as the page describes it.
     let stored: Value = std::fs::read_to_string(sb.home.path().join("channels.jsonl"))
         .unwrap()
         .lines()
@@ -79,7 +79,7 @@ fn the_readme_alertmanager_payload_asks_in_business_hours_only() {
     let test = json!({
         "ruleFiles": [repo("rules/oncall-team.json")],
         "tests": [{
-            "name": "the README's alert",
+            "name": "the documented alert",
             "messages": [message("2026-11-23T08:30:00Z"), message("2026-11-23T17:30:00Z")],
             "expect": [
                 {"msg": 0, "rule": "db-warning-office-hours", "mode": "confirm"},
@@ -94,6 +94,6 @@ fn the_readme_alertmanager_payload_asks_in_business_hours_only() {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(
         stdout(&out),
-        "passed: the README's alert\n1 test: 1 passed, 0 failed\n"
+        "passed: the documented alert\n1 test: 1 passed, 0 failed\n"
     );
 }
