@@ -11,7 +11,7 @@
 //!                                                          actions: lifecycle + journal
 //! ```
 //!
-//! A webhook `POST /alertmanager` is read by [`sources::http`], turned into one
+//! A webhook `POST /v1/alertmanager` is read by [`sources::http`], turned into one
 //! [`message::NewMessage`] per alert by [`sources::alertmanager`], and handed to the
 //! `append` operation ([`control::ops`]). The [`app::Core`] behind it gives each message its
 //! seq in the [`inbox`] (ring in memory, durable in the [`inbox::Log`], the journal) and
