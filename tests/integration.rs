@@ -10,6 +10,7 @@ mod integration {
     mod cli;
     mod control;
     mod daemon;
+    mod docs;
     mod exec;
     mod faults;
     mod hooks;
