@@ -2,9 +2,11 @@
 //! outside: the rules file, templates, the inbox journal record, the three webhook decoders,
 //! the control protocol and a JSON-RPC line. Each takes arbitrary bytes, must never panic,
 //! and checks what must hold for any input (a rendered prompt is capped, a decoded record
-//! re-encodes). The `cargo fuzz` targets call these, and the tests below replay every file
-//! of the kept corpus (`fuzz/corpus/<target>/`) through them, so a crash found once stays
-//! fixed.
+//! re-encodes). The `cargo fuzz` targets call these, and the tests below replay every kept
+//! file through them: the hand-written seeds (`fuzz/seeds/<target>/`) and every input that once
+//! crashed a target (`fuzz/regressions/<target>/`), so a crash found once stays fixed. The
+//! corpus a fuzzing run grows (`fuzz/corpus/<target>/`) stays out of git; when one is there,
+//! it is replayed too.
 
 use chrono::TimeZone;
 
@@ -14,7 +16,8 @@ use crate::rules::template::{MAX_RENDERED_BYTES, Template};
 /// A fuzz entry point: arbitrary bytes in, a panic on a bug.
 pub type Target = fn(&[u8]);
 
-/// Every target: its name (the `fuzz/corpus/` directory) and its entry point.
+/// Every target: its name (its directory under `fuzz/seeds/`, `fuzz/regressions/` and
+/// `fuzz/corpus/`) and its entry point.
 pub const TARGETS: &[(&str, Target)] = &[
     ("rules_file", rules_file),
     ("template", template),
@@ -155,18 +158,27 @@ pub fn jsonrpc_line(data: &[u8]) {
 mod tests {
     use super::*;
 
-    /// Replays the kept corpus of every target (the seeds and whatever fuzzing added).
+    /// The files of `dir`, none when it does not exist.
+    fn files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        match std::fs::read_dir(dir) {
+            Ok(entries) => entries.map(|e| e.unwrap().path()).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => panic!("{}: {e}", dir.display()),
+        }
+    }
+
+    /// Replays every kept file of every target (its seeds and the inputs that once crashed
+    /// it), and a local corpus when a fuzzing run left one.
     #[test]
-    fn every_corpus_file_replays_without_a_panic() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    fn every_kept_fuzz_input_replays_without_a_panic() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
         for (name, target) in TARGETS {
-            let dir = root.join(name);
-            let files: Vec<_> = std::fs::read_dir(&dir)
-                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-                .map(|e| e.unwrap().path())
-                .collect();
-            assert!(!files.is_empty(), "{}: no corpus", dir.display());
-            for path in files {
+            let seeds = files(&root.join("seeds").join(name));
+            assert!(!seeds.is_empty(), "fuzz/seeds/{name}: no seeds");
+            let kept = ["regressions", "corpus"]
+                .iter()
+                .flat_map(|kind| files(&root.join(kind).join(name)));
+            for path in seeds.into_iter().chain(kept) {
                 let data = std::fs::read(&path).unwrap();
                 if std::env::var_os("SB_TRACE_CORPUS").is_some() {
                     eprintln!("replay {name} {}", path.display());
@@ -174,6 +186,32 @@ mod tests {
                 let replay = std::panic::catch_unwind(|| target(&data));
                 assert!(replay.is_ok(), "{name}: {} panics", path.display());
             }
+        }
+    }
+
+    /// The regressions are there: the rules files whose content regex nests deeper than the
+    /// limit overflowed a debug build's 2 MiB thread stack before the limit existed.
+    #[test]
+    fn the_inputs_that_once_crashed_are_kept() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+        let deep = files(&root.join("rules_file"));
+        assert!(
+            deep.len() >= 50,
+            "fuzz/regressions/rules_file: {} files",
+            deep.len()
+        );
+        for path in deep {
+            let text = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
+            let errors = crate::rules::RuleSet::parse(&text)
+                .err()
+                .unwrap_or_default();
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.render("triggers.json").contains("more than 50 deep")),
+                "{}: refused for another reason, or not at all",
+                path.display()
+            );
         }
     }
 
