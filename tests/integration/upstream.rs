@@ -293,7 +293,12 @@ async fn python_sdk_burst_is_stored_in_wire_order_and_tools_work_end_to_end() {
             }
         }
     }
-    assert_eq!(state(&sb, "bridge")["stored"], 1000);
+    // A record is in the journal once written; the upstream counts it `stored` once its append
+    // is acknowledged (durable, under `fsync = always` a sync later), so the count follows.
+    eventually_async(Duration::from_secs(10), "1000 counted stored", || {
+        (state(&sb, "bridge")["stored"] == 1000).then_some(())
+    })
+    .await;
     // Stored through the backend, which counts them under the upstream's name.
     let metrics = metrics(&sb).await;
     assert!(
