@@ -284,15 +284,11 @@ fn stats_is_a_summary_for_people_and_json_for_scripts() {
 }
 
 /// `serve` started by hand in a terminal says what it is for before it waits on stdin. Runs
-/// under `script`, which gives it a terminal; skipped where `script` is missing.
+/// under `script`, which gives it a terminal (installed with apt-get when missing).
 #[test]
 fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
-    if std::process::Command::new("script")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: no `script` to give serve a terminal");
+    // util-linux's `script`, in Debian's essential bsdutils.
+    if installed("script", "bsdutils").is_none() {
         return;
     }
     let home = tempfile::tempdir().unwrap();

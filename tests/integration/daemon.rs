@@ -534,8 +534,7 @@ fn refused(home: &std::path::Path) -> String {
 fn a_home_another_user_can_write_is_refused_with_how_to_fix_it() {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("*** SKIPPED: making a home another user's needs root ***");
-        return;
+        return skip("making a home another user's needs root");
     }
     const NOBODY: u32 = 65534;
     let base = tempfile::tempdir().unwrap();

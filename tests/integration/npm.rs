@@ -32,7 +32,7 @@ pub fn prefix(name: &str, packages: &[&str]) -> Installed {
 }
 
 fn install(name: &str, packages: &[&str]) -> Installed {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let ci = super::util::ci();
     if Command::new("npm")
         .arg("--version")
         .stdin(Stdio::null())

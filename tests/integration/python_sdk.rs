@@ -27,7 +27,7 @@ pub(super) fn python() -> Result<Option<PathBuf>, String> {
 }
 
 fn setup_venv() -> Result<Option<PathBuf>, String> {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let ci = super::util::ci();
     match Command::new("python3")
         .arg("--version")
         .stdin(Stdio::null())

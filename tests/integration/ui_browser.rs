@@ -37,7 +37,7 @@ fn browser() -> bool {
     if ready() {
         return true;
     }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let ci = super::util::ci();
     let apt = Path::new("/usr/bin/apt-get").is_file();
     if !apt {
         assert!(

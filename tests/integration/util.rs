@@ -25,6 +25,7 @@ pub struct Switchboard {
     pub mcp_url: Option<String>,
     extra_args: Vec<String>,
     extra_env: Vec<(String, String)>,
+    removed_env: Vec<String>,
 }
 
 impl Switchboard {
@@ -38,6 +39,7 @@ impl Switchboard {
             mcp_url: None,
             extra_args: Vec::new(),
             extra_env: Vec::new(),
+            removed_env: Vec::new(),
         }
     }
 
@@ -56,6 +58,12 @@ impl Switchboard {
     /// An environment variable for the server.
     pub fn env(mut self, key: &str, value: &str) -> Switchboard {
         self.extra_env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Environment variables the server does not inherit from the test.
+    pub fn without_env(mut self, keys: &[&str]) -> Switchboard {
+        self.removed_env.extend(keys.iter().map(|k| k.to_string()));
         self
     }
 
@@ -97,6 +105,9 @@ impl Switchboard {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(log);
+        for key in &self.removed_env {
+            cmd.env_remove(key);
+        }
         let mut child = cmd.spawn().expect("spawn switchboard");
         self._stdin = child.stdin.take();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -679,6 +690,42 @@ pub fn apt_install(packages: &[&str]) {
             stderr(&out)
         );
     }
+}
+
+/// Whether the tests run under CI (`CI=true`), where no test may pass by skipping.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A test that cannot run here (a tool it cannot install, a privilege it lacks) says so on
+/// stderr and returns; under `CI=true` it fails instead, so that a green CI never hides a
+/// test that did not run.
+pub fn skip(why: &str) {
+    assert!(
+        !ci(),
+        "{why}; under CI=true a test cannot be skipped: install what it needs or run as root"
+    );
+    // Not through eprintln!: the harness would hide it for a passing test.
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** SKIPPED: {why} (under CI=true this fails) ***\n"
+    );
+}
+
+/// `name` on `PATH`, installed from Debian's `package` with apt-get when missing; `None`
+/// (after [`skip`], which fails under `CI=true`) only where there is no apt-get.
+pub fn installed(name: &str, package: &str) -> Option<PathBuf> {
+    if let Some(found) = on_path(name) {
+        return Some(found);
+    }
+    if on_path("apt-get").is_none() {
+        skip(&format!(
+            "`{name}` is not installed and there is no apt-get to install {package}"
+        ));
+        return None;
+    }
+    apt_install(&[package]);
+    Some(on_path(name).unwrap_or_else(|| panic!("`{name}` after apt-get install {package}")))
 }
 
 /// `name` in a directory of `PATH`.
