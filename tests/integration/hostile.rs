@@ -73,9 +73,28 @@ const RULES_A: &str =
 const RULES_B: &str =
     r#"{"rules":[{"name":"b","channel":"ci/*","mode":"confirm","prompt":"B {{content}}"}]}"#;
 
-/// Long enough for several debounce periods (150 ms) of a reload loop to show: the only
-/// fixed wait in this file, because what it checks is that nothing happens.
-const QUIET: Duration = Duration::from_millis(1500);
+/// Waits until the rules watcher has handled every event made before the call: saves a change
+/// of `switchboard.json` (`actions.queueCapacity` = `mark`, a value of its own) and waits for
+/// the daemon to apply it. The watcher takes the events of the home in order and, in one batch,
+/// reloads the rules before the settings, so once the mark is applied whatever `triggers.json`
+/// did before has been looked at: what did not reload by then never will.
+fn watcher_caught_up(sb: &Switchboard, mark: u64) {
+    let path = sb.home.path().join("switchboard.json");
+    let mut config: Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    config["actions"]["queueCapacity"] = json!(mark);
+    std::fs::write(&path, config.to_string()).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the watcher applies the mark",
+        || {
+            let stats = control(sb.home.path(), json!({"op": "stats"}));
+            (stats["result"]["delivery"]["capacity"] == mark).then_some(())
+        },
+    );
+}
 
 #[test]
 fn one_save_is_one_reload_and_reading_the_file_reloads_nothing() {
@@ -96,7 +115,7 @@ fn one_save_is_one_reload_and_reading_the_file_reloads_nothing() {
     let check = sb.cli(&["rules", "check"]);
     assert!(check.status.success(), "{}", stderr(&check));
     std::fs::write(sb.home.path().join("triggers.json"), RULES_B).unwrap();
-    std::thread::sleep(QUIET);
+    watcher_caught_up(&sb, 101);
     assert_eq!(
         reloads(&sb, "ok"),
         1.0,
@@ -120,7 +139,7 @@ fn one_save_is_one_reload_and_reading_the_file_reloads_nothing() {
     eventually(Duration::from_secs(10), "the removal is seen", || {
         (reloads(&sb, "missing") >= 1.0).then_some(())
     });
-    std::thread::sleep(QUIET);
+    watcher_caught_up(&sb, 102);
     assert_eq!(reloads(&sb, "invalid"), 1.0);
     assert_eq!(reloads(&sb, "missing"), 1.0);
     assert_eq!(reloads(&sb, "ok"), 2.0);
@@ -188,7 +207,7 @@ fn edits_to_the_target_of_a_symlinked_triggers_json_are_reloaded() {
     );
     // The old target is no longer the rules: editing it changes nothing.
     std::fs::write(&target, RULES_B).unwrap();
-    std::thread::sleep(QUIET);
+    watcher_caught_up(&sb, 101);
     assert_eq!(live_rules(&sb), ["c"]);
     sb.terminate();
 }
@@ -767,8 +786,35 @@ async fn a_long_poll_outlives_the_header_timeout_and_an_idle_client_reconnects()
         started.elapsed()
     );
     assert_ne!(result.is_error, Some(true));
-    // Idle past the keep-alive timeout: the next call still goes through.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // Idle past the keep-alive timeout: a kept-alive connection that answered a request is
+    // closed by the daemon once it has sat idle for the header timeout (10 s), and the client,
+    // idle as long, still gets its next call through.
+    let mut idle = TcpStream::connect(sb.ingest.as_deref().unwrap()).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.ends_with(b"\r\n\r\nok\n") {
+        let n = idle.read(&mut buf).expect("the answer to /healthz");
+        assert!(
+            n > 0,
+            "closed before answering: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let idle_since = Instant::now();
+    let n = idle
+        .read(&mut buf)
+        .expect("the daemon closes the idle connection");
+    assert_eq!(n, 0, "sent more than its answer");
+    assert!(
+        idle_since.elapsed() >= Duration::from_secs(9),
+        "closed after {:?} idle, before the keep-alive timeout",
+        idle_since.elapsed()
+    );
     let seq = send_messages(sb.home.path(), &[("c", "wake")])[0];
     let result = client
         .call_tool(wait(5))

@@ -40,7 +40,9 @@ fn saves_apply_within_a_second(in_place: bool) {
     let home = sb.home.path().to_path_buf();
     assert_eq!(rule_names(&sb), ["rule-a"]);
     let seq = send_messages(&home, &[("b", "before")])[0];
-    std::thread::sleep(Duration::from_millis(200));
+    eventually(Duration::from_secs(10), "the message is evaluated", || {
+        (stats(&sb)["evaluated"].as_u64() >= Some(seq)).then_some(())
+    });
     assert!(fired_for(&sb, seq).is_empty(), "rule-b does not exist yet");
 
     let saved = Instant::now();

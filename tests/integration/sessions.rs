@@ -840,13 +840,13 @@ fn a_deleted_home_is_told_to_the_agent_and_eof_still_exits_at_once() {
         );
     }
 
-    // A wait in flight, then EOF: out within a second.
+    // A wait asked, then EOF (the request comes before the end of the pipe): out within a
+    // second.
     send(call(
         5,
         "wait_for_inbound_message",
         json!({"timeout_s": 20}),
     ));
-    std::thread::sleep(Duration::from_millis(100));
     drop(stdin);
     let closed = Instant::now();
     let status = wait_exit(&mut child, Duration::from_secs(10));

@@ -351,7 +351,13 @@ async fn contended_work_reaches_exactly_one_session_each() {
         .await;
         tokio::task::yield_now().await;
     }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while lc.stats().queued_work > 0 || lc.stats().claimed_work > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "work left after 30 s: {:?}",
+            lc.stats()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     stop.cancel();
