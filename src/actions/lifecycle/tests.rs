@@ -314,6 +314,25 @@ async fn wait_wakes_on_offer_and_a_cancelled_wait_takes_nothing() {
     assert_eq!(ids(&lc.take(other, "b", 10)), [(ItemKind::Auto, 2)]);
 }
 
+/// A wait with nothing to take returns empty at its timeout, not before: on tokio's paused
+/// clock, so the fifty seconds a host asks for take no real time.
+#[tokio::test(start_paused = true)]
+async fn a_wait_with_nothing_to_take_returns_empty_at_its_timeout() {
+    let lc = Lifecycle::default();
+    let s = lc.open_session("a", false, None);
+    let never = CancellationToken::new();
+    let started = tokio::time::Instant::now();
+    let waiter = tokio::spawn({
+        let lc = lc.clone();
+        let never = never.clone();
+        async move { lc.wait(s, "a", 10, Duration::from_secs(50), &never).await }
+    });
+    tokio::time::sleep(Duration::from_secs(49)).await;
+    assert!(!waiter.is_finished(), "returned before its timeout");
+    assert!(waiter.await.unwrap().is_empty());
+    assert_eq!(started.elapsed(), Duration::from_secs(50));
+}
+
 #[tokio::test]
 async fn contended_work_reaches_exactly_one_session_each() {
     let lc = Lifecycle::new(2000, JournalWriter::memory());
