@@ -365,62 +365,8 @@ impl Metrics {
         inbox: &crate::inbox::InboxStats,
         delivery: &crate::actions::lifecycle::LifecycleStats,
     ) {
-        let c = out.counter(
-            "switchboard_messages_ingested_total",
-            "Messages accepted, by source.",
-        );
-        for (source, n) in self.ingested.lock().unwrap().iter() {
-            c.with(&[("source", source)], count(*n));
-        }
-        let c = out.counter(
-            "switchboard_actions_total",
-            "Actions fired, by rule and mode.",
-        );
-        for ((rule, mode), n) in self.actions.lock().unwrap().iter() {
-            c.with(&[("rule", rule), ("mode", mode.as_str())], count(*n));
-        }
-        let c = out.counter(
-            "switchboard_suppressed_total",
-            "Matching rules that did not fire, by reason.",
-        );
-        for ((rule, reason), n) in self.suppressed.lock().unwrap().iter() {
-            c.with(&[("rule", rule), ("reason", reason.as_str())], count(*n));
-        }
-        let lifecycle = &delivery.counters;
-        let c = out.counter(
-            "switchboard_actions_dropped_total",
-            "Actions refused by a full queue, by mode.",
-        );
-        for (mode, n) in &lifecycle.dropped {
-            c.with(&[("mode", mode.as_str())], count(*n));
-        }
-        let c = out.counter(
-            "switchboard_action_transitions_total",
-            "Action lifecycle transitions, by the state entered.",
-        );
-        for (state, n) in [
-            ("claimed", lifecycle.claimed),
-            ("delivered", lifecycle.delivered),
-            ("released", lifecycle.released),
-            ("approved", lifecycle.approved),
-            ("denied", lifecycle.denied),
-            ("expired", lifecycle.expired),
-            ("resolved", lifecycle.resolved),
-            ("running", lifecycle.running),
-            ("succeeded", lifecycle.succeeded),
-            ("failed", lifecycle.failed),
-            ("cancelled", lifecycle.cancelled),
-        ] {
-            c.with(&[("state", state)], count(n));
-        }
-        let c = out.counter(
-            "switchboard_exec_failures_total",
-            "Exec runs that did not succeed, by kind.",
-        );
-        for kind in crate::actions::ExecFailure::ALL {
-            let n = lifecycle.exec_failures.get(&kind).copied().unwrap_or(0);
-            c.with(&[("kind", kind.as_str())], count(n));
-        }
+        self.scrape_rules(out);
+        scrape_lifecycle(out, &delivery.counters);
         out.gauge(
             "switchboard_wait_calls_in_flight",
             "wait_for_inbound_message calls waiting now.",
@@ -446,63 +392,136 @@ impl Metrics {
             "Messages acknowledged as a repeat of a recent source id and not stored again.",
         )
         .value(count(inbox.duplicates));
-        let gauges = [
-            (
-                "switchboard_ring_depth",
-                "Messages held in the in-memory ring.",
-                inbox.ring_depth as u64,
-            ),
-            (
-                "switchboard_last_seq",
-                "Highest committed message seq.",
-                inbox.last_seq,
-            ),
-            (
-                "switchboard_journal_failing",
-                "1 while inbox journal writes fail, else 0.",
-                u64::from(inbox.journal_status.starts_with("failing")),
-            ),
-            (
-                "switchboard_queue_nudges",
-                "Nudges no consumer has seen yet.",
-                delivery.nudges_undelivered as u64,
-            ),
-            (
-                "switchboard_queue_pending_confirms",
-                "Confirms waiting for an answer.",
-                delivery.pending_confirms as u64,
-            ),
-            (
-                "switchboard_queue_work",
-                "Auto prompts and approved confirms waiting for the agent.",
-                delivery.queued_work as u64,
-            ),
-            (
-                "switchboard_queue_claimed_work",
-                "Work claimed by a wait whose result is not yet sent.",
-                delivery.claimed_work as u64,
-            ),
-            (
-                "switchboard_sessions",
-                "MCP sessions connected now.",
-                delivery.sessions as u64,
-            ),
-            (
-                "switchboard_exec_running",
-                "Exec runs in flight.",
-                delivery.exec_running as u64,
-            ),
-            (
-                "switchboard_exec_queued",
-                "Exec work waiting for a slot.",
-                delivery.exec_queued as u64,
-            ),
-        ];
-        for (name, help, value) in gauges {
-            out.gauge(name, help).value(count(value));
+        for (name, help, read) in GAUGES {
+            out.gauge(name, help).value(count(read(inbox, delivery)));
+        }
+    }
+
+    /// What the rules did: messages in by source, actions by rule and mode, suppressions.
+    fn scrape_rules(&self, out: &mut Scrape) {
+        let c = out.counter(
+            "switchboard_messages_ingested_total",
+            "Messages accepted, by source.",
+        );
+        for (source, n) in self.ingested.lock().unwrap().iter() {
+            c.with(&[("source", source)], count(*n));
+        }
+        let c = out.counter(
+            "switchboard_actions_total",
+            "Actions fired, by rule and mode.",
+        );
+        for ((rule, mode), n) in self.actions.lock().unwrap().iter() {
+            c.with(&[("rule", rule), ("mode", mode.as_str())], count(*n));
+        }
+        let c = out.counter(
+            "switchboard_suppressed_total",
+            "Matching rules that did not fire, by reason.",
+        );
+        for ((rule, reason), n) in self.suppressed.lock().unwrap().iter() {
+            c.with(&[("rule", rule), ("reason", reason.as_str())], count(*n));
         }
     }
 }
+
+/// The lifecycle's counters: drops by mode, transitions by state entered, exec failures by kind.
+fn scrape_lifecycle(out: &mut Scrape, lifecycle: &crate::actions::lifecycle::Counters) {
+    let c = out.counter(
+        "switchboard_actions_dropped_total",
+        "Actions refused by a full queue, by mode.",
+    );
+    for (mode, n) in &lifecycle.dropped {
+        c.with(&[("mode", mode.as_str())], count(*n));
+    }
+    let c = out.counter(
+        "switchboard_action_transitions_total",
+        "Action lifecycle transitions, by the state entered.",
+    );
+    for (state, n) in [
+        ("claimed", lifecycle.claimed),
+        ("delivered", lifecycle.delivered),
+        ("released", lifecycle.released),
+        ("approved", lifecycle.approved),
+        ("denied", lifecycle.denied),
+        ("expired", lifecycle.expired),
+        ("resolved", lifecycle.resolved),
+        ("running", lifecycle.running),
+        ("succeeded", lifecycle.succeeded),
+        ("failed", lifecycle.failed),
+        ("cancelled", lifecycle.cancelled),
+    ] {
+        c.with(&[("state", state)], count(n));
+    }
+    let c = out.counter(
+        "switchboard_exec_failures_total",
+        "Exec runs that did not succeed, by kind.",
+    );
+    for kind in crate::actions::ExecFailure::ALL {
+        let n = lifecycle.exec_failures.get(&kind).copied().unwrap_or(0);
+        c.with(&[("kind", kind.as_str())], count(n));
+    }
+}
+
+/// A gauge of the core: its name, its help, and how it is read from the inbox's and the
+/// lifecycle's stats.
+type Gauge = (
+    &'static str,
+    &'static str,
+    fn(&crate::inbox::InboxStats, &crate::actions::lifecycle::LifecycleStats) -> u64,
+);
+
+/// The core's gauges, in the order `/metrics` lists them.
+const GAUGES: [Gauge; 10] = [
+    (
+        "switchboard_ring_depth",
+        "Messages held in the in-memory ring.",
+        |inbox, _| inbox.ring_depth as u64,
+    ),
+    (
+        "switchboard_last_seq",
+        "Highest committed message seq.",
+        |inbox, _| inbox.last_seq,
+    ),
+    (
+        "switchboard_journal_failing",
+        "1 while inbox journal writes fail, else 0.",
+        |inbox, _| u64::from(inbox.journal_status.starts_with("failing")),
+    ),
+    (
+        "switchboard_queue_nudges",
+        "Nudges no consumer has seen yet.",
+        |_, delivery| delivery.nudges_undelivered as u64,
+    ),
+    (
+        "switchboard_queue_pending_confirms",
+        "Confirms waiting for an answer.",
+        |_, delivery| delivery.pending_confirms as u64,
+    ),
+    (
+        "switchboard_queue_work",
+        "Auto prompts and approved confirms waiting for the agent.",
+        |_, delivery| delivery.queued_work as u64,
+    ),
+    (
+        "switchboard_queue_claimed_work",
+        "Work claimed by a wait whose result is not yet sent.",
+        |_, delivery| delivery.claimed_work as u64,
+    ),
+    (
+        "switchboard_sessions",
+        "MCP sessions connected now.",
+        |_, delivery| delivery.sessions as u64,
+    ),
+    (
+        "switchboard_exec_running",
+        "Exec runs in flight.",
+        |_, delivery| delivery.exec_running as u64,
+    ),
+    (
+        "switchboard_exec_queued",
+        "Exec work waiting for a slot.",
+        |_, delivery| delivery.exec_queued as u64,
+    ),
+];
 
 /// The stop hooks' part of `/metrics`: stops by host and outcome (`delivered` is work handed
 /// over by a hook), and whether on-duty mode is on.
