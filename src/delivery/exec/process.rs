@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
@@ -67,6 +67,9 @@ pub struct Ended {
     pub report: ExecReport,
 }
 
+/// A stop of the run: the failure kind and the reason.
+type Stop = (ExecFailure, String);
+
 /// Runs `launch` to its end, feeding each stdout line through `normaliser` and each event to
 /// `on_event`.
 pub async fn run(
@@ -77,7 +80,60 @@ pub async fn run(
     mut on_event: impl FnMut(&ExecEvent),
 ) -> Ended {
     let started = Instant::now();
-    let mut report = ExecReport::default();
+    let mut child = match spawn(launch) {
+        Ok(child) => child,
+        Err(failure) => {
+            let report = ExecReport {
+                duration_ms: ms(started.elapsed()),
+                ..ExecReport::default()
+            };
+            return Ended {
+                failure: Some(failure),
+                report,
+            };
+        }
+    };
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let stderr_tail = tokio::spawn(drain_tail(stderr));
+    // Fed on its own task: a prompt larger than the pipe waits for the host to read it while
+    // its output is read here. Aborted when the run ends (a host that never read it).
+    let feeding = match (child.stdin.take(), &launch.stdin) {
+        (Some(pipe), Some(text)) => Some(AbortOnDrop(tokio::spawn(feed(pipe, text.clone())))),
+        _ => None,
+    };
+    let clock = Clock {
+        limits,
+        deadline: tokio::time::Instant::now() + limits.turn_timeout,
+        cancel,
+    };
+    let mut transcript = Transcript::default();
+    let mut stopped = clock
+        .read(stdout, &mut transcript, normaliser, &mut on_event)
+        .await;
+    // Stopped, or stdout closed: wait for the exit within what is left of the run.
+    let status = match stopped {
+        Some(_) => {
+            terminate(&mut child, limits.kill_grace).await;
+            None
+        }
+        None => clock.exit(&mut child, &mut stopped).await,
+    };
+    drop(feeding);
+    let tail = stderr_tail.await.unwrap_or_default();
+    transcript.report.duration_ms = ms(started.elapsed());
+    match stopped {
+        Some(stopped) => Ended {
+            failure: Some(stopped),
+            report: transcript.report,
+        },
+        None => transcript.ended(&launch.program, status, &tail),
+    }
+}
+
+/// Starts the host: its own process group, only the environment it is given, stdout and
+/// stderr piped; stdin piped when there is a prompt to feed.
+fn spawn(launch: &Launch) -> Result<Child, Stop> {
     let mut cmd = Command::new(&launch.program);
     cmd.args(&launch.args)
         .env_clear()
@@ -94,247 +150,273 @@ pub async fn run(
     if let Some(cwd) = &launch.cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let failure = if e.kind() == std::io::ErrorKind::NotFound {
-                (
-                    ExecFailure::AgentNotFound,
-                    format!(
-                        "exec: `{}` not found: {e}; install it or set `exec.command`",
-                        launch.program
-                    ),
-                )
-            } else {
-                (
-                    ExecFailure::Failed,
-                    format!("exec: cannot start `{}`: {e}", launch.program),
-                )
-            };
-            report.duration_ms = ms(started.elapsed());
-            return Ended {
-                failure: Some(failure),
-                report,
-            };
+    cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            (
+                ExecFailure::AgentNotFound,
+                format!(
+                    "exec: `{}` not found: {e}; install it or set `exec.command`",
+                    launch.program
+                ),
+            )
+        } else {
+            (
+                ExecFailure::Failed,
+                format!("exec: cannot start `{}`: {e}", launch.program),
+            )
         }
-    };
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let stderr_tail = tokio::spawn(drain_tail(stderr));
-    // Fed on its own task: a prompt larger than the pipe waits for the host to read it while
-    // its output is read here. Aborted when the run ends (a host that never read it).
-    let feeding = match (child.stdin.take(), &launch.stdin) {
-        (Some(pipe), Some(text)) => Some(AbortOnDrop(tokio::spawn(feed(pipe, text.clone())))),
-        _ => None,
-    };
+    })
+}
 
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut line = Vec::new();
-    let mut overflow = false;
-    let deadline = tokio::time::Instant::now() + limits.turn_timeout;
-    let mut open_tools: HashMap<String, (usize, Instant)> = HashMap::new();
-    let mut host_error: Option<String> = None;
-    let mut result: Option<(bool, Option<String>)> = None;
-    let mut stopped: Option<(ExecFailure, String)> = None;
-    loop {
-        let next = tokio::time::timeout(
-            limits.stall_timeout,
-            next_line(&mut reader, &mut line, &mut overflow),
-        );
-        let got = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => {
-                stopped = Some((ExecFailure::Cancelled, "cancelled".into()));
-                break;
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                stopped = Some((
-                    ExecFailure::Timeout,
-                    format!("the run took longer than `turnTimeout` ({})", show(limits.turn_timeout)),
-                ));
-                break;
-            }
-            got = next => got,
-        };
-        let got = match got {
-            Err(_) => {
-                stopped = Some((
+/// What bounds a run: its limits, the end of its `turnTimeout`, and its cancellation.
+struct Clock<'a> {
+    limits: Limits,
+    deadline: tokio::time::Instant,
+    cancel: &'a CancellationToken,
+}
+
+impl Clock<'_> {
+    /// The stop for a run past its `turnTimeout`.
+    fn timed_out(&self) -> Stop {
+        (
+            ExecFailure::Timeout,
+            format!(
+                "the run took longer than `turnTimeout` ({})",
+                show(self.limits.turn_timeout)
+            ),
+        )
+    }
+
+    /// Reads the host's stdout line by line into `transcript` until it closes; or the stop
+    /// that ended the reading first (cancelled, `turnTimeout`, `stallTimeout`, an auth error).
+    async fn read(
+        &self,
+        stdout: tokio::process::ChildStdout,
+        transcript: &mut Transcript,
+        normaliser: &mut dyn Normaliser,
+        on_event: &mut impl FnMut(&ExecEvent),
+    ) -> Option<Stop> {
+        let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+        let mut line = Vec::new();
+        let mut overflow = false;
+        loop {
+            let next = tokio::time::timeout(
+                self.limits.stall_timeout,
+                next_line(&mut reader, &mut line, &mut overflow),
+            );
+            let got = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    return Some((ExecFailure::Cancelled, "cancelled".into()));
+                }
+                _ = tokio::time::sleep_until(self.deadline) => return Some(self.timed_out()),
+                got = next => got,
+            };
+            let Ok(got) = got else {
+                return Some((
                     ExecFailure::Stalled,
                     format!(
                         "the host printed nothing for `stallTimeout` ({})",
-                        show(limits.stall_timeout)
+                        show(self.limits.stall_timeout)
                     ),
                 ));
-                break;
+            };
+            let bytes = match got {
+                Ok(Some(Some(bytes))) => bytes,
+                Ok(Some(None)) => {
+                    transcript.report.malformed_lines += 1;
+                    tracing::warn!(max = MAX_LINE, "exec: host output line too long; skipped");
+                    continue;
+                }
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::warn!(cause = %e, "exec: reading the host's output failed");
+                    return None;
+                }
+            };
+            if let Some(stop) = transcript.line(&bytes, normaliser, on_event) {
+                return Some(stop);
             }
-            Ok(got) => got,
-        };
-        let bytes = match got {
-            Ok(Some(Some(bytes))) => bytes,
-            Ok(Some(None)) => {
-                report.malformed_lines += 1;
-                tracing::warn!(max = MAX_LINE, "exec: host output line too long; skipped");
-                continue;
-            }
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!(cause = %e, "exec: reading the host's output failed");
-                break;
-            }
-        };
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            continue;
         }
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-            report.malformed_lines += 1;
+    }
+
+    /// Waits for the host's exit within what is left of the run; on cancellation or past
+    /// `turnTimeout` stops it instead, says why in `stopped` and has no status.
+    async fn exit(&self, child: &mut Child, stopped: &mut Option<Stop>) -> Option<ExitStatus> {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => {
+                *stopped = Some((ExecFailure::Cancelled, "cancelled".into()));
+                terminate(child, self.limits.kill_grace).await;
+                None
+            }
+            _ = tokio::time::sleep_until(self.deadline) => {
+                *stopped = Some(self.timed_out());
+                terminate(child, self.limits.kill_grace).await;
+                None
+            }
+            status = child.wait() => status.ok(),
+        }
+    }
+}
+
+/// What the host said in a run, gathered as its events come: the report, the tool calls not
+/// yet completed, its last error and its result.
+#[derive(Default)]
+struct Transcript {
+    report: ExecReport,
+    open_tools: HashMap<String, (usize, Instant)>,
+    host_error: Option<String>,
+    /// Whether the result is an error, and its text.
+    result: Option<(bool, Option<String>)>,
+}
+
+impl Transcript {
+    /// One line of the host's stdout: skipped when blank, counted as malformed when not JSON,
+    /// else each event it stands for recorded and passed to `on_event`. The stop it asks for
+    /// (an auth error), once the whole line is read.
+    fn line(
+        &mut self,
+        bytes: &[u8],
+        normaliser: &mut dyn Normaliser,
+        on_event: &mut impl FnMut(&ExecEvent),
+    ) -> Option<Stop> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+            self.report.malformed_lines += 1;
             tracing::debug!(
-                line = %cut(&String::from_utf8_lossy(&bytes), 200),
+                line = %cut(&String::from_utf8_lossy(bytes), 200),
                 "exec: host output line is not JSON; skipped"
             );
-            continue;
+            return None;
         };
+        let mut stopped = None;
         for event in normaliser.line(&value) {
-            match &event {
-                ExecEvent::TurnStart => report.turns += 1,
-                ExecEvent::ToolStart { id, name } => {
-                    open_tools.insert(id.clone(), (report.tool_calls.len(), Instant::now()));
-                    report.tool_calls.push(ToolCall {
-                        name: name.clone(),
-                        duration_ms: 0,
-                        success: false,
-                    });
-                }
-                ExecEvent::ToolComplete { id, success, .. } => {
-                    if let Some((i, at)) = open_tools.remove(id) {
-                        report.tool_calls[i].duration_ms = ms(at.elapsed());
-                        report.tool_calls[i].success = *success;
-                    }
-                }
-                ExecEvent::Message { text } => report.result = Some(cut(text, 4096)),
-                ExecEvent::Error { text, auth } => {
-                    host_error = Some(cut(text, 1024));
-                    if *auth {
-                        stopped = Some((ExecFailure::AuthMissing, cut(text, 1024)));
-                    }
-                }
-                ExecEvent::Result {
-                    is_error,
-                    exit_code,
-                    usage,
-                    text,
-                } => {
-                    if usage.is_some() {
-                        report.usage = usage.clone();
-                    }
-                    if let Some(code) = exit_code {
-                        report.exit_code = Some(*code);
-                    }
-                    if let Some(t) = text {
-                        report.result = Some(cut(t, 4096));
-                    }
-                    result = Some((*is_error, text.clone()));
-                }
-                ExecEvent::TurnEnd => {}
+            if let Some(stop) = self.record(&event) {
+                stopped = Some(stop);
             }
             on_event(&event);
         }
-        if stopped.is_some() {
-            break;
-        }
+        stopped
     }
-    // Stopped, or stdout closed: wait for the exit within what is left of the run.
-    let status = match stopped {
-        Some(_) => {
-            terminate(&mut child, limits.kill_grace).await;
-            None
-        }
-        None => {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => {
-                    stopped = Some((ExecFailure::Cancelled, "cancelled".into()));
-                    terminate(&mut child, limits.kill_grace).await;
-                    None
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    stopped = Some((
-                        ExecFailure::Timeout,
-                        format!("the run took longer than `turnTimeout` ({})", show(limits.turn_timeout)),
-                    ));
-                    terminate(&mut child, limits.kill_grace).await;
-                    None
-                }
-                status = child.wait() => status.ok(),
+
+    /// Records one event in the report; an auth error stops the run.
+    fn record(&mut self, event: &ExecEvent) -> Option<Stop> {
+        let report = &mut self.report;
+        match event {
+            ExecEvent::TurnStart => report.turns += 1,
+            ExecEvent::ToolStart { id, name } => {
+                self.open_tools
+                    .insert(id.clone(), (report.tool_calls.len(), Instant::now()));
+                report.tool_calls.push(ToolCall {
+                    name: name.clone(),
+                    duration_ms: 0,
+                    success: false,
+                });
             }
+            ExecEvent::ToolComplete { id, success, .. } => {
+                if let Some((i, at)) = self.open_tools.remove(id) {
+                    report.tool_calls[i].duration_ms = ms(at.elapsed());
+                    report.tool_calls[i].success = *success;
+                }
+            }
+            ExecEvent::Message { text } => report.result = Some(cut(text, 4096)),
+            ExecEvent::Error { text, auth } => {
+                self.host_error = Some(cut(text, 1024));
+                if *auth {
+                    return Some((ExecFailure::AuthMissing, cut(text, 1024)));
+                }
+            }
+            ExecEvent::Result {
+                is_error,
+                exit_code,
+                usage,
+                text,
+            } => {
+                if usage.is_some() {
+                    report.usage = usage.clone();
+                }
+                if let Some(code) = exit_code {
+                    report.exit_code = Some(*code);
+                }
+                if let Some(t) = text {
+                    report.result = Some(cut(t, 4096));
+                }
+                self.result = Some((*is_error, text.clone()));
+            }
+            ExecEvent::TurnEnd => {}
         }
-    };
-    drop(feeding);
-    let tail = stderr_tail.await.unwrap_or_default();
-    report.duration_ms = ms(started.elapsed());
-    if let Some(stopped) = stopped {
-        return Ended {
-            failure: Some(stopped),
-            report,
-        };
+        None
     }
-    let code = status.and_then(|s| s.code());
-    if code.is_some() {
-        report.exit_code = code;
-    }
-    let last_stderr = tail
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map(|l| cut(l.trim(), 512));
-    let said = host_error
-        .clone()
-        .or_else(|| {
-            result
-                .as_ref()
-                .and_then(|(e, t)| e.then(|| t.clone()).flatten())
-        })
-        .or(last_stderr)
-        .unwrap_or_default();
-    let failure = match (status, code) {
-        (_, Some(127)) => Some((
-            ExecFailure::AgentNotFound,
-            format!(
-                "exec: `{}` exited 127 (command not found){}",
-                launch.program,
-                colon(&said)
-            ),
-        )),
-        (Some(s), None) => {
-            use std::os::unix::process::ExitStatusExt;
-            Some((
-                ExecFailure::Failed,
+
+    /// How a run that was not stopped ended, from the exit `status` of `program`, what the
+    /// host said and the `tail` of its stderr.
+    fn ended(mut self, program: &str, status: Option<ExitStatus>, tail: &str) -> Ended {
+        let code = status.and_then(|s| s.code());
+        if code.is_some() {
+            self.report.exit_code = code;
+        }
+        let last_stderr = tail
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| cut(l.trim(), 512));
+        let result = &self.result;
+        let said = self
+            .host_error
+            .clone()
+            .or_else(|| {
+                result
+                    .as_ref()
+                    .and_then(|(e, t)| e.then(|| t.clone()).flatten())
+            })
+            .or(last_stderr)
+            .unwrap_or_default();
+        let failure = match (status, code) {
+            (_, Some(127)) => Some((
+                ExecFailure::AgentNotFound,
                 format!(
-                    "the host was killed by signal {}{}",
-                    s.signal().unwrap_or(0),
+                    "exec: `{program}` exited 127 (command not found){}",
                     colon(&said)
                 ),
-            ))
+            )),
+            (Some(s), None) => {
+                use std::os::unix::process::ExitStatusExt;
+                Some((
+                    ExecFailure::Failed,
+                    format!(
+                        "the host was killed by signal {}{}",
+                        s.signal().unwrap_or(0),
+                        colon(&said)
+                    ),
+                ))
+            }
+            (None, _) => Some((
+                ExecFailure::Failed,
+                "the host's exit status was lost".into(),
+            )),
+            (_, Some(0)) if !result.as_ref().is_some_and(|(e, _)| *e) => None,
+            (_, Some(c)) => {
+                let kind = if looks_like_auth(&said) || looks_like_auth(tail) {
+                    ExecFailure::AuthMissing
+                } else {
+                    ExecFailure::Failed
+                };
+                let how = if c == 0 {
+                    "the host reported an error".to_string()
+                } else {
+                    format!("the host exited with {c}")
+                };
+                Some((kind, format!("{how}{}", colon(&said))))
+            }
+        };
+        Ended {
+            failure,
+            report: self.report,
         }
-        (None, _) => Some((
-            ExecFailure::Failed,
-            "the host's exit status was lost".into(),
-        )),
-        (_, Some(0)) if !result.as_ref().is_some_and(|(e, _)| *e) => None,
-        (_, Some(c)) => {
-            let kind = if looks_like_auth(&said) || looks_like_auth(&tail) {
-                ExecFailure::AuthMissing
-            } else {
-                ExecFailure::Failed
-            };
-            let how = if c == 0 {
-                "the host reported an error".to_string()
-            } else {
-                format!("the host exited with {c}")
-            };
-            Some((kind, format!("{how}{}", colon(&said))))
-        }
-    };
-    Ended { failure, report }
+    }
 }
 
 /// Writes `text` to the host's stdin and closes it (end of input: the host reads its prompt
