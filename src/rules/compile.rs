@@ -120,23 +120,12 @@ fn time_intervals(
     errors: &mut Vec<RuleError>,
 ) -> BTreeMap<String, Option<Arc<NamedIntervals>>> {
     let mut out = BTreeMap::new();
-    let top_error = |errors: &mut Vec<RuleError>, at: Pos, key: Option<String>, message: String| {
-        errors.push(RuleError {
-            code: ErrorCode::InvalidTimeInterval,
-            rule_index: None,
-            rule: None,
-            key,
-            line: Some(at.line),
-            column: Some(at.column),
-            message,
-        })
-    };
     let map = match value {
         None | Some(Value::Null) => return out,
         Some(Value::Object(map)) => map,
         Some(other) => {
             let at = loc.top_value("timeIntervals");
-            top_error(
+            interval_error(
                 errors,
                 at,
                 Some("timeIntervals".into()),
@@ -149,160 +138,200 @@ fn time_intervals(
         }
     };
     for (name, list) in map {
-        let (name_pos, located) = loc
-            .intervals
-            .iter()
-            .rev()
-            .find(|(k, _)| k.key == *name)
-            .map(|(k, l)| (k.clone(), l.clone()))
-            .unwrap_or_else(|| {
-                let at = loc.top_value("timeIntervals");
-                (
-                    KeyPos {
-                        key: name.clone(),
-                        at,
-                        value: at,
-                        items: Vec::new(),
-                    },
-                    Vec::new(),
-                )
-            });
-        let Value::Array(items) = list else {
-            top_error(
-                errors,
-                name_pos.value,
-                Some(name.clone()),
-                format!(
-                    "time interval `{name}` must be a list of intervals, got {}",
-                    crate::json_kind(list)
-                ),
-            );
-            out.insert(name.clone(), None);
-            continue;
-        };
-        let mut ok = true;
-        let mut intervals = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            let (start, keys) = located
-                .get(i)
-                .cloned()
-                .unwrap_or((name_pos.value, Vec::new()));
-            let at_key = |key: &str| {
-                keys.iter()
-                    .rev()
-                    .find(|k| k.key == key)
-                    .map_or(start, |k| k.value)
-            };
-            let Value::Object(fields) = item else {
-                top_error(
-                    errors,
-                    start,
-                    Some(name.clone()),
-                    format!(
-                        "time interval `{name}` entry {i} must be an object, got {}",
-                        crate::json_kind(item)
-                    ),
-                );
-                ok = false;
-                continue;
-            };
-            let before = errors.len();
-            for kp in &keys {
-                if !INTERVAL_KEYS.contains(&kp.key.as_str()) {
-                    let mut e = unknown_key(None, None, kp, INTERVAL_KEYS);
-                    e.message = format!("time interval `{name}`: {}", e.message);
-                    errors.push(e);
-                }
-            }
-            let mut clean = Map::new();
-            for (key, value) in fields {
-                if !INTERVAL_KEYS.contains(&key.as_str()) {
-                    continue;
-                }
-                // Numbers are welcome where the values are numbers (`"daysOfMonth": [1, -1]`).
-                let value = match value {
-                    Value::Array(vs)
-                        if matches!(key.as_str(), "daysOfMonth" | "months" | "years") =>
-                    {
-                        Value::Array(
-                            vs.iter()
-                                .map(|v| match v {
-                                    Value::Number(n) => Value::String(n.to_string()),
-                                    other => other.clone(),
-                                })
-                                .collect(),
-                        )
-                    }
-                    other => other.clone(),
-                };
-                let fits = match key.as_str() {
-                    "times" => serde_json::from_value::<Vec<super::file::RawTimeRange>>(value.clone())
-                        .map(drop)
-                        .map_err(|e| format!("`times` must be a list of {{\"startTime\": \"HH:MM\", \"endTime\": \"HH:MM\"}}: {e}")),
-                    "location" => serde_json::from_value::<String>(value.clone())
-                        .map(drop)
-                        .map_err(|_| format!("`location` must be a string, got {}", crate::json_kind(&value))),
-                    _ => serde_json::from_value::<Vec<String>>(value.clone())
-                        .map(drop)
-                        .map_err(|_| format!("`{key}` must be a list of strings, got {}", crate::json_kind(&value))),
-                };
-                match fits {
-                    Ok(()) => {
-                        clean.insert(key.clone(), value);
-                    }
-                    Err(reason) if !value.is_null() => {
-                        top_error(
-                            errors,
-                            at_key(key),
-                            Some(key.clone()),
-                            format!("time interval `{name}`: {reason}"),
-                        );
-                    }
-                    Err(_) => {}
-                }
-            }
-            if errors.len() != before {
-                ok = false;
-                continue;
-            }
-            let raw: RawTimeInterval = match serde_json::from_value(Value::Object(clean)) {
-                Ok(raw) => raw,
-                Err(e) => {
-                    top_error(
-                        errors,
-                        start,
-                        Some(name.clone()),
-                        format!("time interval `{name}`: {e}"),
-                    );
-                    ok = false;
-                    continue;
-                }
-            };
-            match TimeInterval::new(&raw) {
-                Ok(interval) => intervals.push(interval),
-                Err(e) => {
-                    top_error(
-                        errors,
-                        at_key(e.field),
-                        Some(e.field.to_string()),
-                        format!(
-                            "time interval `{name}`: invalid `{}`: {}",
-                            e.field, e.reason
-                        ),
-                    );
-                    ok = false;
-                }
-            }
-        }
-        let named = ok.then(|| {
-            Arc::new(NamedIntervals {
-                name: name.clone(),
-                intervals,
-            })
-        });
+        let named = named_intervals(name, list, loc, errors);
         out.insert(name.clone(), named);
     }
     out
+}
+
+/// An error in `timeIntervals` (outside any rule).
+fn interval_error(errors: &mut Vec<RuleError>, at: Pos, key: Option<String>, message: String) {
+    errors.push(RuleError {
+        code: ErrorCode::InvalidTimeInterval,
+        rule_index: None,
+        rule: None,
+        key,
+        line: Some(at.line),
+        column: Some(at.column),
+        message,
+    })
+}
+
+/// The list of intervals named `name`, each checked; `None` when one of them is wrong
+/// (reported).
+fn named_intervals(
+    name: &String,
+    list: &Value,
+    loc: &Locator,
+    errors: &mut Vec<RuleError>,
+) -> Option<Arc<NamedIntervals>> {
+    let (name_pos, located) = loc
+        .intervals
+        .iter()
+        .rev()
+        .find(|(k, _)| k.key == *name)
+        .map(|(k, l)| (k.clone(), l.clone()))
+        .unwrap_or_else(|| {
+            let at = loc.top_value("timeIntervals");
+            (
+                KeyPos {
+                    key: name.clone(),
+                    at,
+                    value: at,
+                    items: Vec::new(),
+                },
+                Vec::new(),
+            )
+        });
+    let Value::Array(items) = list else {
+        interval_error(
+            errors,
+            name_pos.value,
+            Some(name.clone()),
+            format!(
+                "time interval `{name}` must be a list of intervals, got {}",
+                crate::json_kind(list)
+            ),
+        );
+        return None;
+    };
+    let mut ok = true;
+    let mut intervals = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let (start, keys) = located
+            .get(i)
+            .cloned()
+            .unwrap_or((name_pos.value, Vec::new()));
+        match interval(name, i, item, (start, &keys), errors) {
+            Some(interval) => intervals.push(interval),
+            None => ok = false,
+        }
+    }
+    ok.then(|| {
+        Arc::new(NamedIntervals {
+            name: name.clone(),
+            intervals,
+        })
+    })
+}
+
+/// Entry `i` of the list named `name`, written at `start` with `keys`: each key checked, then
+/// the interval's meaning; `None` when it is wrong (reported).
+fn interval(
+    name: &String,
+    i: usize,
+    item: &Value,
+    (start, keys): (Pos, &[KeyPos]),
+    errors: &mut Vec<RuleError>,
+) -> Option<TimeInterval> {
+    let at_key = |key: &str| {
+        keys.iter()
+            .rev()
+            .find(|k| k.key == key)
+            .map_or(start, |k| k.value)
+    };
+    let Value::Object(fields) = item else {
+        interval_error(
+            errors,
+            start,
+            Some(name.clone()),
+            format!(
+                "time interval `{name}` entry {i} must be an object, got {}",
+                crate::json_kind(item)
+            ),
+        );
+        return None;
+    };
+    let before = errors.len();
+    for kp in keys {
+        if !INTERVAL_KEYS.contains(&kp.key.as_str()) {
+            let mut e = unknown_key(None, None, kp, INTERVAL_KEYS);
+            e.message = format!("time interval `{name}`: {}", e.message);
+            errors.push(e);
+        }
+    }
+    let mut clean = Map::new();
+    for (key, value) in fields {
+        if !INTERVAL_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let value = numbers_as_strings(key, value);
+        match interval_key_type(key, &value) {
+            Ok(()) => {
+                clean.insert(key.clone(), value);
+            }
+            Err(reason) if !value.is_null() => {
+                interval_error(
+                    errors,
+                    at_key(key),
+                    Some(key.clone()),
+                    format!("time interval `{name}`: {reason}"),
+                );
+            }
+            Err(_) => {}
+        }
+    }
+    if errors.len() != before {
+        return None;
+    }
+    let raw: RawTimeInterval = match serde_json::from_value(Value::Object(clean)) {
+        Ok(raw) => raw,
+        Err(e) => {
+            interval_error(
+                errors,
+                start,
+                Some(name.clone()),
+                format!("time interval `{name}`: {e}"),
+            );
+            return None;
+        }
+    };
+    match TimeInterval::new(&raw) {
+        Ok(interval) => Some(interval),
+        Err(e) => {
+            interval_error(
+                errors,
+                at_key(e.field),
+                Some(e.field.to_string()),
+                format!(
+                    "time interval `{name}`: invalid `{}`: {}",
+                    e.field, e.reason
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The value of interval key `key`, with numbers welcome where the values are numbers
+/// (`"daysOfMonth": [1, -1]`).
+fn numbers_as_strings(key: &str, value: &Value) -> Value {
+    match value {
+        Value::Array(vs) if matches!(key, "daysOfMonth" | "months" | "years") => Value::Array(
+            vs.iter()
+                .map(|v| match v {
+                    Value::Number(n) => Value::String(n.to_string()),
+                    other => other.clone(),
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Whether `value` has the type interval key `key` takes; else why not.
+fn interval_key_type(key: &str, value: &Value) -> Result<(), String> {
+    match key {
+        "times" => serde_json::from_value::<Vec<super::file::RawTimeRange>>(value.clone())
+            .map(drop)
+            .map_err(|e| format!("`times` must be a list of {{\"startTime\": \"HH:MM\", \"endTime\": \"HH:MM\"}}: {e}")),
+        "location" => serde_json::from_value::<String>(value.clone())
+            .map(drop)
+            .map_err(|_| format!("`location` must be a string, got {}", crate::json_kind(value))),
+        _ => serde_json::from_value::<Vec<String>>(value.clone())
+            .map(drop)
+            .map_err(|_| format!("`{key}` must be a list of strings, got {}", crate::json_kind(value))),
+    }
 }
 
 /// A JSON syntax error: serde's reason without its "at line" suffix, plus the position.
@@ -526,10 +555,68 @@ impl RuleCx<'_> {
         false
     }
 
-    /// Checks the meaning of a well-typed rule and compiles it.
+    /// Checks the meaning of a well-typed rule and compiles it. Each key is checked in the
+    /// order below, which is the order errors at one place are reported in.
     fn rule(&mut self, raw: RawRule, names: &mut HashMap<String, usize>) -> Option<Rule> {
         let before = self.errors.len();
-        let name = raw.name.clone().unwrap_or_default().trim().to_string();
+        let name = self.unique_name(raw.name.as_deref(), names);
+        let mode = self.mode(raw.mode.as_deref());
+        let server = self.pattern("server", raw.server.as_deref());
+        let channel = self.pattern("channel", raw.channel.as_deref());
+        let content_regex = self.content_regex(raw.content_regex.as_deref());
+        let matchers = self.matchers(raw.matchers.as_deref());
+        let active_intervals =
+            self.interval_names("activeTimeIntervals", raw.active_time_intervals.as_deref());
+        let mute_intervals =
+            self.interval_names("muteTimeIntervals", raw.mute_time_intervals.as_deref());
+        let tools = raw.tools.clone().unwrap_or_default();
+        self.auto_needs_tools(mode, &tools);
+        let prompt = self.prompt(raw.prompt.as_deref(), mode);
+        self.tool_globs(&tools);
+        let consumers = self.consumers(raw.consumers.as_deref());
+        let rate_limit = self.rate_limit(raw.rate_limit.as_deref());
+        let dedup_window = self.dedup_window(raw.dedup_window.as_deref());
+        let dedup_key = match raw.dedup_key.as_deref() {
+            Some(k) if !k.is_empty() => self.template("dedupKey", k),
+            _ => None,
+        };
+        let confirm_timeout = self.confirm_timeout(raw.confirm_timeout.as_deref());
+        let delivery = self.delivery(raw.delivery.as_deref(), mode, &tools);
+        let resolve = self.resolve(&raw, mode);
+        let approve_via = self.approve_via(raw.approve_via.as_deref(), mode);
+
+        if self.errors.len() != before {
+            return None;
+        }
+        Some(Rule {
+            name: name.into(),
+            mode,
+            server,
+            channel,
+            content_regex,
+            matchers,
+            active_intervals,
+            mute_intervals,
+            prompt,
+            tools: tools.into_iter().map(|t| t.trim().to_string()).collect(),
+            delivery,
+            rate_limit,
+            dedup_window,
+            dedup_key,
+            confirm_timeout,
+            enabled: raw.enabled.unwrap_or(true),
+            stop: raw.stop.unwrap_or(false),
+            description: raw.description.clone().unwrap_or_default(),
+            resolve,
+            approve_via,
+            consumers,
+            raw,
+        })
+    }
+
+    /// `name`: present, not blank, and not used by an earlier rule (`names`, which it joins).
+    fn unique_name(&mut self, given: Option<&str>, names: &mut HashMap<String, usize>) -> String {
+        let name = given.unwrap_or_default().trim().to_string();
         if name.is_empty() {
             let at = self.key_pos("name").unwrap_or(self.start);
             self.error(
@@ -550,8 +637,12 @@ impl RuleCx<'_> {
         } else {
             names.insert(name.clone(), self.index);
         }
+        name
+    }
 
-        let mode = match raw.mode.as_deref().map(str::trim) {
+    /// `mode`: `notify` (the default), `confirm` or `auto`.
+    fn mode(&mut self, given: Option<&str>) -> Mode {
+        match given.map(str::trim) {
             None | Some("") | Some("notify") => Mode::Notify,
             Some("confirm") => Mode::Confirm,
             Some("auto") => Mode::Auto,
@@ -568,12 +659,12 @@ impl RuleCx<'_> {
                 self.error(ErrorCode::InvalidMode, Some("mode"), at, message);
                 Mode::Notify
             }
-        };
+        }
+    }
 
-        let server = self.pattern("server", raw.server.as_deref());
-        let channel = self.pattern("channel", raw.channel.as_deref());
-
-        let content_regex = match raw.content_regex.as_deref() {
+    /// `contentRegex`, compiled; none when absent or empty.
+    fn content_regex(&mut self, src: Option<&str>) -> Option<ContentRegex> {
+        match src {
             None | Some("") => None,
             Some(src) => match ContentRegex::new(src) {
                 Ok(re) => Some(re),
@@ -588,15 +679,11 @@ impl RuleCx<'_> {
                     None
                 }
             },
-        };
+        }
+    }
 
-        let matchers = self.matchers(raw.matchers.as_deref());
-        let active_intervals =
-            self.interval_names("activeTimeIntervals", raw.active_time_intervals.as_deref());
-        let mute_intervals =
-            self.interval_names("muteTimeIntervals", raw.mute_time_intervals.as_deref());
-
-        let tools = raw.tools.clone().unwrap_or_default();
+    /// Mode `auto` needs a `tools` list that names something.
+    fn auto_needs_tools(&mut self, mode: Mode, tools: &[String]) {
         if mode == Mode::Auto && tools.iter().all(|t| t.trim().is_empty()) {
             let at = self
                 .key_pos("tools")
@@ -609,7 +696,11 @@ impl RuleCx<'_> {
                 "mode `auto` requires a non-empty `tools` list".into(),
             );
         }
-        let prompt = match raw.prompt.as_deref() {
+    }
+
+    /// `prompt`, as a template; required by every mode but `notify`.
+    fn prompt(&mut self, given: Option<&str>, mode: Mode) -> Option<Template> {
+        match given {
             Some(p) if !p.trim().is_empty() => self.template("prompt", p),
             _ => {
                 if mode != Mode::Notify {
@@ -628,9 +719,12 @@ impl RuleCx<'_> {
                 }
                 None
             }
-        };
+        }
+    }
 
-        for tool in &tools {
+    /// Each `tools` entry: not empty, and a valid glob.
+    fn tool_globs(&mut self, tools: &[String]) {
+        for tool in tools {
             if tool.trim().is_empty() {
                 let at = self.value_pos("tools");
                 self.error(
@@ -649,10 +743,11 @@ impl RuleCx<'_> {
                 );
             }
         }
+    }
 
-        let consumers = self.consumers(raw.consumers.as_deref());
-
-        let rate_limit = match raw.rate_limit.as_deref() {
+    /// `rateLimit`; none when absent.
+    fn rate_limit(&mut self, given: Option<&str>) -> RateLimit {
+        match given {
             None => RateLimit::None,
             Some(text) => match parse_rate_limit(text) {
                 Ok(r) => r,
@@ -667,9 +762,12 @@ impl RuleCx<'_> {
                     RateLimit::None
                 }
             },
-        };
+        }
+    }
 
-        let dedup_window = match raw.dedup_window.as_deref() {
+    /// `dedupWindow`; none when absent or zero.
+    fn dedup_window(&mut self, given: Option<&str>) -> Option<Duration> {
+        match given {
             None => None,
             Some(text) => match duration::parse(text) {
                 Ok(d) if d.is_zero() => None,
@@ -685,44 +783,36 @@ impl RuleCx<'_> {
                     None
                 }
             },
-        };
-        let dedup_key = match raw.dedup_key.as_deref() {
-            Some(k) if !k.is_empty() => self.template("dedupKey", k),
-            _ => None,
-        };
+        }
+    }
 
-        let confirm_timeout = match raw.confirm_timeout.as_deref() {
-            None => DEFAULT_CONFIRM_TIMEOUT,
-            Some(text) => match duration::parse(text) {
-                Ok(d) if !d.is_zero() => d,
-                Ok(_) => {
-                    let at = self.value_pos("confirmTimeout");
-                    self.error(
-                        ErrorCode::InvalidDuration,
-                        Some("confirmTimeout"),
-                        at,
-                        "`confirmTimeout` must be longer than zero".into(),
-                    );
-                    DEFAULT_CONFIRM_TIMEOUT
-                }
-                Err(reason) => {
-                    let at = self.value_pos("confirmTimeout");
-                    self.error(
-                        ErrorCode::InvalidDuration,
-                        Some("confirmTimeout"),
-                        at,
-                        format!("invalid `confirmTimeout` \"{text}\": {reason}"),
-                    );
-                    DEFAULT_CONFIRM_TIMEOUT
-                }
-            },
+    /// `confirmTimeout`: longer than zero; [`DEFAULT_CONFIRM_TIMEOUT`] when absent.
+    fn confirm_timeout(&mut self, given: Option<&str>) -> Duration {
+        let Some(text) = given else {
+            return DEFAULT_CONFIRM_TIMEOUT;
         };
+        let message = match duration::parse(text) {
+            Ok(d) if !d.is_zero() => return d,
+            Ok(_) => "`confirmTimeout` must be longer than zero".to_string(),
+            Err(reason) => format!("invalid `confirmTimeout` \"{text}\": {reason}"),
+        };
+        let at = self.value_pos("confirmTimeout");
+        self.error(
+            ErrorCode::InvalidDuration,
+            Some("confirmTimeout"),
+            at,
+            message,
+        );
+        DEFAULT_CONFIRM_TIMEOUT
+    }
 
-        let tools_for_exec = &tools;
-        let delivery = match raw.delivery.as_deref().map(str::trim) {
+    /// `delivery`: `wait` (the default, also `session`) or `exec`, which runs auto prompts only
+    /// and takes the `tools` as a comma-separated list.
+    fn delivery(&mut self, given: Option<&str>, mode: Mode, tools: &[String]) -> Delivery {
+        match given.map(str::trim) {
             None | Some("") | Some("wait") | Some("session") => Delivery::Wait,
             Some("exec") if mode == Mode::Auto => {
-                for tool in tools_for_exec.iter().filter(|t| t.contains(',')) {
+                for tool in tools.iter().filter(|t| t.contains(',')) {
                     let at = self.value_pos("tools");
                     self.error(
                         ErrorCode::InvalidGlob,
@@ -759,38 +849,7 @@ impl RuleCx<'_> {
                 );
                 Delivery::Wait
             }
-        };
-
-        let resolve = self.resolve(&raw, mode);
-        let approve_via = self.approve_via(raw.approve_via.as_deref(), mode);
-
-        if self.errors.len() != before {
-            return None;
         }
-        Some(Rule {
-            name: name.into(),
-            mode,
-            server,
-            channel,
-            content_regex,
-            matchers,
-            active_intervals,
-            mute_intervals,
-            prompt,
-            tools: tools.into_iter().map(|t| t.trim().to_string()).collect(),
-            delivery,
-            rate_limit,
-            dedup_window,
-            dedup_key,
-            confirm_timeout,
-            enabled: raw.enabled.unwrap_or(true),
-            stop: raw.stop.unwrap_or(false),
-            description: raw.description.clone().unwrap_or_default(),
-            resolve,
-            approve_via,
-            consumers,
-            raw,
-        })
     }
 
     /// `approveVia`: known paths, at least one, on a confirm rule only.
