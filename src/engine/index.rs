@@ -189,6 +189,125 @@ impl Scratch {
     }
 }
 
+/// What is known of the enabled rules before any is listed: each rule's choices of necessary
+/// literals and of matcher values, and how many rules share each literal, each (key, value)
+/// and each literal channel or subtree.
+struct Plan<'r> {
+    /// Per rule: the choices of necessary literals of its regex (long enough to scan for).
+    choices: &'r [Vec<literals::Need>],
+    /// Literal → how many choices of enabled rules hold it.
+    shared: HashMap<&'r [u8], usize>,
+    /// Per rule: its matchers that stand for a few values, as (key, values).
+    meta_choices: Vec<Vec<(&'r str, Vec<String>)>>,
+    /// (key, value) → how many rules have a matcher standing for it.
+    meta_shared: HashMap<(&'r str, String), usize>,
+    /// Rules per literal channel and per subtree: a channel few rules share finds its rules
+    /// without reading the message's metadata.
+    channel_shared: HashMap<&'r str, usize>,
+}
+
+/// How an enabled rule is found.
+enum FoundBy<'p> {
+    /// By a matcher's values: listed under its key and each value.
+    Meta(&'p str, &'p [String]),
+    /// By content: listed under each literal of one choice.
+    Content(&'p literals::Need),
+    /// By channel: literal, subtree, glob or catch-all.
+    Channel,
+}
+
+impl<'r> Plan<'r> {
+    /// Counts what the enabled rules of `all` share, given each rule's choices of literals.
+    fn new(all: &'r [crate::rules::Rule], choices: &'r [Vec<literals::Need>]) -> Plan<'r> {
+        let mut plan = Plan {
+            choices,
+            shared: HashMap::new(),
+            meta_choices: vec![Vec::new(); all.len()],
+            meta_shared: HashMap::new(),
+            channel_shared: HashMap::new(),
+        };
+        for need in choices.iter().flatten() {
+            for lit in need {
+                *plan.shared.entry(lit.as_slice()).or_default() += 1;
+            }
+        }
+        for (i, rule) in all.iter().enumerate() {
+            if !rule.enabled {
+                continue;
+            }
+            if let NamePattern::Exact(c) | NamePattern::Subtree(c) = &rule.channel {
+                *plan.channel_shared.entry(c.as_str()).or_default() += 1;
+            }
+            for m in &rule.matchers {
+                if let Some(values) = m.values() {
+                    for v in &values {
+                        *plan.meta_shared.entry((m.key(), v.clone())).or_default() += 1;
+                    }
+                    plan.meta_choices[i].push((m.key(), values));
+                }
+            }
+        }
+        plan
+    }
+
+    /// How many rules share the most shared literal of `need`.
+    fn sharing(&self, need: &literals::Need) -> Option<usize> {
+        need.iter().map(|l| self.shared[l.as_slice()]).max()
+    }
+
+    /// How many rules share the most shared value of a matcher choice.
+    fn meta_sharing(&self, (key, values): &(&'r str, Vec<String>)) -> usize {
+        values
+            .iter()
+            .map(|v| self.meta_shared[&(*key, v.clone())])
+            .max()
+            .unwrap_or(usize::MAX)
+    }
+
+    /// How rule `i` is found: by the choice (a literal or a matcher value) shared by the
+    /// fewest rules, unless that is shared by so many that its channel finds it among fewer.
+    fn found_by(&self, i: usize, rule: &crate::rules::Rule) -> FoundBy<'_> {
+        let best = self.choices[i]
+            .iter()
+            .min_by_key(|n| (self.sharing(n), std::cmp::Reverse(literals::quality(n))));
+        let by_content = best.filter(|n| {
+            matches!(rule.channel, NamePattern::Any) || self.sharing(n) <= Some(SHARED_LITERAL)
+        });
+        // A matcher finds the rule only where its channel would not find it among few:
+        // reading a message's metadata costs more than a hash lookup of its channel.
+        let selective_channel = match &rule.channel {
+            NamePattern::Exact(c) | NamePattern::Subtree(c) => {
+                self.channel_shared[c.as_str()] <= SHARED_LITERAL
+            }
+            _ => false,
+        };
+        let by_meta = self.meta_choices[i]
+            .iter()
+            .filter(|_| !selective_channel)
+            .min_by_key(|c| self.meta_sharing(c))
+            .filter(|c| {
+                let shared = self.meta_sharing(c);
+                (matches!(rule.channel, NamePattern::Any) || shared <= SHARED_LITERAL)
+                    && by_content
+                        .and_then(|n| self.sharing(n))
+                        .is_none_or(|content| shared < content)
+            });
+        match (by_meta, by_content) {
+            (Some((key, values)), _) => FoundBy::Meta(key, values),
+            (None, Some(need)) => FoundBy::Content(need),
+            (None, None) => FoundBy::Channel,
+        }
+    }
+}
+
+/// The literals of the scan as they are gathered: each distinct literal once, in the order
+/// first listed (its pattern id).
+#[derive(Default)]
+struct Scan<'p> {
+    pattern_of: HashMap<&'p [u8], usize>,
+    patterns: Vec<&'p [u8]>,
+}
+
 impl Index {
     /// Indexes the enabled rules of `rules`.
     pub fn new(rules: &RuleSet) -> Index {
@@ -197,11 +316,39 @@ impl Index {
             checks: vec![Check::default(); all.len()],
             ..Index::default()
         };
+        let (choices, mut exact_of_regex) = ix.distinct_regexes(all);
+        let plan = Plan::new(all, &choices);
+        let mut scan = Scan::default();
+        let mut globs = GlobSetBuilder::new();
+        ix.set_slot = vec![None; ix.regexes.len()];
+        for (i, rule) in all.iter().enumerate() {
+            if !rule.enabled {
+                continue;
+            }
+            match plan.found_by(i, rule) {
+                FoundBy::Meta(key, values) => ix.list_by_meta(i, rule, key, values),
+                FoundBy::Content(need) => {
+                    ix.list_by_content(i, rule, need, &mut exact_of_regex, &mut scan)
+                }
+                FoundBy::Channel => ix.list_by_channel(i, rule, &mut globs),
+            }
+        }
+        ix.build_globs(globs);
+        ix.build_regex_set(all);
+        ix.resolve_keys(rules);
+        ix.build_scan(scan);
+        ix
+    }
 
-        // Distinct regexes, and each rule's choices of necessary literals.
+    /// Gives each distinct content regex of the enabled rules an id (in [`Index::regexes`],
+    /// and each rule's [`Check::regex`]); returns each rule's choices of necessary literals and
+    /// each regex's [`Exact`] form.
+    fn distinct_regexes(
+        &mut self,
+        all: &[crate::rules::Rule],
+    ) -> (Vec<Vec<literals::Need>>, Vec<Option<Exact>>) {
         let mut regex_of: HashMap<&str, u32> = HashMap::new();
         let mut choices: Vec<Vec<literals::Need>> = vec![Vec::new(); all.len()];
-        let mut shared: HashMap<&[u8], usize> = HashMap::new();
         let mut choices_of_regex: Vec<Vec<literals::Need>> = Vec::new();
         let mut exact_of_regex: Vec<Option<Exact>> = Vec::new();
         for (i, rule) in all.iter().enumerate() {
@@ -209,7 +356,7 @@ impl Index {
                 continue;
             };
             let id = *regex_of.entry(re.as_str()).or_insert_with(|| {
-                ix.regexes.push(i as u32);
+                self.regexes.push(i as u32);
                 choices_of_regex.push(
                     literals::choices(re.hir())
                         .into_iter()
@@ -217,187 +364,141 @@ impl Index {
                         .collect(),
                 );
                 exact_of_regex.push(Exact::of(re.hir()));
-                (ix.regexes.len() - 1) as u32
+                (self.regexes.len() - 1) as u32
             });
-            ix.checks[i].regex = Some(id);
+            self.checks[i].regex = Some(id);
             choices[i] = choices_of_regex[id as usize].clone();
         }
-        for need in choices.iter().flatten() {
-            for lit in need {
-                *shared.entry(lit.as_slice()).or_default() += 1;
-            }
-        }
+        (choices, exact_of_regex)
+    }
 
-        // Each rule's matchers that stand for a few values, and how many rules share each
-        // (key, value).
-        let mut meta_choices: Vec<Vec<(&str, Vec<String>)>> = vec![Vec::new(); all.len()];
-        let mut meta_shared: HashMap<(&str, String), usize> = HashMap::new();
-        // Rules per literal channel and per subtree: a channel few rules share finds its rules
-        // without reading the message's metadata.
-        let mut channel_shared: HashMap<&str, usize> = HashMap::new();
-        for (i, rule) in all.iter().enumerate() {
-            if !rule.enabled {
-                continue;
+    /// Lists rule `i` under metadata `key` and each of its `values`. Its regex is still to be
+    /// run when it has one (not in the regex set: a rule found by metadata is a candidate on
+    /// few messages).
+    fn list_by_meta(&mut self, i: usize, rule: &crate::rules::Rule, key: &str, values: &[String]) {
+        self.checks[i].channel = !matches!(rule.channel, NamePattern::Any);
+        let slot = match self.meta.iter().position(|(k, _)| &**k == key) {
+            Some(slot) => slot,
+            None => {
+                self.meta.push((key.into(), Default::default()));
+                self.meta.len() - 1
             }
-            if let NamePattern::Exact(c) | NamePattern::Subtree(c) = &rule.channel {
-                *channel_shared.entry(c.as_str()).or_default() += 1;
-            }
-            for m in &rule.matchers {
-                if let Some(values) = m.values() {
-                    for v in &values {
-                        *meta_shared.entry((m.key(), v.clone())).or_default() += 1;
-                    }
-                    meta_choices[i].push((m.key(), values));
-                }
-            }
+        };
+        for v in values {
+            self.meta[slot]
+                .1
+                .entry(v.as_str().into())
+                .or_default()
+                .push(i as u32);
         }
+    }
 
-        let mut pattern_of: HashMap<&[u8], usize> = HashMap::new();
-        let mut patterns: Vec<&[u8]> = Vec::new();
-        let mut globs = GlobSetBuilder::new();
-        ix.set_slot = vec![None; ix.regexes.len()];
-        for (i, rule) in all.iter().enumerate() {
-            if !rule.enabled {
-                continue;
-            }
-            let sharing = |n: &literals::Need| n.iter().map(|l| shared[l.as_slice()]).max();
-            let best = choices[i]
-                .iter()
-                .min_by_key(|n| (sharing(n), std::cmp::Reverse(literals::quality(n))));
-            let by_content = best.filter(|n| {
-                matches!(rule.channel, NamePattern::Any) || sharing(n) <= Some(SHARED_LITERAL)
+    /// Lists rule `i` under each literal of `need`, each added to `scan` once.
+    fn list_by_content<'p>(
+        &mut self,
+        i: usize,
+        rule: &crate::rules::Rule,
+        need: &'p literals::Need,
+        exact_of_regex: &mut [Option<Exact>],
+        scan: &mut Scan<'p>,
+    ) {
+        self.checks[i].channel = !matches!(rule.channel, NamePattern::Any);
+        for lit in need {
+            let p = *scan.pattern_of.entry(lit.as_slice()).or_insert_with(|| {
+                scan.patterns.push(lit.as_slice());
+                self.listed.push(Listed::default());
+                scan.patterns.len() - 1
             });
-            let meta_sharing = |(key, values): &(&str, Vec<String>)| {
-                values
-                    .iter()
-                    .map(|v| meta_shared[&(*key, v.clone())])
-                    .max()
-                    .unwrap_or(usize::MAX)
-            };
-            // A matcher finds the rule only where its channel would not find it among few:
-            // reading a message's metadata costs more than a hash lookup of its channel.
-            let selective_channel = match &rule.channel {
-                NamePattern::Exact(c) | NamePattern::Subtree(c) => {
-                    channel_shared[c.as_str()] <= SHARED_LITERAL
-                }
-                _ => false,
-            };
-            let by_meta = meta_choices[i]
-                .iter()
-                .filter(|_| !selective_channel)
-                .min_by_key(|c| meta_sharing(c))
-                .filter(|c| {
-                    let shared = meta_sharing(c);
-                    (matches!(rule.channel, NamePattern::Any) || shared <= SHARED_LITERAL)
-                        && by_content
-                            .and_then(sharing)
-                            .is_none_or(|content| shared < content)
-                });
-            if let Some((key, values)) = by_meta {
-                ix.checks[i].channel = !matches!(rule.channel, NamePattern::Any);
-                let slot = match ix.meta.iter().position(|(k, _)| &**k == *key) {
-                    Some(slot) => slot,
-                    None => {
-                        ix.meta.push(((*key).into(), Default::default()));
-                        ix.meta.len() - 1
-                    }
-                };
-                for v in values {
-                    ix.meta[slot]
-                        .1
-                        .entry(v.as_str().into())
-                        .or_default()
-                        .push(i as u32);
-                }
-                // Its regex is still to be run when it has one (not in the regex set: a rule
-                // found by metadata is a candidate on few messages).
-                continue;
-            }
-            if let Some(need) = by_content {
-                ix.checks[i].channel = !matches!(rule.channel, NamePattern::Any);
-                for lit in need {
-                    let p = *pattern_of.entry(lit.as_slice()).or_insert_with(|| {
-                        patterns.push(lit.as_slice());
-                        ix.listed.push(Listed::default());
-                        patterns.len() - 1
-                    });
-                    let listed = &mut ix.listed[p];
-                    listed.rules.push(i as u32);
-                    // A regex that is only this literal is decided where it occurs (once per
-                    // regex: rules with the same regex share it).
-                    if let Some(id) = ix.checks[i].regex
-                        && let Some(exact) =
-                            exact_of_regex[id as usize].take_if(|e| e.lowered() == lit.as_slice())
-                    {
-                        listed.exact.push((id, exact));
-                    }
-                }
-                continue;
-            }
-            let i32 = i as u32;
-            match &rule.channel {
-                NamePattern::Any => ix.any.push(i32),
-                NamePattern::Exact(c) => ix.exact.entry(c.as_str().into()).or_default().push(i32),
-                NamePattern::Subtree(p) => {
-                    ix.subtree_lens |= length_bit(p.len());
-                    ix.subtree.entry(p.as_str().into()).or_default().push(i32)
-                }
-                NamePattern::Glob { globs: gs, .. } => {
-                    for g in gs {
-                        globs.add(g.clone());
-                        ix.glob_owner.push(i32);
-                    }
-                }
-            }
-            if let Some(id) = ix.checks[i].regex
-                && ix.set_slot[id as usize].is_none()
-                && ix.set_regex.len() < REGEX_SET_MAX
+            let listed = &mut self.listed[p];
+            listed.rules.push(i as u32);
+            // A regex that is only this literal is decided where it occurs (once per
+            // regex: rules with the same regex share it).
+            if let Some(id) = self.checks[i].regex
+                && let Some(exact) =
+                    exact_of_regex[id as usize].take_if(|e| e.lowered() == lit.as_slice())
             {
-                ix.set_slot[id as usize] = Some(ix.set_regex.len() as u32);
-                ix.set_regex.push(id);
+                listed.exact.push((id, exact));
             }
         }
-        // Each glob compiled on its own when the rules did, so the set builds; should it not,
-        // the globs' rules become catch-alls confirmed by their own pattern.
-        match globs.build() {
-            Ok(set) if set.len() == ix.glob_owner.len() => ix.globs = set,
-            _ => {
-                for &i in &ix.glob_owner {
-                    ix.checks[i as usize].channel = true;
-                    ix.any.push(i);
+    }
+
+    /// Lists rule `i` under its channel, and its regex (if any) in the regex set while there
+    /// is room.
+    fn list_by_channel(&mut self, i: usize, rule: &crate::rules::Rule, globs: &mut GlobSetBuilder) {
+        let i32 = i as u32;
+        match &rule.channel {
+            NamePattern::Any => self.any.push(i32),
+            NamePattern::Exact(c) => self.exact.entry(c.as_str().into()).or_default().push(i32),
+            NamePattern::Subtree(p) => {
+                self.subtree_lens |= length_bit(p.len());
+                self.subtree.entry(p.as_str().into()).or_default().push(i32)
+            }
+            NamePattern::Glob { globs: gs, .. } => {
+                for g in gs {
+                    globs.add(g.clone());
+                    self.glob_owner.push(i32);
                 }
-                ix.any.sort_unstable();
-                ix.any.dedup();
-                ix.glob_owner.clear();
             }
         }
-        if ix.set_regex.len() > REGEX_SET_THRESHOLD {
-            let sources = ix.set_regex.iter().map(|&id| {
-                all[ix.regexes[id as usize] as usize]
+        if let Some(id) = self.checks[i].regex
+            && self.set_slot[id as usize].is_none()
+            && self.set_regex.len() < REGEX_SET_MAX
+        {
+            self.set_slot[id as usize] = Some(self.set_regex.len() as u32);
+            self.set_regex.push(id);
+        }
+    }
+
+    /// Builds the glob set. Each glob compiled on its own when the rules did, so the set
+    /// builds; should it not, the globs' rules become catch-alls confirmed by their own
+    /// pattern.
+    fn build_globs(&mut self, globs: GlobSetBuilder) {
+        match globs.build() {
+            Ok(set) if set.len() == self.glob_owner.len() => self.globs = set,
+            _ => {
+                for &i in &self.glob_owner {
+                    self.checks[i as usize].channel = true;
+                    self.any.push(i);
+                }
+                self.any.sort_unstable();
+                self.any.dedup();
+                self.glob_owner.clear();
+            }
+        }
+    }
+
+    /// Builds the regex set when enough regexes are in it; else each runs on its own.
+    fn build_regex_set(&mut self, all: &[crate::rules::Rule]) {
+        if self.set_regex.len() > REGEX_SET_THRESHOLD {
+            let sources = self.set_regex.iter().map(|&id| {
+                all[self.regexes[id as usize] as usize]
                     .content_regex
                     .as_ref()
                     .map_or("", |re| re.as_str())
             });
-            ix.regex_set = RegexSet::new(sources).ok();
+            self.regex_set = RegexSet::new(sources).ok();
         }
-        if ix.regex_set.is_none() {
-            ix.set_slot.fill(None);
-            ix.set_regex.clear();
+        if self.regex_set.is_none() {
+            self.set_slot.fill(None);
+            self.set_regex.clear();
         }
-        ix.resolve_keys(rules);
-        if !patterns.is_empty() {
-            ix.literals = Literals::new(&patterns);
-            if ix.literals.is_none() {
-                // Unreachable in practice (the automaton has no size limit set); if it ever
-                // fails, the rules it would have found are tried on every message instead.
-                for listed in std::mem::take(&mut ix.listed) {
-                    ix.any.extend(listed.rules);
-                }
-                ix.any.sort_unstable();
-                ix.any.dedup();
+    }
+
+    /// Builds the automaton of the scan over the literals gathered.
+    fn build_scan(&mut self, scan: Scan<'_>) {
+        if scan.patterns.is_empty() {
+            return;
+        }
+        self.literals = Literals::new(&scan.patterns);
+        if self.literals.is_none() {
+            // Unreachable in practice (the automaton has no size limit set); if it ever
+            // fails, the rules it would have found are tried on every message instead.
+            for listed in std::mem::take(&mut self.listed) {
+                self.any.extend(listed.rules);
             }
+            self.any.sort_unstable();
+            self.any.dedup();
         }
-        ix
     }
 
     /// Gives each distinct matcher key a slot, each rule's matchers and each metadata index
