@@ -263,6 +263,8 @@ impl Cx<'_> {
         });
     }
 
+    /// The upstream `self.name` as `value` writes it, every key checked; `None` when anything
+    /// is wrong (each error recorded).
     fn upstream(&mut self, value: &Value) -> Option<UpstreamConfig> {
         let before = self.errors.len();
         if !valid_name(self.name) {
@@ -287,22 +289,7 @@ impl Cx<'_> {
             );
             return None;
         };
-        for key in obj.keys() {
-            if !UPSTREAM_KEYS.contains(&key.as_str()) {
-                let hint = suggest(key)
-                    .map(|s| format!("; did you mean `{s}`?"))
-                    .unwrap_or_else(|| format!("; the keys are {}", UPSTREAM_KEYS.join(", ")));
-                let pos = self.loc.key(&["upstreams", self.name, key]);
-                self.errors.push(ConfigError {
-                    code: ErrorCode::UnknownKey,
-                    upstream: Some(self.name.to_string()),
-                    key: Some(key.clone()),
-                    line: pos.map(|p| p.line),
-                    column: pos.map(|p| p.column),
-                    message: format!("unknown key `{key}`{hint}"),
-                });
-            }
-        }
+        self.unknown_keys(obj);
         let command = self.string(obj, "command");
         let args = self.strings(obj, "args").unwrap_or_default();
         let env = self.string_map(obj, "env").unwrap_or_default();
@@ -317,39 +304,8 @@ impl Cx<'_> {
             }
         };
         let transport = match (command, url) {
-            (Some(command), None) => {
-                if command.trim().is_empty() {
-                    self.error(
-                        ErrorCode::InvalidTransport,
-                        Some("command"),
-                        "`command` is empty; name the program to run".into(),
-                    );
-                }
-                for key in ["headers"] {
-                    if obj.contains_key(key) {
-                        self.error(
-                            ErrorCode::InvalidTransport,
-                            Some(key),
-                            format!("`{key}` applies to `url` upstreams, not to a `command`"),
-                        );
-                    }
-                }
-                Some(Transport::Stdio { command, args, env })
-            }
-            (None, Some(url)) => {
-                self.check_url(&url);
-                self.check_headers(&headers);
-                for key in ["args", "env"] {
-                    if obj.contains_key(key) {
-                        self.error(
-                            ErrorCode::InvalidTransport,
-                            Some(key),
-                            format!("`{key}` applies to `command` upstreams, not to a `url`"),
-                        );
-                    }
-                }
-                Some(Transport::Http { url, headers })
-            }
+            (Some(command), None) => Some(self.stdio(obj, command, args, env)),
+            (None, Some(url)) => Some(self.http(obj, url, headers)),
             (Some(_), Some(_)) => {
                 self.error(
                     ErrorCode::InvalidTransport,
@@ -373,17 +329,7 @@ impl Cx<'_> {
                 None
             }
         };
-        let mut channels = Vec::new();
-        for source in self.strings(obj, "channels").unwrap_or_default() {
-            match NamePattern::parse(&source) {
-                Ok(p) => channels.push(p),
-                Err(e) => self.error(
-                    ErrorCode::InvalidGlob,
-                    Some("channels"),
-                    format!("invalid `channels` glob \"{source}\": {e}"),
-                ),
-            }
-        }
+        let channels = self.channels(obj);
         let call_timeout = self.call_timeout(obj);
         let channel_source = self
             .string(obj, "channel")
@@ -411,6 +357,90 @@ impl Cx<'_> {
             enabled,
             call_timeout,
         })
+    }
+
+    /// Each key of the upstream that is not one of [`UPSTREAM_KEYS`], with a suggestion.
+    fn unknown_keys(&mut self, obj: &Map<String, Value>) {
+        for key in obj.keys() {
+            if !UPSTREAM_KEYS.contains(&key.as_str()) {
+                let hint = suggest(key)
+                    .map(|s| format!("; did you mean `{s}`?"))
+                    .unwrap_or_else(|| format!("; the keys are {}", UPSTREAM_KEYS.join(", ")));
+                let pos = self.loc.key(&["upstreams", self.name, key]);
+                self.errors.push(ConfigError {
+                    code: ErrorCode::UnknownKey,
+                    upstream: Some(self.name.to_string()),
+                    key: Some(key.clone()),
+                    line: pos.map(|p| p.line),
+                    column: pos.map(|p| p.column),
+                    message: format!("unknown key `{key}`{hint}"),
+                });
+            }
+        }
+    }
+
+    /// A `command` upstream: the command named, and no key of a `url` one.
+    fn stdio(
+        &mut self,
+        obj: &Map<String, Value>,
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+    ) -> Transport {
+        if command.trim().is_empty() {
+            self.error(
+                ErrorCode::InvalidTransport,
+                Some("command"),
+                "`command` is empty; name the program to run".into(),
+            );
+        }
+        for key in ["headers"] {
+            if obj.contains_key(key) {
+                self.error(
+                    ErrorCode::InvalidTransport,
+                    Some(key),
+                    format!("`{key}` applies to `url` upstreams, not to a `command`"),
+                );
+            }
+        }
+        Transport::Stdio { command, args, env }
+    }
+
+    /// A `url` upstream: the URL and the headers checked, and no key of a `command` one.
+    fn http(
+        &mut self,
+        obj: &Map<String, Value>,
+        url: String,
+        headers: BTreeMap<String, String>,
+    ) -> Transport {
+        self.check_url(&url);
+        self.check_headers(&headers);
+        for key in ["args", "env"] {
+            if obj.contains_key(key) {
+                self.error(
+                    ErrorCode::InvalidTransport,
+                    Some(key),
+                    format!("`{key}` applies to `command` upstreams, not to a `url`"),
+                );
+            }
+        }
+        Transport::Http { url, headers }
+    }
+
+    /// `channels`: the globs of the channels the upstream may post to.
+    fn channels(&mut self, obj: &Map<String, Value>) -> Vec<NamePattern> {
+        let mut channels = Vec::new();
+        for source in self.strings(obj, "channels").unwrap_or_default() {
+            match NamePattern::parse(&source) {
+                Ok(p) => channels.push(p),
+                Err(e) => self.error(
+                    ErrorCode::InvalidGlob,
+                    Some("channels"),
+                    format!("invalid `channels` glob \"{source}\": {e}"),
+                ),
+            }
+        }
+        channels
     }
 
     /// `callTimeout`: a duration above zero, at most [`MAX_CALL_TIMEOUT`]; the default when
