@@ -33,9 +33,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::config::{Config, ConfigReload, Home, LiveHttp};
+use crate::config::{Config, ConfigReload, Home};
 use crate::control::Local;
-use crate::control::ops::{QueueCapacity, Reload};
+use crate::control::ops::Reload;
+use crate::daemon::component::Running;
 
 mod dir;
 
@@ -48,8 +49,8 @@ pub struct Watched {
     pub api: Local,
     /// The home whose files are watched.
     pub home: Home,
-    /// The HTTP ingest settings that change live.
-    pub http: Arc<LiveHttp>,
+    /// The daemon's components: a change of `switchboard.json` reaches those it concerns.
+    pub components: Arc<Running>,
     /// The last change of `switchboard.json`, for `stats`.
     pub config_reload: Arc<std::sync::Mutex<Option<ConfigReload>>>,
     /// Where the watcher runs.
@@ -101,6 +102,7 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
     targets.refresh(&path, &config_path);
     // The settings the daemon started with, as the file gave them.
     let boot = home.load_config().unwrap_or_default();
+    let mut last = boot.clone();
     let tasks = watched.tasks.clone();
     tasks.spawn(async move {
         let mut files = Files {
@@ -122,7 +124,7 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
                 let _ = watched.api.call(Reload {}).await;
             }
             if config {
-                reload_config(&watched, &boot).await;
+                reload_config(&watched, &boot, &mut last).await;
             }
         }
     });
@@ -295,22 +297,14 @@ async fn changed_content((path, seen): &mut (PathBuf, Seen)) -> bool {
     true
 }
 
-/// Reads `switchboard.json` again: applies what can change live, names what needs a restart.
-async fn reload_config(watched: &Watched, boot: &Config) {
+/// Reads `switchboard.json` again: the components whose settings changed since the `last`
+/// one applied apply what can change live; names what needs a restart.
+async fn reload_config(watched: &Watched, boot: &Config, last: &mut Config) {
     let report = match watched.home.load_config() {
         Ok(new) => {
             let plan = crate::config::plan_reload(boot, &new);
-            let capacity = new.actions.queue_capacity.max(1);
-            let _ = watched.api.call(QueueCapacity { capacity }).await;
-            // `SWITCHBOARD_GITHUB_SECRET` wins over the file, as at start.
-            let secret_from_env =
-                std::env::var(crate::config::GITHUB_SECRET_ENV).is_ok_and(|v| !v.trim().is_empty());
-            watched.http.update(|http| {
-                http.rate_limit = new.http.rate_limit.clone();
-                if !secret_from_env {
-                    http.github_secret = new.http.github_secret.clone();
-                }
-            });
+            watched.components.reload(last, &new).await;
+            *last = new;
             if plan.restart_needed.is_empty() {
                 tracing::info!("{}", plan.message);
             } else {

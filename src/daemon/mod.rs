@@ -1,12 +1,14 @@
-//! The daemon: one per home, the only writer of its files. It wires the parts together and
-//! runs them until shutdown.
+//! The daemon: one per home, the only writer of its files. It starts the parts and runs them
+//! until shutdown.
 //!
-//! It starts the [`Core`] and wires the parts around it, each with what it needs and nothing
-//! else: the operations ([`Local`]) with what the parts report; the control socket for front
-//! ends and the CLI; HTTP ingest and the upstream servers as sources ([`SourceContext`]); MCP
-//! over streamable HTTP and the exec runner as delivery; the file watcher. Every task is
-//! spawned on one `TaskTracker` and watches one `CancellationToken`; shutdown cancels, waits
-//! (with a deadline, naming what is left), then flushes the journals.
+//! It starts the [`Core`], then the components beside it, each built from its own settings
+//! ([`component`]): the action queues, exec, the upstream servers, the schedules, the shared
+//! stream, the control socket for front ends and the CLI ([`components`]), and the HTTP
+//! listeners ([`listeners`]). They report to the operations ([`Local`]), which they then use
+//! through a [`Context`]. SIGHUP and the file watcher reach them: a rules change is the
+//! `reload` operation, a `switchboard.json` change reaches the components it concerns. Every
+//! task is spawned on one `TaskTracker` and watches one `CancellationToken`; shutdown cancels,
+//! waits (with a deadline, naming what is left), then flushes the journals.
 //!
 //! - [`launch`]: starting the daemon in the background (what `serve` and `start` do).
 //! - [`log`]: its log file in the home, rotated by size.
@@ -17,44 +19,30 @@
 //! was deleted or replaced, since another daemon could then lock a new file and write beside
 //! it. On exit it removes the control socket and `endpoint.json` only when they are its own.
 
+pub mod component;
+pub mod components;
 pub mod launch;
+pub mod listeners;
 pub mod log;
 pub mod start;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::sync::Mutex;
-
-use anyhow::Context;
-use serde::{Deserialize, Serialize};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::app::{Core, CoreSettings};
-use crate::config::{Config, ConfigReload, Home, HomeLock, LiveHttp, write_atomic};
+use crate::config::{Config, ConfigReload, Home, HomeLock, write_atomic};
 use crate::control::local::DaemonInfo;
 use crate::control::{DaemonListeners, FrontendSettings, Local, Parts};
-use crate::sources::SourceContext;
-
-/// One HTTP listener of the daemon, for `status` and `inbox_stats`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListenerState {
-    /// `ingest` or `mcp`.
-    pub what: String,
-    /// The address asked for.
-    pub address: String,
-    /// The address bound, when listening.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bound: Option<String>,
-    /// Why it is not listening (the port is taken, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+use crate::delivery::exec::Exec;
+use crate::sources::upstream::Upstreams;
+use component::{Components, Context, Running};
+use components::{ControlSocket, Queues, Schedules, SharedStream};
+pub use listeners::{ListenerState, Listeners};
 
 /// How long shutdown waits for tasks before it gives up on them.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
@@ -90,252 +78,46 @@ pub async fn run(
     opts: DaemonOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let home = if opts.existing_home {
-        Home::existing(home_dir)?
-    } else {
-        Home::open(home_dir)?
-    };
-    // Before anything is written there or read from it.
-    home.check_private()?;
-    let lock = Arc::new(home.lock()?);
-    // What this start leaves out comes from the last one; what it gives is kept for the next.
-    let saved = start::StartSettings::load(&home);
-    let opts = saved.merge(opts);
-    let now = start::StartSettings::of(&opts);
-    if now != saved
-        && let Err(e) = now.save(&home)
-    {
-        tracing::warn!(cause = %e, "cannot save the start settings; a restart may not keep them");
-    }
-    let mut config = home.load_config()?;
-    resolve_token(&home, &mut config.http, opts.token.clone())?;
-    if let Some(secret) = opts
-        .github_secret
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        config.http.github_secret = Some(secret.to_string());
-    }
-    let ingest_addr = (!opts.no_listen).then(|| {
-        opts.listen
-            .clone()
-            .unwrap_or_else(|| config.http.listen.clone())
-    });
-    let mut listeners = Vec::new();
+    let (home, lock) = open_home(home_dir, opts.existing_home)?;
+    let opts = remembered(&home, opts);
+    let config = load_config(&home, &opts)?;
     // Bound (and checked) before anything starts, so a refused setting leaves nothing behind.
-    // A port that is taken is not fatal: the daemon still serves its front ends and says so
-    // in `status` and `inbox_stats`.
-    let ingest = match &ingest_addr {
-        Some(addr) => match bind(addr, "ingest").await {
-            Ok(listener) => {
-                crate::sources::http::check(&config.http, listener.local_addr()?)
-                    .map_err(anyhow::Error::msg)?;
-                Some(listener)
-            }
-            Err(err) if !opts.listen_optional => {
-                let cause = err
-                    .chain()
-                    .find_map(|c| c.downcast_ref::<std::io::Error>())
-                    .map(|e| port_taken(addr, e))
-                    .unwrap_or_else(|| format!("{err:#}"));
-                anyhow::bail!("{cause}");
-            }
-            Err(err) => {
-                tracing::warn!("{err:#}; HTTP ingest is off until the daemon restarts");
-                listeners.push(ListenerState {
-                    what: "ingest".into(),
-                    address: addr.clone(),
-                    bound: None,
-                    error: Some(format!("{:#}", err)),
-                });
-                None
-            }
-        },
-        None => None,
-    };
+    let listeners = Arc::new(Listeners::bind(&config, &opts).await?);
     let token = CancellationToken::new();
     let tasks = TaskTracker::new();
-    let upstream_configs = crate::sources::upstream::config::parse("", &config.upstreams)
-        .map_err(|e| anyhow::anyhow!("{}", e[0]))?;
-    let core = Core::start(
-        home.clone(),
-        core_settings(&config),
-        token.clone(),
-        tasks.clone(),
-    )
-    .await?;
-
-    // The parts beside the core, and what each reports.
-    let listener_states: Arc<Mutex<Vec<ListenerState>>> = Arc::default();
-    let config_reload: Arc<Mutex<Option<ConfigReload>>> = Arc::default();
-    let exec = Arc::new(crate::delivery::exec::Exec::new(config.exec.clone()));
-    let upstreams = crate::sources::upstream::Upstreams::default();
-    let asked = DaemonListeners {
-        ingest: ingest_addr.clone(),
-        mcp_http: opts.mcp_http.clone(),
-    };
-    let web = Arc::new(crate::delivery::web::WebAccess::default());
-    let parts = Parts::new(FrontendSettings {
-        max_wait_s: config.mcp.max_wait_s,
-        claude_channel: config.mcp.claude_channel,
-        elicitation: config.mcp.elicitation,
-        permission_relay: config.mcp.permission_relay,
-    })
-    .daemon(DaemonInfo {
-        started: chrono::Utc::now(),
-        log: log::current().map(|p| p.display().to_string()),
-        listeners: asked.clone(),
-    })
-    .tools(Arc::new(upstreams.clone()))
-    .web(web.clone())
-    .status("exec", {
-        let exec = exec.clone();
-        move |core| serde_json::to_value(exec.stats(&core.delivery)).unwrap_or_default()
-    })
-    .status("upstreams", {
-        let ups = upstreams.clone();
-        move |_| serde_json::to_value(ups.states()).unwrap_or_default()
-    })
-    .status("listeners", {
-        let states = listener_states.clone();
-        move |_| serde_json::to_value(&*states.lock().unwrap()).unwrap_or_default()
-    })
-    .status("config_reload", {
-        let report = config_reload.clone();
-        move |_| serde_json::to_value(&*report.lock().unwrap()).unwrap_or_default()
-    })
-    .metrics({
-        let ups = upstreams.clone();
-        move |_, out| ups.metrics(out)
-    });
-    // A shared stream (the `jetstream` section): appends go there, its consumer stores here.
-    let jetstream = match config.jetstream.clone() {
-        Some(settings) => {
-            Some(crate::sources::jetstream::JetStream::connect(settings, home.dir()).await?)
-        }
-        None => None,
-    };
-    let parts = match &jetstream {
-        Some(js) => parts
-            .relay(Arc::new(js.clone()))
-            .status("jetstream", {
-                let js = js.clone();
-                move |_| serde_json::to_value(js.state()).unwrap_or_default()
+    let settings = core_settings(&config);
+    let core = Core::start(home.clone(), settings, token.clone(), tasks.clone()).await?;
+    let started = async {
+        // The parts beside the core, in the order they start.
+        let components = Components::default()
+            .with(Queues)
+            .with(Arc::new(Exec::new(config.exec.clone())))
+            .with(Upstreams::default())
+            .with(Schedules)
+            .with(SharedStream::connect(config.jetstream.clone(), &home, &core).await?)
+            .with(ControlSocket {
+                lock: lock.clone(),
+                asked: listeners.asked().clone(),
             })
-            .metrics({
-                let js = js.clone();
-                move |_, out| js.metrics(out)
-            }),
-        None => parts,
+            .with(listeners.clone());
+        let config_reload: Arc<Mutex<Option<ConfigReload>>> = Arc::default();
+        let parts = components.report(own_parts(&config, listeners.asked(), &config_reload));
+        let cx = Context {
+            api: Local::new(core.clone(), parts),
+            tasks: tasks.clone(),
+            home: home.clone(),
+        };
+        let running = Arc::new(components.start(cx, &config)?);
+        reload_on_signals(running, config_reload)?;
+        let endpoint = listeners.endpoint();
+        write_atomic(&home.endpoint(), endpoint.to_string().as_bytes())?;
+        tracing::info!(home = %home.dir().display(), %endpoint, pid = std::process::id(), "switchboard daemon ready");
+        anyhow::Ok(())
     };
-    let local = Local::new(core.clone(), parts);
-    if let Some(js) = &jetstream {
-        // Work that must run once goes to the shared work queue, not to local sessions.
-        core.share_work(crate::sources::jetstream::shareable);
-        js.run(local.clone(), &tasks);
+    if let Err(err) = started.await {
+        stop(&core, &token, &tasks, &home).await;
+        return Err(err);
     }
-    exec.spawn(local.clone(), tasks.clone());
-    let sources = SourceContext::new(local.clone(), tasks.clone());
-    crate::sources::upstream::start(&sources, &upstreams, upstream_configs);
-    crate::sources::schedule::start(
-        &sources,
-        &config.schedules,
-        &crate::sources::schedule::state_path(&home),
-    );
-
-    let control_path = home.control_socket();
-    let control = crate::control::bind(&control_path)
-        .with_context(|| format!("cannot bind {}", control_path.display()))?;
-    tasks.spawn(crate::control::server::serve(
-        local.clone(),
-        control_path,
-        control,
-        lock.clone(),
-        asked,
-        tasks.clone(),
-    ));
-
-    let live_http = Arc::new(LiveHttp::new(config.http.clone()));
-    let access = |loopback: bool| crate::delivery::mcp::http::Access {
-        bearer: config.http.bearer(),
-        origins: config.mcp.allowed_origins.clone(),
-        loopback,
-        body_limit: config.http.body_limit,
-        session_idle: config.mcp.session_idle_timeout,
-        max_sessions: config.mcp.max_sessions,
-    };
-    let mut endpoint = serde_json::json!({ "pid": std::process::id() });
-    let shared = ingest.is_some() && ingest_addr.is_some() && ingest_addr == opts.mcp_http;
-    if let Some(listener) = ingest {
-        let mut router = crate::sources::http::router(sources.clone(), live_http.clone())
-            .merge(crate::delivery::web::router(local.clone(), web.clone()));
-        if shared {
-            let loopback = listener.local_addr()?.ip().is_loopback();
-            router = router.merge(crate::delivery::mcp::http::router(
-                local.clone(),
-                access(loopback),
-                tasks.clone(),
-            ));
-        }
-        let bound = serve_http(&token, &tasks, listener, router, "ingest")?;
-        web.set_base(format!("http://{bound}"));
-        listeners.push(ListenerState {
-            what: "ingest".into(),
-            address: ingest_addr.clone().unwrap_or_default(),
-            bound: Some(bound.to_string()),
-            error: None,
-        });
-        endpoint["ingest"] = bound.to_string().into();
-        if shared {
-            endpoint["mcp"] = format!("http://{bound}/mcp").into();
-        }
-    }
-    if let (Some(addr), false) = (&opts.mcp_http, shared) {
-        match bind(addr, "mcp").await {
-            Ok(listener) => {
-                let local_addr = listener.local_addr()?;
-                crate::sources::http::check(&config.http, local_addr)
-                    .map_err(anyhow::Error::msg)?;
-                let router = crate::delivery::mcp::http::router(
-                    local.clone(),
-                    access(local_addr.ip().is_loopback()),
-                    tasks.clone(),
-                );
-                let bound = serve_http(&token, &tasks, listener, router, "mcp")?;
-                listeners.push(ListenerState {
-                    what: "mcp".into(),
-                    address: addr.clone(),
-                    bound: Some(bound.to_string()),
-                    error: None,
-                });
-                endpoint["mcp"] = format!("http://{bound}/mcp").into();
-            }
-            Err(err) => {
-                tracing::warn!("{err:#}; MCP over HTTP is off until the daemon restarts");
-                listeners.push(ListenerState {
-                    what: "mcp".into(),
-                    address: addr.clone(),
-                    bound: None,
-                    error: Some(format!("{err:#}")),
-                });
-            }
-        }
-    }
-    *listener_states.lock().unwrap() = listeners;
-    spawn_reload_on_sighup(&local, &tasks)?;
-    let watched = crate::watch::Watched {
-        api: local.clone(),
-        home: home.clone(),
-        http: live_http,
-        config_reload,
-        tasks: tasks.clone(),
-    };
-    if let Err(err) = crate::watch::spawn(watched) {
-        tracing::warn!(cause = %err, "cannot watch the home for rule changes; use `switchboard rules reload` or SIGHUP");
-    }
-    write_atomic(&home.endpoint(), endpoint.to_string().as_bytes())?;
-    tracing::info!(home = %home.dir().display(), %endpoint, pid = std::process::id(), "switchboard daemon ready");
 
     tokio::select! {
         _ = shutdown => {}
@@ -350,6 +132,94 @@ pub async fn run(
     }
     stop(&core, &token, &tasks, &home).await;
     drop(lock);
+    Ok(())
+}
+
+/// Opens the home (an existing one only, when `existing`), checks that it is private before
+/// anything is written there or read from it, and locks it.
+fn open_home(dir: PathBuf, existing: bool) -> anyhow::Result<(Home, Arc<HomeLock>)> {
+    let home = if existing {
+        Home::existing(dir)?
+    } else {
+        Home::open(dir)?
+    };
+    home.check_private()?;
+    let lock = Arc::new(home.lock()?);
+    Ok((home, lock))
+}
+
+/// The options of this start: what it leaves out comes from the last one; what it gives is
+/// kept for the next.
+fn remembered(home: &Home, opts: DaemonOptions) -> DaemonOptions {
+    let saved = start::StartSettings::load(home);
+    let opts = saved.merge(opts);
+    let now = start::StartSettings::of(&opts);
+    if now != saved
+        && let Err(e) = now.save(home)
+    {
+        tracing::warn!(cause = %e, "cannot save the start settings; a restart may not keep them");
+    }
+    opts
+}
+
+/// `switchboard.json`, with the ingest token decided and the GitHub secret of the
+/// environment, which wins over the file's.
+fn load_config(home: &Home, opts: &DaemonOptions) -> anyhow::Result<Config> {
+    let mut config = home.load_config()?;
+    resolve_token(home, &mut config.http, opts.token.clone())?;
+    if let Some(secret) = opts
+        .github_secret
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        config.http.github_secret = Some(secret.to_string());
+    }
+    Ok(config)
+}
+
+/// What the daemon itself reports to the operations: the front ends' settings, who it is,
+/// and the last change of `switchboard.json` (`config_reload`).
+fn own_parts(
+    config: &Config,
+    asked: &DaemonListeners,
+    config_reload: &Arc<Mutex<Option<ConfigReload>>>,
+) -> Parts {
+    let report = config_reload.clone();
+    Parts::new(FrontendSettings {
+        max_wait_s: config.mcp.max_wait_s,
+        claude_channel: config.mcp.claude_channel,
+        elicitation: config.mcp.elicitation,
+        permission_relay: config.mcp.permission_relay,
+    })
+    .daemon(DaemonInfo {
+        started: chrono::Utc::now(),
+        log: log::current().map(|p| p.display().to_string()),
+        listeners: asked.clone(),
+    })
+    .status("config_reload", move |_| {
+        serde_json::to_value(&*report.lock().unwrap()).unwrap_or_default()
+    })
+}
+
+/// Reloads on SIGHUP (the rules) and on a change the file watcher sees (the rules, or
+/// `switchboard.json` for the components it concerns, reported in `config_reload`).
+fn reload_on_signals(
+    running: Arc<Running>,
+    config_reload: Arc<Mutex<Option<ConfigReload>>>,
+) -> anyhow::Result<()> {
+    let cx = running.context().clone();
+    spawn_reload_on_sighup(&cx.api, &cx.tasks)?;
+    let watched = crate::watch::Watched {
+        api: cx.api,
+        home: cx.home,
+        components: running,
+        config_reload,
+        tasks: cx.tasks,
+    };
+    if let Err(err) = crate::watch::spawn(watched) {
+        tracing::warn!(cause = %err, "cannot watch the home for rule changes; use `switchboard rules reload` or SIGHUP");
+    }
     Ok(())
 }
 
@@ -402,33 +272,6 @@ fn resolve_token(
         (None, None) => home.ensure_token()?,
     });
     Ok(())
-}
-
-async fn bind(addr: &str, what: &'static str) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} ({what})"))
-}
-
-/// Serves `router` on `listener` with the connection cap and the read timeouts of
-/// [`crate::listener`].
-fn serve_http(
-    token: &CancellationToken,
-    tasks: &TaskTracker,
-    listener: TcpListener,
-    router: axum::Router,
-    what: &'static str,
-) -> anyhow::Result<SocketAddr> {
-    let bound = listener.local_addr()?;
-    tasks.spawn(crate::listener::serve(
-        listener,
-        router,
-        token.clone(),
-        tasks.clone(),
-        what,
-    ));
-    tracing::info!(%bound, what, "listening");
-    Ok(bound)
 }
 
 fn spawn_reload_on_sighup(local: &Local, tasks: &TaskTracker) -> anyhow::Result<()> {

@@ -1,0 +1,188 @@
+//! The daemon's components beside the core and its HTTP listeners ([`super::listeners`]):
+//! the action queues' live capacity, exec, the upstream MCP servers, the schedules, the shared
+//! stream and the control socket. Each is a [`Component`]: what it reports, how it starts
+//! from its settings, and what of them it applies live.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio_util::task::TaskTracker;
+
+use super::component::{Component, Context};
+use crate::config::{Config, Home, HomeLock, ScheduleSettings};
+use crate::control::local::BoxFuture;
+use crate::control::ops::QueueCapacity;
+use crate::control::{DaemonListeners, Parts};
+use crate::delivery::exec::Exec;
+use crate::sources::jetstream::{JetStream, JetStreamSettings};
+use crate::sources::upstream::Upstreams;
+
+/// The action queues. They live in the core, which starts before every component; this one
+/// applies a new `actions.queueCapacity` live.
+pub struct Queues;
+
+impl Component for Queues {
+    type Settings = usize;
+    const KEYS: &'static [&'static str] = &["actions.queueCapacity"];
+
+    fn settings(config: &Config) -> usize {
+        config.actions.queue_capacity.max(1)
+    }
+
+    fn start(&self, _: &Context, _: usize) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn reload<'a>(&'a self, cx: &'a Context, capacity: usize) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let _ = cx.api.call(QueueCapacity { capacity }).await;
+        })
+    }
+}
+
+/// Exec delivery (`exec`), built from its settings with [`Exec::new`]: takes exec work
+/// whenever a slot is free and runs it.
+impl Component for Arc<Exec> {
+    type Settings = ();
+    const KEYS: &'static [&'static str] = &["exec"];
+
+    fn settings(_: &Config) {}
+
+    fn report(&self, parts: Parts) -> Parts {
+        let exec = self.clone();
+        parts.status("exec", move |core| {
+            serde_json::to_value(exec.stats(&core.delivery)).unwrap_or_default()
+        })
+    }
+
+    fn start(&self, cx: &Context, (): ()) -> anyhow::Result<()> {
+        self.spawn(cx.api.clone(), cx.tasks.clone());
+        Ok(())
+    }
+}
+
+/// The upstream MCP servers (`upstreams`): their tools, states and counters, and a supervisor
+/// and an ingest task for each.
+impl Component for Upstreams {
+    type Settings = serde_json::Map<String, serde_json::Value>;
+    const KEYS: &'static [&'static str] = &["upstreams"];
+
+    fn settings(config: &Config) -> Self::Settings {
+        config.upstreams.clone()
+    }
+
+    fn report(&self, parts: Parts) -> Parts {
+        let (states, counters) = (self.clone(), self.clone());
+        parts
+            .tools(Arc::new(self.clone()))
+            .status("upstreams", move |_| {
+                serde_json::to_value(states.states()).unwrap_or_default()
+            })
+            .metrics(move |_, out| counters.metrics(out))
+    }
+
+    fn start(&self, cx: &Context, raw: Self::Settings) -> anyhow::Result<()> {
+        // Checked with the whole file when it was loaded; this is a second line of defence.
+        let configs = crate::sources::upstream::config::parse("", &raw)
+            .map_err(|e| anyhow::anyhow!("{}", e[0]))?;
+        crate::sources::upstream::start(&cx.source(), self, configs);
+        Ok(())
+    }
+}
+
+/// The cron schedules (`schedules`), whose last firings are kept in the home.
+pub struct Schedules;
+
+impl Component for Schedules {
+    type Settings = Vec<ScheduleSettings>;
+    const KEYS: &'static [&'static str] = &["schedules"];
+
+    fn settings(config: &Config) -> Self::Settings {
+        config.schedules.clone()
+    }
+
+    fn start(&self, cx: &Context, schedules: Self::Settings) -> anyhow::Result<()> {
+        let state = crate::sources::schedule::state_path(&cx.home);
+        crate::sources::schedule::start(&cx.source(), &schedules, &state);
+        Ok(())
+    }
+}
+
+/// A shared stream (`jetstream`), when there is one: appends go there, and its consumer stores
+/// here what every instance appended.
+pub struct SharedStream(Option<JetStream>);
+
+impl SharedStream {
+    /// Connects to the stream `settings` name (none: no shared stream), and from then on sends
+    /// the work that must run once to its work queue, not to local sessions.
+    pub async fn connect(
+        settings: Option<JetStreamSettings>,
+        home: &Home,
+        core: &crate::app::Core,
+    ) -> anyhow::Result<SharedStream> {
+        let Some(settings) = settings else {
+            return Ok(SharedStream(None));
+        };
+        let js = JetStream::connect(settings, home.dir()).await?;
+        core.share_work(crate::sources::jetstream::shareable);
+        Ok(SharedStream(Some(js)))
+    }
+}
+
+impl Component for SharedStream {
+    type Settings = ();
+    const KEYS: &'static [&'static str] = &["jetstream"];
+
+    fn settings(_: &Config) {}
+
+    fn report(&self, parts: Parts) -> Parts {
+        let Some(js) = &self.0 else {
+            return parts;
+        };
+        let (state, counters) = (js.clone(), js.clone());
+        parts
+            .relay(Arc::new(js.clone()))
+            .status("jetstream", move |_| {
+                serde_json::to_value(state.state()).unwrap_or_default()
+            })
+            .metrics(move |_, out| counters.metrics(out))
+    }
+
+    fn start(&self, cx: &Context, (): ()) -> anyhow::Result<()> {
+        if let Some(js) = &self.0 {
+            js.run(cx.api.clone(), &cx.tasks);
+        }
+        Ok(())
+    }
+}
+
+/// The control socket in the home, where front ends and the CLI reach the operations.
+pub struct ControlSocket {
+    /// The home's lock: a front end checks that the daemon it reached still holds it.
+    pub lock: Arc<HomeLock>,
+    /// The listeners the daemon was asked for, for front ends that start it.
+    pub asked: DaemonListeners,
+}
+
+impl Component for ControlSocket {
+    type Settings = ();
+    const KEYS: &'static [&'static str] = &[];
+
+    fn settings(_: &Config) {}
+
+    fn start(&self, cx: &Context, (): ()) -> anyhow::Result<()> {
+        let path = cx.home.control_socket();
+        let socket = crate::control::bind(&path)
+            .with_context(|| format!("cannot bind {}", path.display()))?;
+        let tasks: &TaskTracker = &cx.tasks;
+        tasks.spawn(crate::control::server::serve(
+            cx.api.clone(),
+            path,
+            socket,
+            self.lock.clone(),
+            self.asked.clone(),
+            tasks.clone(),
+        ));
+        Ok(())
+    }
+}
