@@ -217,9 +217,11 @@ impl Exec {
                 let exec = exec.clone();
                 let api = api.clone();
                 let shutdown = shutdown.clone();
+                let tasks = runs.clone();
                 runs.spawn(async move {
                     let id = item.action_id;
-                    let (state, reason, report) = exec.run_one(&item, &cancel, &shutdown).await;
+                    let (state, reason, report) =
+                        exec.run_one(&tasks, &item, &cancel, &shutdown).await;
                     exec.runs.lock().unwrap().remove(&id);
                     let _ = api
                         .call(ExecFinish {
@@ -267,9 +269,11 @@ impl Exec {
         }
     }
 
-    /// Runs one item: readiness, then the host; the final state, reason and report.
+    /// Runs one item: readiness, then the host (its helper tasks on `tasks`); the final state,
+    /// reason and report.
     async fn run_one(
         &self,
+        tasks: &TaskTracker,
         item: &Item,
         cancel: &CancellationToken,
         shutdown: &CancellationToken,
@@ -318,7 +322,7 @@ impl Exec {
         };
         let id = item.action_id;
         tracing::info!(action_id = id, rule = %item.rule, host = %host, "exec: run started");
-        let ended = process::run(&launch, normaliser.as_mut(), limits, cancel, |e| {
+        let ended = process::run(tasks, &launch, normaliser.as_mut(), limits, cancel, |e| {
             tracing::debug!(action_id = id, event = ?e, "exec: host event");
         })
         .await;

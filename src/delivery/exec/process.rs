@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::Normaliser;
 use super::event::{ExecEvent, ExecFailure, ExecReport, ToolCall, cut};
@@ -71,8 +72,9 @@ pub struct Ended {
 type Stop = (ExecFailure, String);
 
 /// Runs `launch` to its end, feeding each stdout line through `normaliser` and each event to
-/// `on_event`.
+/// `on_event`. The tasks that drain its stderr and feed its stdin run on `tasks`.
 pub async fn run(
+    tasks: &TaskTracker,
     launch: &Launch,
     normaliser: &mut dyn Normaliser,
     limits: Limits,
@@ -95,11 +97,11 @@ pub async fn run(
     };
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let stderr_tail = tokio::spawn(drain_tail(stderr));
+    let stderr_tail = tasks.spawn(drain_tail(stderr));
     // Fed on its own task: a prompt larger than the pipe waits for the host to read it while
     // its output is read here. Aborted when the run ends (a host that never read it).
     let feeding = match (child.stdin.take(), &launch.stdin) {
-        (Some(pipe), Some(text)) => Some(AbortOnDrop(tokio::spawn(feed(pipe, text.clone())))),
+        (Some(pipe), Some(text)) => Some(AbortOnDrop(tasks.spawn(feed(pipe, text.clone())))),
         _ => None,
     };
     let clock = Clock {

@@ -701,7 +701,7 @@ async fn connection(
     let handshake = async {
         match &up.transport {
             Transport::Stdio { command, args, env } => {
-                let (child, pid) = spawn_child(&up.name, command, args, env)?;
+                let (child, pid) = spawn_child(cx, &up.name, command, args, env)?;
                 let running = Client
                     .serve(wrap(child, entry, tx))
                     .await
@@ -829,8 +829,10 @@ async fn refresh_tools(
 }
 
 /// Spawns the child in its own process group (so a restart kills everything it started),
-/// stdin/stdout as the MCP pipes, stderr into our log line by line.
+/// stdin/stdout as the MCP pipes, stderr into our log line by line (on the source's tasks,
+/// until the pipe closes or the daemon shuts down).
 fn spawn_child(
+    cx: &SourceContext,
     name: &str,
     command: &str,
     args: &[String],
@@ -863,9 +865,15 @@ fn spawn_child(
     let pid = child.id();
     if let Some(stderr) = stderr {
         let name = name.to_string();
-        tokio::spawn(async move {
+        let shutdown = cx.shutdown().clone();
+        cx.tasks().spawn(async move {
             let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            loop {
+                let line = tokio::select! {
+                    line = lines.next_line() => line,
+                    _ = shutdown.cancelled() => break,
+                };
+                let Ok(Some(line)) = line else { break };
                 tracing::info!(upstream = %name, "stderr: {line}");
             }
         });
