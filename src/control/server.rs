@@ -301,33 +301,13 @@ async fn handle(
 async fn connection(
     local: Local,
     mut read: BufReader<OwnedReadHalf>,
-    mut write: OwnedWriteHalf,
+    write: OwnedWriteHalf,
     hello: Hello,
 ) {
     let shutdown = local.shutdown().clone();
-    let (tx, mut rx) = mpsc::channel::<Down>(1024);
+    let (tx, rx) = mpsc::channel::<Down>(1024);
     let gone = CancellationToken::new();
-    let writer = {
-        let gone = gone.clone();
-        tokio::spawn(async move {
-            // What is queued when the writer wakes goes out in one write: a wait's reply and
-            // the events around it cost the client one read, not one each.
-            let mut lines = Vec::new();
-            while let Some(first) = rx.recv().await {
-                lines.push(first);
-                while lines.len() < WRITE_BATCH
-                    && let Ok(next) = rx.try_recv()
-                {
-                    lines.push(next);
-                }
-                if write_lines(&mut write, &lines).await.is_err() {
-                    break;
-                }
-                lines.clear();
-            }
-            gone.cancel();
-        })
-    };
+    let writer = tokio::spawn(write_all(write, rx, gone.clone()));
     let feed = hello.feed.then(|| {
         tokio::spawn(forward_feed(
             local.clone(),
@@ -361,22 +341,7 @@ async fn connection(
         let up: Up = match serde_json::from_slice(&line) {
             Ok(up) => up,
             Err(e) => {
-                // Answer with the id when there is one; without, there is nobody to answer.
-                #[derive(Deserialize)]
-                struct JustId {
-                    id: u64,
-                }
-                let error = ApiError::Protocol {
-                    message: format!("a line that is not a call: {e}"),
-                };
-                match serde_json::from_slice::<JustId>(&line) {
-                    Ok(JustId { id }) => {
-                        let _ = tx.send(refusal(id, error)).await;
-                    }
-                    Err(_) => {
-                        tracing::warn!(cause = %e, "control connection sent a line that is not a call; ignored")
-                    }
-                }
+                not_a_call(&tx, &line, e).await;
                 continue;
             }
         };
@@ -439,6 +404,50 @@ async fn connection(
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// Writes what goes down to the client until the connection's last sender is dropped or a write
+/// fails; then `gone` fires. What is queued when the writer wakes goes out in one write: a
+/// wait's reply and the events around it cost the client one read, not one each.
+async fn write_all(
+    mut write: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Down>,
+    gone: CancellationToken,
+) {
+    let mut lines = Vec::new();
+    while let Some(first) = rx.recv().await {
+        lines.push(first);
+        while lines.len() < WRITE_BATCH
+            && let Ok(next) = rx.try_recv()
+        {
+            lines.push(next);
+        }
+        if write_lines(&mut write, &lines).await.is_err() {
+            break;
+        }
+        lines.clear();
+    }
+    gone.cancel();
+}
+
+/// A line that is not a call (`e`): refused with its id when it has one; without, there is
+/// nobody to answer.
+async fn not_a_call(tx: &mpsc::Sender<Down>, line: &[u8], e: serde_json::Error) {
+    #[derive(Deserialize)]
+    struct JustId {
+        id: u64,
+    }
+    let error = ApiError::Protocol {
+        message: format!("a line that is not a call: {e}"),
+    };
+    match serde_json::from_slice::<JustId>(line) {
+        Ok(JustId { id }) => {
+            let _ = tx.send(refusal(id, error)).await;
+        }
+        Err(_) => {
+            tracing::warn!(cause = %e, "control connection sent a line that is not a call; ignored")
+        }
+    }
 }
 
 /// Closes the core's session `id` (a connection that went away).
