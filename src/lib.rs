@@ -58,7 +58,8 @@
 //! - [`listener`]: HTTP connections: the cap, header/body/idle timeouts.
 //! - [`config`]: `switchboard.json`, composed from each component's settings.
 //! - [`watch`]: reloads `triggers.json` and `switchboard.json` when they are saved.
-//! - [`daemon`]: the daemon (one per home, the only writer): wiring, start, log, shutdown.
+//! - [`daemon`]: the daemon (one per home, the only writer): its components, each started
+//!   from its own settings; start, log, shutdown.
 //! - [`frontend`]: `serve`, an MCP front end on stdio attached to the daemon.
 //! - [`cli`]: the command line.
 //! - [`fuzzing`]: the entry points of the `fuzz/` targets, and the corpus replay test.
