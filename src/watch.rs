@@ -35,8 +35,8 @@ use tokio::time::Instant;
 
 use crate::config::{Config, ConfigReload, Home};
 use crate::control::Local;
+use crate::control::local::BoxFuture;
 use crate::control::ops::Reload;
-use crate::daemon::component::Running;
 
 mod dir;
 
@@ -49,12 +49,19 @@ pub struct Watched {
     pub api: Local,
     /// The home whose files are watched.
     pub home: Home,
-    /// The daemon's components: a change of `switchboard.json` reaches those it concerns.
-    pub components: Arc<Running>,
+    /// Where a valid change of `switchboard.json` goes.
+    pub components: Arc<dyn ApplyConfig>,
     /// The last change of `switchboard.json`, for `stats`.
     pub config_reload: Arc<std::sync::Mutex<Option<ConfigReload>>>,
     /// Where the watcher runs.
     pub tasks: tokio_util::task::TaskTracker,
+}
+
+/// Where a valid change of `switchboard.json` goes: the daemon's components, each of which
+/// applies what it can live. The watcher only says what changed.
+pub trait ApplyConfig: Send + Sync + 'static {
+    /// `switchboard.json` changed from `old` to `new` (both valid).
+    fn apply<'a>(&'a self, old: &'a Config, new: &'a Config) -> BoxFuture<'a, ()>;
 }
 
 /// How long the watcher waits for the next event of a save before it looks at the files.
@@ -303,7 +310,7 @@ async fn reload_config(watched: &Watched, boot: &Config, last: &mut Config) {
     let report = match watched.home.load_config() {
         Ok(new) => {
             let plan = crate::config::plan_reload(boot, &new);
-            watched.components.reload(last, &new).await;
+            watched.components.apply(last, &new).await;
             *last = new;
             if plan.restart_needed.is_empty() {
                 tracing::info!("{}", plan.message);

@@ -156,6 +156,12 @@ impl Running {
     }
 }
 
+impl crate::watch::ApplyConfig for Running {
+    fn apply<'a>(&'a self, old: &'a Config, new: &'a Config) -> BoxFuture<'a, ()> {
+        Box::pin(self.reload(old, new))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
