@@ -134,14 +134,7 @@ async fn bind_ingest(
     state: &mut Option<ListenerState>,
 ) -> anyhow::Result<Option<Bound>> {
     match bind(addr, "ingest").await {
-        Ok(listener) => {
-            crate::sources::http::check(http, listener.local_addr()?)
-                .map_err(anyhow::Error::msg)?;
-            Ok(Some(Bound {
-                address: addr.to_string(),
-                socket: Mutex::new(Some(listener)),
-            }))
-        }
+        Ok(listener) => checked(addr, http, listener).map(Some),
         Err(err) if !optional => {
             let cause = err
                 .chain()
@@ -166,20 +159,23 @@ async fn bind_mcp(
     state: &mut Option<ListenerState>,
 ) -> anyhow::Result<Option<Bound>> {
     match bind(addr, "mcp").await {
-        Ok(listener) => {
-            crate::sources::http::check(http, listener.local_addr()?)
-                .map_err(anyhow::Error::msg)?;
-            Ok(Some(Bound {
-                address: addr.to_string(),
-                socket: Mutex::new(Some(listener)),
-            }))
-        }
+        Ok(listener) => checked(addr, http, listener).map(Some),
         Err(err) => {
             tracing::warn!("{err:#}; MCP over HTTP is off until the daemon restarts");
             *state = Some(ListenerState::failed("mcp", addr, &err));
             Ok(None)
         }
     }
+}
+
+/// A listener bound at `addr`, once its address passes the checks of `http`
+/// (`disableAuth` only on loopback).
+fn checked(addr: &str, http: &HttpSettings, listener: TcpListener) -> anyhow::Result<Bound> {
+    crate::sources::http::check(http, listener.local_addr()?).map_err(anyhow::Error::msg)?;
+    Ok(Bound {
+        address: addr.to_string(),
+        socket: Mutex::new(Some(listener)),
+    })
 }
 
 async fn bind(addr: &str, what: &'static str) -> anyhow::Result<TcpListener> {
