@@ -30,7 +30,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::Event;
-use crate::app::SessionSpec;
+use crate::control::ops::SessionSpec;
 use crate::control::ops::{Close, Open, SessionInfo, Wait, WaitReply};
 use crate::control::wire::{
     Down, Greeting, Hello, Role, Up, Welcome, mismatch, read_line, write_line,

@@ -2,9 +2,15 @@
 //!
 //! Every front end (the MCP sessions, the operator CLI, HTTP ingest, upstream servers, the
 //! exec runner, `watch`) does what it does through an [`Op`]: one file per operation in
-//! [`ops`], holding its request type, its reply type, and how the daemon applies it to the
-//! [`Core`](crate::app::Core). [`ops::Call`] is the one enum of calls built from them, matched
-//! once ([`ops::Call::apply`]).
+//! [`ops`], holding its request type, its reply type, and how the daemon applies it. An op is
+//! applied with a [`Ctx`], which hands it the components it may use — the inbox, the action
+//! lifecycle, `state.json` (cursors), the metrics, on-duty mode, the daemon's [`Parts`], and the
+//! [`Core`](crate::app::Core) for what the core alone does (the live rules, pause, appends
+//! counted by source, the action id space) — and the op calls the component itself, as a
+//! mini-redis command applies itself to its `Db`. So a new operation is its file, its line in
+//! the [`ops`] table and, when it needs one, a method on the component it uses; nothing else
+//! grows. [`ops::Call`] is the one enum of calls built from them, matched once
+//! ([`ops::Call::apply`]).
 //!
 //! Two ways to call:
 //! - [`Local`]: in the daemon, an op is applied directly (no encoding), with the components the
@@ -26,6 +32,7 @@ pub mod view;
 pub mod wire;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -33,15 +40,17 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::actions::Event;
-use crate::inbox::SeqReceiver;
-
-use crate::inbox::{Appended, InboxError};
+use crate::actions::duty::Duty;
+use crate::actions::{Event, Lifecycle};
+use crate::app::{Core, CoreSettings};
+use crate::home::Home;
+use crate::inbox::{Appended, Inbox, InboxError, SeqReceiver, StateStore};
+use crate::metrics::Metrics;
 
 pub use local::{Local, Parts, Relay, ToolHub, WebLinks};
 pub use ops::Call;
 pub use server::bind;
-pub use view::{ItemView, PendingView};
+pub use view::{ConsumerView, ItemView, PendingView};
 pub use wire::{DaemonListeners, FrontendSettings, PushPolicy};
 
 /// The control protocol this build speaks. Bumped whenever a call, a reply or a line of the
@@ -89,11 +98,13 @@ pub trait Op: Serialize + DeserializeOwned + Into<Call> + Send + 'static {
     fn apply(self, cx: &Ctx<'_>) -> impl Future<Output = Result<Self::Reply, ApiError>> + Send;
 }
 
-/// What an op is applied with: the daemon's [`Local`], the call's cancellation, and the
-/// connection it came on (its sessions), if it came over the socket.
+/// What an op is applied with: the handles on the components it may use (the core's and the
+/// daemon's parts), the call's cancellation, and the connection it came on (its sessions), if
+/// it came over the socket. An op calls the component itself, as a mini-redis command applies
+/// itself to its `Db`.
 pub struct Ctx<'a> {
     /// The core and the daemon's parts.
-    pub local: &'a Local,
+    pub(in crate::control) local: &'a Local,
     /// Fires when the caller cancels the call (or goes away).
     pub cancel: CancellationToken,
     /// The sessions of the connection the call came on; `None` for a local call.
@@ -101,6 +112,53 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The core: the live rules and their reloads, pause, appends counted by source, the
+    /// action id space, its stats.
+    pub fn core(&self) -> &Arc<Core> {
+        self.local.core()
+    }
+
+    /// The inbox: every message, numbered and kept.
+    pub fn inbox(&self) -> &Inbox {
+        &self.local.core().components().inbox
+    }
+
+    /// The action lifecycle: queues, claims, sessions, confirms.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.local.core().components().lifecycle
+    }
+
+    /// `state.json`: the consumers' cursors.
+    pub fn state(&self) -> &StateStore {
+        &self.local.core().components().state
+    }
+
+    /// The process counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.local.core().components().metrics
+    }
+
+    /// On-duty mode and the stop hooks' counts.
+    pub fn duty(&self) -> &Duty {
+        &self.local.core().components().duty
+    }
+
+    /// The home, when the daemon runs on disk.
+    pub fn home(&self) -> Option<&Home> {
+        self.local.core().components().home.as_ref()
+    }
+
+    /// The core's settings (the cap of a wait).
+    pub fn settings(&self) -> &CoreSettings {
+        &self.local.core().components().settings
+    }
+
+    /// What the daemon wired beside the core: upstream tools, the shared stream, the approval
+    /// page, what each part reports.
+    pub fn parts(&self) -> &Parts {
+        self.local.parts()
+    }
+
     /// The core's session id for the caller's session `handle` (a connection numbers its
     /// own sessions; a local caller uses the core's ids).
     pub fn session(&self, handle: u64) -> Result<u64, ApiError> {

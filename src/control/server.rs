@@ -513,7 +513,8 @@ async fn forward_feed(
 ) {
     let mut feed = local.subscribe();
     feed.tools.mark_unchanged();
-    let mut suppressed = suppressions.then(|| local.suppressions());
+    let mut suppressed =
+        suppressions.then(|| local.core().components().metrics.suppressions.subscribe());
     loop {
         let down = tokio::select! {
             _ = gone.cancelled() => return,

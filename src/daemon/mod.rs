@@ -232,7 +232,8 @@ pub async fn run(
     let local = Local::new(core.clone(), parts);
     if let Some(js) = &jetstream {
         // Work that must run once goes to the shared work queue, not to local sessions.
-        core.share_work(crate::sources::jetstream::shareable);
+        let lifecycle = &core.components().lifecycle;
+        lifecycle.share_work(crate::sources::jetstream::shareable);
         js.run(local.clone(), &tasks);
     }
     exec.spawn(local.clone(), tasks.clone());

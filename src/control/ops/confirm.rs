@@ -6,6 +6,7 @@
 //! expired or already-answered ids, and a path the rule's `approveVia` does not list, are
 //! refusals that say which.
 
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use crate::actions::{ActionId, Item, Via};
@@ -43,10 +44,12 @@ impl Op for Confirm {
         } else {
             Via::Cli
         });
-        cx.local
-            .core()
-            .confirm(self.id, self.approve, &self.by, via, claim_for)
-            .await
-            .map_err(ApiError::refused)
+        let lifecycle = cx.lifecycle();
+        let item = lifecycle
+            .confirm(self.id, self.approve, &self.by, via, claim_for, Utc::now())
+            .map_err(ApiError::refused)?;
+        // The answer is on disk before the reply.
+        lifecycle.flush().await;
+        Ok(item)
     }
 }

@@ -23,10 +23,9 @@ impl Op for SetDuty {
     type Reply = DutyView;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<DutyView, ApiError> {
-        let core = cx.local.core();
         let now = chrono::Utc::now();
         let Some(on) = self.on else {
-            return Ok(core.duty().view(now));
+            return Ok(cx.duty().view(now));
         };
         let until = match self.for_ms {
             Some(ms) => {
@@ -36,8 +35,8 @@ impl Op for SetDuty {
             }
             None => None,
         };
-        core.set_duty(on, until).map_err(|e| {
-            let path = core
+        cx.duty().set(on, until).map_err(|e| {
+            let path = cx
                 .home()
                 .map(|h| h.duty().display().to_string())
                 .unwrap_or_default();

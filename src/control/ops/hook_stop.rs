@@ -76,19 +76,18 @@ impl Op for HookStop {
         if self.session_id.trim().is_empty() {
             return Err(ApiError::refused("`hook_stop`: the host gave no session id"));
         }
-        let core = cx.local.core();
-        let duty = core.duty();
+        let duty = cx.duty();
         let consumer = hook_consumer(&self.host, &self.session_id);
         if !duty.may_block(&consumer, self.continued) {
             duty.count(&self.host, "capped");
             return Ok(HookDecision::Through);
         }
-        if let Some((id, item)) = core.hook_claim(&consumer) {
+        if let Some((id, item)) = cx.lifecycle().claim_for_hook(&consumer) {
             let session = match cx.sessions {
                 // The claim lives as long as the hook's connection.
                 Some(sessions) => {
                     if let Some(old) = sessions.insert(id, id) {
-                        core.close_session(old);
+                        super::close::end(cx, old);
                     }
                     id
                 }
@@ -103,7 +102,7 @@ impl Op for HookStop {
                 }),
             });
         }
-        let confirms = core.hook_confirms(&consumer, allows_tool_answer);
+        let confirms = cx.lifecycle().unseen_confirms(&consumer, allows_tool_answer);
         if !confirms.is_empty() {
             duty.blocked(&consumer);
             duty.count(&self.host, "confirm");

@@ -5,6 +5,7 @@
 //! approval page show it answered. A call that needed no permission, or whose request a person
 //! answered here first, closes nothing.
 
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -29,10 +30,12 @@ impl Op for ToolRan {
         if self.tool_name.trim().is_empty() {
             return Err(ApiError::refused("`tool_ran`: the host gave no tool name"));
         }
-        Ok(cx
-            .local
-            .core()
-            .allowed_in_host(&self.tool_name, &self.tool_input)
-            .await)
+        let lifecycle = cx.lifecycle();
+        let closed = lifecycle.allowed_in_host(&self.tool_name, &self.tool_input, Utc::now());
+        if closed.is_some() {
+            // Once on disk.
+            lifecycle.flush().await;
+        }
+        Ok(closed)
     }
 }

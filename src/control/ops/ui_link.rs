@@ -20,7 +20,7 @@ impl Op for UiLink {
     type Reply = UiLinkReply;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<UiLinkReply, ApiError> {
-        let Some(web) = cx.local.web() else {
+        let Some(web) = cx.parts().web_links() else {
             return Err(ApiError::refused(
                 "the approval page is served on the ingest listener, and this daemon has none; \
                  start it with `--listen 127.0.0.1:PORT`",

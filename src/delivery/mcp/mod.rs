@@ -50,8 +50,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::ActionId;
-use crate::app::SessionSpec;
 use crate::backend::Api;
+use crate::control::ops::SessionSpec;
 use crate::control::ops::{
     CallUpstream, Forwarded, GetStats, List, SessionInfo, Settle, UpstreamTools,
 };

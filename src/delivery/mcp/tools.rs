@@ -30,12 +30,12 @@ use serde_json::{Value, json};
 
 use super::McpServer;
 use crate::actions::lifecycle::claims_of;
-use crate::app::{ConsumerView, ReloadReport};
+use crate::app::ReloadReport;
 use crate::control::ops::{
     Ack, EnsureConsumer, GetMessage, GetStats, List, MessageReply, Pause, Paused, Pull, Reload,
     Rules, StatsReply, Wait,
 };
-use crate::control::{ApiError, ItemView};
+use crate::control::{ApiError, ConsumerView, ItemView};
 use crate::delivery::{Item, ItemKind};
 use crate::message::MessageView;
 
