@@ -269,6 +269,7 @@ impl Local {
         use futures::FutureExt;
         op.apply(&cx).now_or_never().unwrap_or_else(|| {
             Err(ApiError::refused(
+                super::RefusalCode::Failed,
                 "an ordered call did not complete at once (a bug in switchboard)",
             ))
         })

@@ -27,6 +27,7 @@
 
 pub mod local;
 pub mod ops;
+pub mod refused;
 pub mod server;
 pub mod view;
 pub mod wire;
@@ -49,14 +50,16 @@ use crate::metrics::Metrics;
 
 pub use local::{Local, Parts, Relay, ToolHub, WebLinks};
 pub use ops::Call;
+pub use refused::{RefusalCode, Refused};
 pub use server::bind;
 pub use view::{ConsumerView, ItemView, PendingView};
 pub use wire::{DaemonListeners, FrontendSettings, PushPolicy};
 
 /// The control protocol this build speaks. Bumped whenever a call, a reply or a line of the
 /// connection changes shape, so that a front end and a daemon of different builds refuse each
-/// other with a sentence instead of misreading each other.
-pub const PROTOCOL: u32 = 2;
+/// other with a sentence instead of misreading each other. 3: an error names its variant in
+/// `type` (it was `code`), a refusal carries its kind in `code`, `confirm` takes a `decision`.
+pub const PROTOCOL: u32 = 3;
 
 /// How long a call may take before its caller gives up on the daemon (a wait: its own timeout
 /// plus [`WAIT_MARGIN`]).
@@ -164,8 +167,11 @@ impl Ctx<'_> {
     pub fn session(&self, handle: u64) -> Result<u64, ApiError> {
         match self.sessions {
             None => Ok(handle),
-            Some(sessions) => sessions.get(handle).ok_or_else(|| ApiError::Refused {
-                message: format!("no open session {handle} on this connection"),
+            Some(sessions) => sessions.get(handle).ok_or_else(|| {
+                ApiError::refused(
+                    RefusalCode::NotFound,
+                    format!("no open session {handle} on this connection"),
+                )
             }),
         }
     }
@@ -174,7 +180,7 @@ impl Ctx<'_> {
 /// Why a call failed: one type for local and remote calls, serialisable so that the daemon's
 /// refusal reaches a front end as it was made.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "code", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ApiError {
     /// Occurs when the daemon cannot be reached (it is restarting, or cannot be started).
@@ -183,12 +189,10 @@ pub enum ApiError {
         /// Why.
         message: String,
     },
-    /// Occurs when the daemon refuses the call: an unknown id, an answer not allowed.
-    #[error("{message}")]
-    Refused {
-        /// Why, for people.
-        message: String,
-    },
+    /// Occurs when the daemon refuses the call: an unknown id, an expired confirm, an answer
+    /// not allowed, ... — each kind with its own code ([`RefusalCode`]).
+    #[error("{0}")]
+    Refused(Refused),
     /// Occurs when the inbox did not store the messages of an append (or stored them in
     /// memory only): ingest answers each case with its own status.
     #[error("not stored: {0}")]
@@ -222,10 +226,57 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// A refusal with `message`.
-    pub fn refused(message: impl std::fmt::Display) -> ApiError {
-        ApiError::Refused {
-            message: message.to_string(),
+    /// A refusal of kind `code`, saying `message`.
+    pub fn refused(code: RefusalCode, message: impl std::fmt::Display) -> ApiError {
+        ApiError::Refused(Refused::new(code, message))
+    }
+
+    /// The stable code of the failure, as every front end shows it: a refusal's own code
+    /// (`expired`, `not_allowed`, ...), why an append was not stored (`message_too_large`,
+    /// `not_durable`, ...), or what went wrong between the two sides (`unknown_call`, ...).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unavailable { .. } => "unavailable",
+            ApiError::Refused(refused) => refused.code.as_str(),
+            ApiError::Store(StoreError::TooLarge { count: true, .. }) => "too_many_metadata_keys",
+            ApiError::Store(StoreError::TooLarge { .. }) => "message_too_large",
+            ApiError::Store(StoreError::NotDurable { .. }) => "not_durable",
+            ApiError::Store(StoreError::Unavailable { .. }) => "not_stored",
+            ApiError::Store(StoreError::Closed) => "shutting_down",
+            ApiError::UnknownCall { .. } => "unknown_call",
+            ApiError::Timeout { .. } => "timeout",
+            ApiError::Protocol { .. } => "protocol",
+        }
+    }
+
+    /// The HTTP status the HTTP front ends (ingest, the approval page) answer it with: the one
+    /// mapping, so that an expired confirm is `410` and an unknown one `404` wherever it is
+    /// asked.
+    pub fn http_status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self {
+            ApiError::Refused(refused) => match refused.code {
+                RefusalCode::Unknown | RefusalCode::NotFound => S::NOT_FOUND,
+                RefusalCode::Expired => S::GONE,
+                RefusalCode::AlreadyAnswered => S::CONFLICT,
+                RefusalCode::NotAllowed => S::FORBIDDEN,
+                RefusalCode::Invalid => S::UNPROCESSABLE_ENTITY,
+                RefusalCode::Full | RefusalCode::Unavailable => S::SERVICE_UNAVAILABLE,
+                RefusalCode::Failed => S::INTERNAL_SERVER_ERROR,
+            },
+            ApiError::Store(StoreError::TooLarge { count: true, .. }) => S::UNPROCESSABLE_ENTITY,
+            ApiError::Store(StoreError::TooLarge { .. }) => S::PAYLOAD_TOO_LARGE,
+            ApiError::Store(_) | ApiError::Unavailable { .. } => S::SERVICE_UNAVAILABLE,
+            ApiError::Timeout { .. } => S::GATEWAY_TIMEOUT,
+            ApiError::UnknownCall { .. } | ApiError::Protocol { .. } => S::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The refusal's code, when the daemon refused.
+    pub fn refusal(&self) -> Option<RefusalCode> {
+        match self {
+            ApiError::Refused(refused) => Some(refused.code),
+            _ => None,
         }
     }
 
@@ -294,6 +345,24 @@ impl From<InboxError> for StoreError {
                 cause: format!("journal {path}: {source}"),
             },
         }
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(refused: Refused) -> ApiError {
+        ApiError::Refused(refused)
+    }
+}
+
+impl From<crate::actions::ConfirmError> for ApiError {
+    fn from(e: crate::actions::ConfirmError) -> ApiError {
+        ApiError::Refused(e.into())
+    }
+}
+
+impl From<crate::actions::lifecycle::RelayError> for ApiError {
+    fn from(e: crate::actions::lifecycle::RelayError) -> ApiError {
+        ApiError::Refused(e.into())
     }
 }
 

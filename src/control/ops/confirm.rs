@@ -47,7 +47,7 @@ impl Op for Confirm {
         let lifecycle = cx.lifecycle();
         let item = lifecycle
             .confirm(self.id, self.approve, &self.by, via, claim_for, Utc::now())
-            .map_err(ApiError::refused)?;
+            .map_err(ApiError::from)?;
         // The answer is on disk before the reply.
         lifecycle.flush().await;
         Ok(item)

@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::actions::{ActionId, Item, ItemKind};
-use crate::control::{ApiError, Ctx, Op};
+use crate::control::{ApiError, Ctx, Op, RefusalCode};
 use crate::message::MessageView;
 
 /// A stop of a host's agent.
@@ -68,13 +68,19 @@ impl Op for HookStop {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<HookDecision, ApiError> {
         if !matches!(self.host.as_str(), "copilot" | "claude") {
-            return Err(ApiError::refused(format!(
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                format!(
                 "`hook_stop`: unknown host \"{}\"; expected `copilot` or `claude`",
                 self.host.escape_debug()
-            )));
+                ),
+            ));
         }
         if self.session_id.trim().is_empty() {
-            return Err(ApiError::refused("`hook_stop`: the host gave no session id"));
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                "`hook_stop`: the host gave no session id",
+            ));
         }
         let duty = cx.duty();
         let consumer = hook_consumer(&self.host, &self.session_id);

@@ -149,6 +149,10 @@ ops! {
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {
     let value = reply?;
-    serde_json::value::to_raw_value(&value)
-        .map_err(|e| ApiError::refused(format!("the reply does not encode: {e}")))
+    serde_json::value::to_raw_value(&value).map_err(|e| {
+        ApiError::refused(
+            super::RefusalCode::Failed,
+            format!("the reply does not encode: {e}"),
+        )
+    })
 }

@@ -40,7 +40,7 @@ impl Op for RelayPermission {
             .lifecycle()
             .relay_permission(session, id, request, PERMISSION_TIMEOUT, chrono::Utc::now())
             .await
-            .map_err(ApiError::refused)?;
+            .map_err(ApiError::from)?;
         tracing::info!(
             action_id = id,
             rule = %item.rule,

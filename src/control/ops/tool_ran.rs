@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::actions::lifecycle::ClosedConfirm;
-use crate::control::{ApiError, Ctx, Op};
+use crate::control::{ApiError, Ctx, Op, RefusalCode};
 
 /// A host's tool call ran.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -28,7 +28,10 @@ impl Op for ToolRan {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Option<ClosedConfirm>, ApiError> {
         if self.tool_name.trim().is_empty() {
-            return Err(ApiError::refused("`tool_ran`: the host gave no tool name"));
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                "`tool_ran`: the host gave no tool name",
+            ));
         }
         let lifecycle = cx.lifecycle();
         let closed = lifecycle.allowed_in_host(&self.tool_name, &self.tool_input, Utc::now());

@@ -390,7 +390,8 @@ async fn confirm(
         Ok(item) => {
             guarded(Json(json!({"id": answer.id, "approved": item.is_some()})).into_response())
         }
-        Err(e) => refusal(StatusCode::CONFLICT, "refused", &e.to_string()),
+        // The one HTTP mapping: unknown 404, expired 410, already answered 409, not allowed 403.
+        Err(e) => refusal(e.http_status(), e.code(), &e.to_string()),
     }
 }
 
