@@ -32,8 +32,8 @@ use super::McpServer;
 use crate::actions::lifecycle::claims_of;
 use crate::app::ReloadReport;
 use crate::control::ops::{
-    Ack, EnsureConsumer, GetMessage, GetStats, List, MessageReply, Pause, Paused, Pull, Reload,
-    Rules, StatsReply, Wait,
+    Ack, Decision, EnsureConsumer, GetMessage, GetStats, List, MessageReply, Pause, Paused, Pull,
+    Reload, Rules, StatsReply, Wait,
 };
 use crate::control::{ApiError, ConsumerView, ItemView, RefusalCode};
 use crate::delivery::{Item, ItemKind};
@@ -113,24 +113,14 @@ pub struct ConsumerArgs {
     pub consumer: Option<String>,
 }
 
-/// A confirm answer.
-#[derive(Clone, Copy, Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum YesNo {
-    /// Approve: the prompt comes back to run now.
-    Yes,
-    /// Deny.
-    No,
-}
-
 /// Arguments of `channel_confirm`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ConfirmArgs {
     /// The `action_id` of the `confirm_request` item.
     pub id: u64,
     /// The user's answer, `yes` or `no`. Required: leaving it out answers nothing.
-    #[schemars(required, with = "YesNo")]
-    pub decision: Option<YesNo>,
+    #[schemars(required, with = "Decision")]
+    pub decision: Option<Decision>,
     /// Answer as this consumer instead of the host's client name.
     #[serde(default)]
     pub consumer: Option<String>,
@@ -610,12 +600,11 @@ async fn confirm(
         return Err(Refusal::new(RefusalCode::Invalid, message).with("action_id", a.id));
     };
     let (session, consumer) = s.consumer(a.consumer.as_deref()).await?;
-    let approve = matches!(decision, YesNo::Yes);
     let answered = s
         .api
         .call(crate::control::ops::Confirm {
             id: a.id,
-            approve,
+            decision,
             by: consumer,
             claim_for: Some(session),
             via: Some(crate::actions::Via::Tool),

@@ -37,7 +37,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::actions::Via;
-use crate::control::ops::{Closed, Confirm, List, Pending};
+use crate::control::ops::{Closed, Confirm, Decision, List, Pending};
 use crate::control::{ItemView, Local};
 use crate::message::MessageView;
 pub use access::WebAccess;
@@ -365,22 +365,18 @@ async fn confirm(
             "expected {\"id\": N, \"decision\": \"approve\" or \"deny\"}",
         );
     };
-    let approve = match answer.decision.as_str() {
-        "approve" => true,
-        "deny" => false,
-        _ => {
-            return refusal(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_body",
-                "`decision` is \"approve\" or \"deny\"",
-            );
-        }
+    let Some(decision) = Decision::parse(&answer.decision) else {
+        return refusal(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            "`decision` is \"approve\" or \"deny\"",
+        );
     };
     let answered = web
         .api
         .call(Confirm {
             id: answer.id,
-            approve,
+            decision,
             by: "web".into(),
             claim_for: None,
             via: Some(Via::Web),
