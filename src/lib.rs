@@ -53,7 +53,9 @@
 //! - [`metrics`]: process counters, and the `Scrape` of `GET /metrics` (encoded by prometheus-client).
 //! - [`app`]: `Core`, the running whole: its `Components` (what the operations use), the
 //!   engine with the live rules, the dispatcher, appends with their metrics.
-//! - [`control`]: the operations and the control socket (protocol, handshake, deadlines).
+//! - [`control`]: the operations (each applied to the components it uses), the control socket
+//!   (protocol, handshake, deadlines), and refusals that keep their kind (`Refused { code,
+//!   message }`) to every front end.
 //! - [`backend`]: `Api` (local or remote) for MCP sessions, `Client` for the CLI and hooks.
 //! - [`sources`]: HTTP ingest (generic, Alertmanager, GitHub) and upstream MCP servers.
 //! - [`delivery`]: the MCP server (tools, long-poll wait, push) and the headless exec runner.
