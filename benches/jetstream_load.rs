@@ -59,8 +59,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures::StreamExt;
-use switchboard::app::SessionSpec;
 use switchboard::backend::Client;
+use switchboard::control::ops::SessionSpec;
 use switchboard::control::ops::{Open, Wait};
 
 fn env_or(name: &str, default: usize) -> usize {

@@ -118,7 +118,12 @@ fn sessions(c: &mut Criterion) {
                                 })
                             })
                             .collect();
-                        while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) < n as u64
+                        while app
+                            .components()
+                            .metrics
+                            .wait_calls_in_flight
+                            .load(Ordering::Relaxed)
+                            < n as u64
                         {
                             tokio::time::sleep(Duration::from_micros(200)).await;
                         }
@@ -143,7 +148,13 @@ fn sessions(c: &mut Criterion) {
                             last = last.max(took);
                         }
                         total += last;
-                        while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) != 0 {
+                        while app
+                            .components()
+                            .metrics
+                            .wait_calls_in_flight
+                            .load(Ordering::Relaxed)
+                            != 0
+                        {
                             tokio::task::yield_now().await;
                         }
                     }

@@ -154,7 +154,13 @@ fn measure(
                             .expect("wait call");
                         (result, Instant::now())
                     });
-                    while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) == 0 {
+                    while app
+                        .components()
+                        .metrics
+                        .wait_calls_in_flight
+                        .load(Ordering::Relaxed)
+                        == 0
+                    {
                         tokio::task::yield_now().await;
                     }
                     let sent = Instant::now();
@@ -178,7 +184,13 @@ fn measure(
                     samples.lock().unwrap().push(took);
                     total += took;
                     // The wait has returned; let its in-flight guard drop before the next one.
-                    while app.metrics().wait_calls_in_flight.load(Ordering::Relaxed) != 0 {
+                    while app
+                        .components()
+                        .metrics
+                        .wait_calls_in_flight
+                        .load(Ordering::Relaxed)
+                        != 0
+                    {
                         tokio::task::yield_now().await;
                     }
                 }

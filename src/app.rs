@@ -1,10 +1,12 @@
 //! The core: the running switchboard behind the operations.
 //!
-//! [`Core`] owns the inbox, the consumer state, the live rules and the engine, the dispatcher
-//! and the action lifecycle. Its fields are private: nothing outside reaches the inbox or the
-//! lifecycle. Every front end (MCP sessions, the control socket, the CLI, HTTP ingest, upstream
-//! servers, the exec runner) goes through the operations in [`crate::control`], which call the
-//! methods here; each method is one capability of the core at the grain of an operation.
+//! [`Core`] runs the components (the inbox, `state.json`, the action lifecycle, the metrics,
+//! on-duty mode: [`Components`]) and keeps to itself only what they share: the engine with its
+//! live rules and their reloads, the dispatcher that feeds the lifecycle from the inbox, and
+//! appends counted by source. The operations in [`crate::control`] reach the components
+//! themselves through their context, as a mini-redis command applies itself to its `Db`: an
+//! operation is its own file and calls the component it uses, and the core does not grow a
+//! method per operation.
 //!
 //! The dispatcher is the only caller of the engine: it reads committed messages in seq order
 //! after the evaluation mark kept in `actions.jsonl`, evaluates a batch, and hands the actions
@@ -16,29 +18,26 @@
 //! as plain values ([`CoreSettings`]), its shutdown token and task tracker from whoever runs it,
 //! and reports what it holds; the daemon composes the rest around it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::actions::duty::{Duty, DutyView, HookStats};
+use crate::actions::duty::{Duty, HookStats};
 use crate::actions::journal::ActionLog;
 use crate::actions::lifecycle::{LifecycleStats, PendingConfirm};
 use crate::actions::writer::JournalWriter;
-use crate::actions::{
-    ActionId, ActionSettings, ActionState, ConfirmError, Event, ExecReport, Item, Lifecycle,
-};
+use crate::actions::{ActionId, ActionSettings, Lifecycle};
 use crate::engine::{Engine, Prepared};
 use crate::home::Home;
 use crate::inbox::InboxSettings;
-use crate::inbox::{Appended, Inbox, InboxError, InboxStats, SeqReceiver, StateStore};
-use crate::message::{Message, NewMessage, Seq};
-use crate::metrics::{Metrics, ReloadResult, SuppressionWatch};
+use crate::inbox::{Appended, Inbox, InboxError, InboxStats, StateStore};
+use crate::message::{NewMessage, Seq};
+use crate::metrics::{Metrics, ReloadResult};
 use crate::rules::{LoadError, RuleError, RuleSet};
 
 /// What the core needs to know, as plain values (the daemon reads them from `switchboard.json`).
@@ -106,55 +105,30 @@ pub struct CoreStats {
     pub hooks: HookStats,
 }
 
-/// Who opens a session: one per MCP session (a host window).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct SessionSpec {
-    /// `clientInfo.name` of the host (`mcp` when it gave none).
-    pub client: String,
-    /// `serve --consumer NAME`: the consumer the session reads as; it keeps its cursor.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub named: Option<String>,
-    /// The consumer name of this session before the daemon restarted, to keep it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resume: Option<String>,
-}
-
-/// A consumer's position.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ConsumerView {
-    /// Its name.
-    pub name: String,
-    /// Its cursor: the last seq it has seen.
-    pub cursor: Seq,
-    /// Messages after the cursor.
-    pub unread: u64,
-    /// Items queued for it.
-    pub queued: usize,
-}
-
-/// Messages read for a consumer, with its position after the read.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Read {
-    /// Oldest first.
-    pub messages: Vec<Message>,
-    /// The consumer's cursor after the read.
-    pub cursor: Seq,
-    /// Messages after the cursor.
-    pub unread: u64,
-    /// The newest committed seq.
-    pub last_seq: Seq,
-}
-
-/// The shared handle on the running core.
-pub struct Core {
-    home: Option<Home>,
-    settings: CoreSettings,
-    inbox: Inbox,
-    state: StateStore,
-    lifecycle: Lifecycle,
-    metrics: Metrics,
+/// The components the core runs, as the operations reach them: each op takes the handles it
+/// uses from here (as a mini-redis command takes its `Db`), so that a new operation touches its
+/// own file and the component, not the core.
+pub struct Components {
+    /// The home, when running on disk.
+    pub home: Option<Home>,
+    /// The settings it runs with (the inbox's limits, the cap of a wait).
+    pub settings: CoreSettings,
+    /// Every message, numbered and kept.
+    pub inbox: Inbox,
+    /// `state.json`: consumer cursors, the evaluation mark, paused, the engine's memory.
+    pub state: StateStore,
+    /// The action lifecycle: queues, claims, sessions, confirms, `actions.jsonl`.
+    pub lifecycle: Lifecycle,
+    /// The process counters `/metrics` renders.
+    pub metrics: Metrics,
     /// On-duty mode and the stop hooks' blocks in a row.
-    duty: Duty,
+    pub duty: Duty,
+}
+
+/// The shared handle on the running core: the components, and what only the core does with
+/// them (the engine and its live rules, the dispatcher, appends counted by source).
+pub struct Core {
+    components: Components,
     /// The engine; held while one message is evaluated, so a reload is atomic.
     engine: Mutex<Engine>,
     rules: RulesState,
@@ -268,13 +242,15 @@ impl Core {
             None => Duty::memory(),
         };
         Arc::new(Core {
-            duty,
-            home,
-            settings,
-            inbox,
-            state,
-            lifecycle,
-            metrics: Metrics::default(),
+            components: Components {
+                home,
+                settings,
+                inbox,
+                state,
+                lifecycle,
+                metrics: Metrics::default(),
+                duty,
+            },
             engine: Mutex::new(engine),
             rules: RulesState::default(),
             shutdown,
@@ -282,9 +258,9 @@ impl Core {
         })
     }
 
-    /// The home, when running on disk.
-    pub fn home(&self) -> Option<&Home> {
-        self.home.as_ref()
+    /// The components, for the operations.
+    pub fn components(&self) -> &Components {
+        &self.components
     }
 
     /// Fires when the core shuts down.
@@ -292,22 +268,12 @@ impl Core {
         &self.shutdown
     }
 
-    /// The server-side cap of a wait.
-    pub fn max_wait(&self) -> Duration {
-        self.settings.max_wait
-    }
-
-    /// The counters `/metrics` renders.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// Flushes the journals and the state, and closes the inbox (the last step of a shutdown,
     /// once every task has stopped).
     pub async fn close(&self) {
-        self.lifecycle.flush().await;
-        self.inbox.close().await;
-        self.state.flush();
+        self.components.lifecycle.flush().await;
+        self.components.inbox.close().await;
+        self.components.state.flush();
     }
 
     // ---- rules ------------------------------------------------------------------------------
@@ -320,7 +286,9 @@ impl Core {
     /// Boot: the file's rules, or the built-in rule when there is no file. An invalid file at
     /// boot also leaves the built-in rule live (there is nothing older to keep) and says so.
     fn load_rules_at_boot(&self) {
-        let Some(home) = &self.home else { return };
+        let Some(home) = &self.components.home else {
+            return;
+        };
         let report = match RuleSet::load(&home.triggers()) {
             Ok(None) => {
                 self.swap(RuleSet::builtin());
@@ -387,7 +355,7 @@ impl Core {
     /// [`Core::reload_rules`] on the calling thread.
     fn reload_rules_blocking(&self) -> ReloadReport {
         let _in_order = self.rules.reloading.lock().unwrap();
-        let Some(home) = &self.home else {
+        let Some(home) = &self.components.home else {
             return self.report(true, "builtin", "no home: rules are fixed".into(), vec![]);
         };
         let path = home.triggers();
@@ -434,7 +402,7 @@ impl Core {
                 (result, report)
             }
         };
-        self.metrics.rule_reload(result);
+        self.components.metrics.rule_reload(result);
         if report.ok {
             tracing::info!(rules = report.rules, "{}", report.message);
         } else {
@@ -484,8 +452,8 @@ impl Core {
     /// Pauses or resumes rule evaluation (persisted in `state.json`).
     pub fn set_paused(&self, paused: bool) {
         self.engine.lock().unwrap().set_paused(paused);
-        self.state.set_paused(paused);
-        self.state.flush();
+        self.components.state.set_paused(paused);
+        self.components.state.flush();
         tracing::info!(
             paused,
             "rule evaluation {}",
@@ -494,175 +462,8 @@ impl Core {
     }
 
     /// Whether rule evaluation is paused.
-    pub fn is_paused(&self) -> bool {
+    fn is_paused(&self) -> bool {
         self.engine.lock().unwrap().is_paused()
-    }
-
-    // ---- sessions and consumers --------------------------------------------------------------
-
-    /// Opens a session; returns its id and the consumer it reads as.
-    pub fn open_session(&self, spec: &SessionSpec) -> (u64, String) {
-        if let Some(name) = spec.named.as_deref().filter(|n| !n.trim().is_empty()) {
-            let cursor = self.state.cursor(name);
-            let id = self.lifecycle.open_session(name, true, cursor);
-            return (id, name.to_string());
-        }
-        // A front end re-attaching after a daemon restart keeps its consumer name, unless a
-        // live session took it meanwhile.
-        if let Some(old) = spec.resume.as_deref()
-            && !self.lifecycle.consumer_in_use(old)
-        {
-            let cursor = self.state.cursor(old).unwrap_or(self.inbox.last_seq());
-            let id = self.lifecycle.open_session(old, false, Some(cursor));
-            self.state.set_cursor(old, cursor);
-            return (id, old.to_string());
-        }
-        let prefix = spec.client.trim();
-        let prefix = if prefix.is_empty() { "mcp" } else { prefix };
-        let id = self.lifecycle.open_session_numbered(prefix);
-        let name = format!("{prefix}#{id}");
-        // Its cursor starts at its start: what came before is not unread for it.
-        self.state.set_cursor(&name, self.inbox.last_seq());
-        (id, name)
-    }
-
-    /// Closes a session: its claims go back to the queue, its own consumer is forgotten.
-    pub fn close_session(&self, session: u64) {
-        if let Some(own) = self.lifecycle.close_session(session, Utc::now()) {
-            self.state.remove_cursor(&own);
-        }
-    }
-
-    /// Makes sure a named consumer exists (a tool's `consumer` argument).
-    pub fn ensure_consumer(&self, name: &str) {
-        let cursor = self.state.cursor(name);
-        self.lifecycle.ensure_consumer(name, cursor);
-    }
-
-    /// A consumer's position.
-    pub fn consumer_view(&self, name: &str) -> ConsumerView {
-        let last_seq = self.inbox.last_seq();
-        ConsumerView {
-            name: name.to_string(),
-            cursor: self.state.cursor_or_boot(name),
-            unread: self.state.unread(name, last_seq),
-            queued: self.lifecycle.queued_for(name),
-        }
-    }
-
-    /// Takes, or waits up to `timeout` (capped) for, `consumer`'s items; work among them is
-    /// claimed by `session` until settled. Returns empty, having taken nothing, once `cancel`
-    /// fires. The consumer's cursor moves past the items' messages.
-    pub async fn wait(
-        &self,
-        session: u64,
-        consumer: &str,
-        max: usize,
-        timeout: Duration,
-        cancel: &CancellationToken,
-    ) -> (Vec<Item>, ConsumerView) {
-        struct InFlight<'a>(&'a AtomicU64);
-        impl Drop for InFlight<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        let timeout = timeout.min(self.settings.max_wait);
-        let max = max.clamp(1, 100);
-        let in_flight = &self.metrics.wait_calls_in_flight;
-        in_flight.fetch_add(1, Ordering::Relaxed);
-        let _in_flight = InFlight(in_flight);
-        let items = self
-            .lifecycle
-            .wait(session, consumer, max, timeout, cancel)
-            .await;
-        if let Some(seq) = items.iter().map(|i| i.message.seq).max() {
-            self.state.set_cursor(consumer, seq);
-        }
-        (items, self.consumer_view(consumer))
-    }
-
-    /// Whether `session` pushes queued work `id` (see [`Lifecycle::push_by`]).
-    pub fn push_by(&self, id: ActionId, session: u64) -> bool {
-        self.lifecycle.push_by(id, session)
-    }
-
-    /// Whether session `session` may put confirm `id` to its user in an elicitation form
-    /// (`ask`), or that it stopped asking.
-    pub fn elicit(&self, id: ActionId, session: u64, ask: bool) -> bool {
-        self.lifecycle.elicit(id, session, ask)
-    }
-
-    /// Settles claims: delivered once the result carrying them was sent, else released with
-    /// `why` to the front of the queue.
-    pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
-        self.lifecycle.settle(claims, delivered, why);
-    }
-
-    // ---- reading -------------------------------------------------------------------------------
-
-    /// Up to `limit` messages after `consumer`'s cursor (or after `since`), optionally of one
-    /// channel, moving the cursor past them when `mark_read`.
-    pub async fn pull(
-        &self,
-        consumer: &str,
-        since: Option<Seq>,
-        limit: usize,
-        channel: Option<&str>,
-        mark_read: bool,
-    ) -> Read {
-        let after = since.unwrap_or_else(|| self.state.cursor_or_boot(consumer));
-        let limit = limit.clamp(1, 1000);
-        let out = self.inbox.read_after_matching(after, limit, channel).await;
-        if mark_read && let Some(last) = out.last() {
-            self.state.set_cursor(consumer, last.seq);
-        }
-        let last_seq = self.inbox.last_seq();
-        Read {
-            messages: out.iter().map(|m| (**m).clone()).collect(),
-            cursor: self.state.cursor_or_boot(consumer),
-            unread: self.state.unread(consumer, last_seq),
-            last_seq,
-        }
-    }
-
-    /// The newest messages, optionally of one channel, newest last; and the newest seq.
-    pub fn recent(&self, channel: Option<&str>, limit: usize) -> (Vec<Message>, Seq) {
-        let messages = self.inbox.recent(channel, limit.clamp(1, 1000));
-        (
-            messages.iter().map(|m| (**m).clone()).collect(),
-            self.inbox.last_seq(),
-        )
-    }
-
-    /// Marks everything read for `consumer`.
-    pub fn ack(&self, consumer: &str) -> ConsumerView {
-        self.state.set_cursor(consumer, self.inbox.last_seq());
-        self.consumer_view(consumer)
-    }
-
-    /// One stored message by seq (from the ring, or the journal behind it); and the newest seq.
-    pub async fn message(&self, seq: Seq) -> (Option<Message>, Seq) {
-        let found = match self.inbox.get(seq) {
-            Some(m) => Some(m),
-            None => self
-                .inbox
-                .read_after(seq.saturating_sub(1), 1)
-                .await
-                .into_iter()
-                .find(|m| m.seq == seq),
-        };
-        (found.map(|m| (*m).clone()), self.inbox.last_seq())
-    }
-
-    /// Messages committed after `after`, oldest first (what `watch` follows).
-    pub async fn read_after(&self, after: Seq, limit: usize) -> Vec<Message> {
-        self.inbox
-            .read_after(after, limit)
-            .await
-            .iter()
-            .map(|m| (**m).clone())
-            .collect()
     }
 
     // ---- writing -------------------------------------------------------------------------------
@@ -674,149 +475,44 @@ impl Core {
         messages: Vec<NewMessage>,
         source: &str,
     ) -> Result<Vec<Appended>, InboxError> {
-        let result = self.inbox.append_batch(messages).await;
+        let result = self.components.inbox.append_batch(messages).await;
         // Messages kept in memory only are in the inbox all the same: counted. A repeat of a
         // recent id is acknowledged but not stored: not counted.
         if let Ok(appended) | Err(InboxError::NotDurable { appended, .. }) = &result {
             let stored = appended.iter().filter(|a| !a.duplicate).count() as u64;
             if stored > 0 {
-                self.metrics.ingested(source, stored);
+                self.components.metrics.ingested(source, stored);
             }
         }
         result
     }
 
-    /// The highest seq of the inbox durable under its fsync policy.
-    pub fn durable(&self) -> Seq {
-        self.inbox.durable()
-    }
-
-    /// Checks `messages` against the inbox's limits as an append does, storing nothing: the
-    /// first one over a limit, as the append would refuse it.
-    pub fn check_limits(&self, messages: &[NewMessage]) -> Result<(), InboxError> {
-        let batch = messages.len() > 1;
-        for (index, m) in messages.iter().enumerate() {
-            self.settings
-                .inbox
-                .limits
-                .check(m)
-                .map_err(|error| InboxError::TooLarge {
-                    index,
-                    batch,
-                    error,
-                })?;
-        }
-        Ok(())
-    }
-
-    /// Splits `messages` into those within the inbox's limits and, by position, why each of
-    /// the others is over one.
-    pub fn split_by_limits(
-        &self,
-        messages: Vec<NewMessage>,
-    ) -> (Vec<NewMessage>, Vec<(usize, String)>) {
-        let mut fit = Vec::with_capacity(messages.len());
-        let mut refused = Vec::new();
-        for (index, m) in messages.into_iter().enumerate() {
-            match self.settings.inbox.limits.check(&m) {
-                Ok(()) => fit.push(m),
-                Err(e) => refused.push((index, e.to_string())),
-            }
-        }
-        (fit, refused)
-    }
-
-    // ---- confirms ------------------------------------------------------------------------------
-
-    /// Answers a confirm by the path `via`: `Ok(Some(item))` approved, `Ok(None)` denied.
-    /// With `claim_for`, the approved item is claimed by that session; without, it is queued
-    /// for any session. The answer is on disk before this returns.
-    pub async fn confirm(
-        &self,
-        id: ActionId,
-        approve: bool,
-        by: &str,
-        via: crate::actions::Via,
-        claim_for: Option<u64>,
-    ) -> Result<Option<Item>, ConfirmError> {
-        let item = self
-            .lifecycle
-            .confirm(id, approve, by, via, claim_for, Utc::now())?;
-        self.lifecycle.flush().await;
-        Ok(item)
-    }
-
-    /// Open confirm requests, oldest first.
-    pub fn pending(&self) -> Vec<Item> {
-        self.lifecycle.pending_confirms()
-    }
-
-    /// The last `limit` confirms closed, oldest first: how each ended.
-    pub fn closed_confirms(&self, limit: usize) -> Vec<crate::actions::lifecycle::ClosedConfirm> {
-        self.lifecycle.closed_confirms(limit)
-    }
-
-    // ---- exec work -----------------------------------------------------------------------------
-
-    /// Waits for exec work and marks it `running`; `None` once `cancel` fires. `on_start` runs
-    /// before the `running` event is published.
-    pub async fn exec_next(
-        &self,
-        cancel: &CancellationToken,
-        on_start: impl FnOnce(&Item),
-    ) -> Option<Item> {
-        self.lifecycle.next_exec(cancel, on_start).await
-    }
-
-    /// Ends an exec run.
-    pub fn exec_finish(
-        &self,
-        id: ActionId,
-        state: ActionState,
-        reason: Option<String>,
-        report: ExecReport,
-    ) {
-        self.lifecycle.finish_exec(id, state, reason, report);
-    }
-
-    /// Changes each action queue's capacity from now on (a config reload).
-    pub fn set_queue_capacity(&self, capacity: usize) -> bool {
-        if self.lifecycle.capacity() == capacity {
-            return false;
-        }
-        self.lifecycle.set_capacity(capacity);
-        true
-    }
-
-    // ---- what it holds -------------------------------------------------------------------------
-
-    /// Every lifecycle transition from now on, and the committed seq.
-    pub fn subscribe(&self) -> (broadcast::Receiver<Event>, SeqReceiver) {
-        (self.lifecycle.subscribe(), self.inbox.committed())
-    }
-
-    /// Suppressions as they happen (for `watch`).
-    pub fn suppressions(&self) -> SuppressionWatch {
-        self.metrics.suppressions.subscribe()
-    }
-
-    /// The newest committed seq.
-    pub fn last_seq(&self) -> Seq {
-        self.inbox.last_seq()
+    /// An action id that no rule's action will take: actions that do not come from the
+    /// engine (work taken in, relayed permission requests) share its one id space, so that
+    /// `switchboard confirm ID` means one thing.
+    pub fn next_action_id(&self) -> ActionId {
+        let mut engine = self.engine.lock().unwrap();
+        let id = engine.next_action_id();
+        engine.set_next_action_id(id + 1);
+        id
     }
 
     /// Everything the core counts and holds.
     pub fn stats(&self) -> CoreStats {
         CoreStats {
-            inbox: self.inbox.stats(),
+            inbox: self.components.inbox.stats(),
             paused: self.is_paused(),
             rules_loaded: self.rules().len(),
             last_reload: self.rules.last_reload.lock().unwrap().clone(),
-            evaluated: self.state.evaluated(),
-            delivery: self.lifecycle.stats(),
-            wait_calls_in_flight: self.metrics.wait_calls_in_flight.load(Ordering::Relaxed),
-            pending_confirms: self.lifecycle.pending_summary(),
-            hooks: self.duty.stats(Utc::now()),
+            evaluated: self.components.state.evaluated(),
+            delivery: self.components.lifecycle.stats(),
+            wait_calls_in_flight: self
+                .components
+                .metrics
+                .wait_calls_in_flight
+                .load(Ordering::Relaxed),
+            pending_confirms: self.components.lifecycle.pending_summary(),
+            hooks: self.components.duty.stats(Utc::now()),
         }
     }
 
@@ -830,22 +526,22 @@ impl Core {
     fn spawn_dispatcher(self: &Arc<Core>, mark: Seq) {
         let core = self.clone();
         self.tasks.spawn(async move {
-            let mut committed = core.inbox.committed();
+            let mut committed = core.components.inbox.committed();
             let mut evaluated = mark;
             let mut backoff = UNREADABLE_BACKOFF_MIN;
             loop {
                 let visible = committed.borrow_and_update();
-                let batch = core.inbox.read_after(evaluated, DISPATCH_BATCH).await;
+                let batch = core.components.inbox.read_after(evaluated, DISPATCH_BATCH).await;
                 if let Some(last) = batch.last() {
                     let now = Utc::now();
                     let mut actions = Vec::new();
                     for msg in &batch {
                         let eval = core.engine.lock().unwrap().evaluate(msg, now);
                         for s in &eval.suppressed {
-                            core.metrics.suppressed(&s.rule, s.reason);
+                            core.components.metrics.suppressed(&s.rule, s.reason);
                         }
                         for action in eval.actions {
-                            core.metrics.action(&action.rule, action.mode);
+                            core.components.metrics.action(&action.rule, action.mode);
                             actions.push((action, msg.clone()));
                         }
                     }
@@ -853,7 +549,7 @@ impl Core {
                     // Waits while the actions journal fails (see `Lifecycle::offer`).
                     tokio::select! {
                         _ = core.shutdown.cancelled() => break,
-                        _ = core.lifecycle.offer(actions, Some(evaluated), now) => {}
+                        _ = core.components.lifecycle.offer(actions, Some(evaluated), now) => {}
                     }
                     backoff = UNREADABLE_BACKOFF_MIN;
                     continue;
@@ -887,7 +583,7 @@ impl Core {
     /// Puts back the rate-limit and dedup memory saved in `state.json`; after the boot load,
     /// so that it goes to the rules of the same name.
     fn restore_limits(&self) {
-        let saved = self.state.snapshot().limits;
+        let saved = self.components.state.snapshot().limits;
         if saved.is_null() {
             return;
         }
@@ -914,7 +610,8 @@ impl Core {
             .unwrap()
             .limits_snapshot_since(saved, Utc::now());
         if let Some(snapshot) = changed {
-            self.state
+            self.components
+                .state
                 .set_limits(serde_json::to_value(snapshot).unwrap_or_default());
         }
     }
@@ -943,11 +640,11 @@ impl Core {
     fn spawn_resolver(self: &Arc<Core>, mark: Seq) {
         let core = self.clone();
         self.tasks.spawn(async move {
-            let mut evaluated = core.lifecycle.evaluated();
+            let mut evaluated = core.components.lifecycle.evaluated();
             let mut done = mark;
             loop {
                 let upto = *evaluated.borrow_and_update();
-                core.state.set_evaluated(upto);
+                core.components.state.set_evaluated(upto);
                 while done < upto {
                     let rules = core.rules();
                     if !crate::engine::resolve::any(&rules) || core.is_paused() {
@@ -956,19 +653,19 @@ impl Core {
                     }
                     // Every confirm a message up to `upto` made is visible by now: with none
                     // pending, there is nothing to read.
-                    let mut pending = core.lifecycle.pending_confirms();
+                    let mut pending = core.components.lifecycle.pending_confirms();
                     if pending.is_empty() {
                         done = upto;
                         break;
                     }
-                    let batch = core.inbox.read_after(done, DISPATCH_BATCH).await;
+                    let batch = core.components.inbox.read_after(done, DISPATCH_BATCH).await;
                     for msg in batch.iter().take_while(|m| m.seq <= upto) {
                         if pending.is_empty() {
                             break;
                         }
                         let ids = crate::engine::resolve::resolved_by(&rules, msg, &pending);
                         if !ids.is_empty() {
-                            core.lifecycle.resolve(&ids, msg.seq, Utc::now());
+                            core.components.lifecycle.resolve(&ids, msg.seq, Utc::now());
                             pending.retain(|i| !ids.contains(&i.action_id));
                         }
                     }
@@ -983,14 +680,14 @@ impl Core {
     }
 
     fn spawn_expiry(self: &Arc<Core>) {
-        let lifecycle = self.lifecycle.clone();
+        let lifecycle = self.components.lifecycle.clone();
         let token = self.shutdown.clone();
         self.tasks
             .spawn(async move { lifecycle.run_expiry(token).await });
     }
 
     fn spawn_state_flusher(self: &Arc<Core>) {
-        let state = self.state.clone();
+        let state = self.components.state.clone();
         let token = self.shutdown.clone();
         self.tasks
             .spawn(async move { state.run_flusher(token).await });
@@ -1003,114 +700,3 @@ const DISPATCH_BATCH: usize = 256;
 /// The dispatcher's first and longest wait for messages it cannot read yet.
 const UNREADABLE_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const UNREADABLE_BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-// ---- stop hooks ------------------------------------------------------------------------------
-
-impl Core {
-    /// On-duty mode and the stop hooks' blocks in a row.
-    pub fn duty(&self) -> &Duty {
-        &self.duty
-    }
-
-    /// Goes on or off duty (kept in the home).
-    pub fn set_duty(&self, on: bool, until: Option<DateTime<Utc>>) -> std::io::Result<DutyView> {
-        self.duty.set(on, until)
-    }
-
-    /// Claims the oldest queued work for a stop hook reading as `consumer`, by a session of its
-    /// own (see [`Lifecycle::claim_for_hook`]); `None` when no work waits.
-    pub fn hook_claim(&self, consumer: &str) -> Option<(u64, Item)> {
-        self.lifecycle.claim_for_hook(consumer)
-    }
-
-    /// The open confirm requests a stop hook reading as `consumer` was not told of yet and
-    /// `shown` accepts; told from now on.
-    pub fn hook_confirms(&self, consumer: &str, shown: impl Fn(&Item) -> bool) -> Vec<Item> {
-        self.lifecycle.unseen_confirms(consumer, shown)
-    }
-}
-
-/// Work shared with other instances (see `actions::lifecycle::shared`): what the shared
-/// queue's component asks of the lifecycle, through its operations.
-impl Core {
-    /// From now on the work `shareable` accepts goes to the shared queue.
-    pub fn share_work(&self, shareable: crate::actions::Shareable) {
-        self.lifecycle.share_work(shareable);
-    }
-
-    /// The next piece of work to publish to the shared queue; `None` once `cancel` fires.
-    pub async fn next_shared(&self, cancel: &CancellationToken) -> Option<Item> {
-        self.lifecycle.next_shared(cancel).await
-    }
-
-    /// Work `id` left for the shared queue (`reason`: how).
-    pub fn shared(&self, id: ActionId, reason: &str) {
-        self.lifecycle.shared(id, reason);
-    }
-
-    /// Waits until a session waits for work this instance does not have.
-    pub async fn work_demand(&self, cancel: &CancellationToken) -> bool {
-        self.lifecycle.work_demand(cancel).await
-    }
-
-    /// Takes in an item pulled from the shared queue as local work, under a fresh action id.
-    pub fn take_in(&self, item: Item, key: &str) -> Item {
-        let id = self.next_action_id();
-        self.lifecycle.take_in(item, id, key, Utc::now())
-    }
-
-    /// Gives back taken-in work `id` no session claimed; false when claimed or gone.
-    pub fn withdraw(&self, id: ActionId) -> bool {
-        self.lifecycle.withdraw(id)
-    }
-
-    /// An action id that no rule's action will take: actions that do not come from the
-    /// engine (work taken in, relayed permission requests) share its one id space, so that
-    /// `switchboard confirm ID` means one thing.
-    fn next_action_id(&self) -> ActionId {
-        let mut engine = self.engine.lock().unwrap();
-        let id = engine.next_action_id();
-        engine.set_next_action_id(id + 1);
-        id
-    }
-}
-
-// ---- relayed permission requests ---------------------------------------------------------------
-
-impl Core {
-    /// Queues `request`, asked by the host of `session`, as a confirm request for people (see
-    /// [`Lifecycle::relay_permission`]), expiring after `timeout`; returns it once visible. Its
-    /// id is the next action id.
-    pub async fn relay_permission(
-        &self,
-        session: u64,
-        request: &crate::actions::lifecycle::PermissionRequest,
-        timeout: Duration,
-    ) -> Result<Item, crate::actions::lifecycle::RelayError> {
-        let id = self.next_action_id();
-        let item = self
-            .lifecycle
-            .relay_permission(session, id, request, timeout, Utc::now())
-            .await?;
-        tracing::info!(
-            action_id = id,
-            rule = %item.rule,
-            from = %item.message.server,
-            request_id = %request.request_id,
-            "permission request relayed by the host"
-        );
-        Ok(item)
-    }
-
-    /// A host ran `tool` with `input`: the open relayed request it was allowed for in the
-    /// host's own dialog, closed so, once on disk; `None` when none fits.
-    pub async fn allowed_in_host(
-        &self,
-        tool: &str,
-        input: &serde_json::Value,
-    ) -> Option<crate::actions::lifecycle::ClosedConfirm> {
-        let closed = self.lifecycle.allowed_in_host(tool, input, Utc::now())?;
-        self.lifecycle.flush().await;
-        Some(closed)
-    }
-}

@@ -13,9 +13,9 @@
 //!
 //! A webhook `POST /v1/alertmanager` is read by [`sources::http`], turned into one
 //! [`message::NewMessage`] per alert by [`sources::alertmanager`], and handed to the
-//! `append` operation ([`control::ops`]). The [`app::Core`] behind it gives each message its
-//! seq in the [`inbox`] (ring in memory, durable in the [`inbox::Log`], the journal) and
-//! answers `202` once the message is durable. The dispatcher then runs the [`engine`] over it
+//! `append` operation ([`control::ops`]), which has the [`app::Core`] append it: each message
+//! gets its seq in the [`inbox`] (ring in memory, durable in the [`inbox::Log`], the journal)
+//! and is counted by source, and ingest answers `202` once the message is durable. The dispatcher then runs the [`engine`] over it
 //! with the live [`rules`] and the time; each decision becomes an action in the [`actions`]
 //! lifecycle (a nudge, a confirm request, or work), recorded in its own journal. A session
 //! blocked in `wait_for_inbound_message` ([`delivery::mcp`]) is woken through the `wait`
@@ -31,9 +31,11 @@
 //!    lifecycle and its journal). They never import config, the core or anything above.
 //! 3. [`rules`] (`triggers.json` parsed, checked, compiled), then [`engine`] (pure: message +
 //!    rules + now → decisions).
-//! 4. The core: [`metrics`] and [`app`], the running switchboard behind the operations.
-//! 5. [`control`]: the operations, one file each, and the versioned control socket; the one
-//!    way into the core. [`backend`]: the front ends' side of them (local or remote).
+//! 4. The core: [`metrics`] and [`app`], the running switchboard behind the operations: the
+//!    components it runs, and what only it does (engine, live rules, dispatcher, appends).
+//! 5. [`control`]: the operations, one file each, each applied to the components it uses,
+//!    and the versioned control socket; the one way into the core. [`backend`]: the front
+//!    ends' side of them (local or remote).
 //! 6. [`sources`] and [`delivery`]: the edges. They reach the core only through operations.
 //! 7. [`config`]: composes each component's own settings into `switchboard.json`.
 //! 8. Processes: [`watch`], [`daemon`], [`frontend`]; then [`cli`] and `main.rs`.
@@ -49,8 +51,11 @@
 //! - [`rules`]: `triggers.json` parsed, validated, compiled (matchers, time intervals).
 //! - [`engine`]: pure evaluation of a message against the rules at a given time.
 //! - [`metrics`]: process counters, and the `Scrape` of `GET /metrics` (encoded by prometheus-client).
-//! - [`app`]: `Core`, the running whole, and the dispatcher.
-//! - [`control`]: the operations and the control socket (protocol, handshake, deadlines).
+//! - [`app`]: `Core`, the running whole: its `Components` (what the operations use), the
+//!   engine with the live rules, the dispatcher, appends with their metrics.
+//! - [`control`]: the operations (each applied to the components it uses), the control socket
+//!   (protocol, handshake, deadlines), and refusals that keep their kind (`Refused { code,
+//!   message }`) to every front end.
 //! - [`backend`]: `Api` (local or remote) for MCP sessions, `Client` for the CLI and hooks.
 //! - [`sources`]: HTTP ingest (generic, Alertmanager, GitHub) and upstream MCP servers.
 //! - [`delivery`]: the MCP server (tools, long-poll wait, push) and the headless exec runner.

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(2)
+            switchboard::cli::exit::code_of(&err)
         }
     }
 }

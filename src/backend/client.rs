@@ -73,8 +73,12 @@ impl Client {
         let name = call.name();
         let id = self.next_id;
         self.next_id += 1;
-        let raw = serde_json::value::to_raw_value(&call)
-            .map_err(|e| ApiError::refused(format!("the call does not encode: {e}")))?;
+        let raw = serde_json::value::to_raw_value(&call).map_err(|e| {
+            ApiError::refused(
+                crate::control::RefusalCode::Failed,
+                format!("the call does not encode: {e}"),
+            )
+        })?;
         let up = Up {
             id,
             call: Some(raw),

@@ -14,7 +14,7 @@ pub mod remote;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::app::SessionSpec;
+use crate::control::ops::SessionSpec;
 use crate::control::ops::{Close, Open, SessionInfo, Wait, WaitReply};
 use crate::control::{ApiError, Feed, FrontendSettings, Local, Op};
 

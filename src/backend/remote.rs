@@ -30,7 +30,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::Event;
-use crate::app::SessionSpec;
+use crate::control::ops::SessionSpec;
 use crate::control::ops::{Close, Open, SessionInfo, Wait, WaitReply};
 use crate::control::wire::{
     Down, Greeting, Hello, Role, Up, Welcome, mismatch, read_line, write_line,
@@ -242,8 +242,12 @@ impl Remote {
         let deadline = op.deadline();
         let call: crate::control::Call = op.into();
         let name = call.name();
-        let raw = serde_json::value::to_raw_value(&call)
-            .map_err(|e| ApiError::refused(format!("the call does not encode: {e}")))?;
+        let raw = serde_json::value::to_raw_value(&call).map_err(|e| {
+            ApiError::refused(
+                crate::control::RefusalCode::Failed,
+                format!("the call does not encode: {e}"),
+            )
+        })?;
         let answer = self.inner.call(raw, name, deadline, cancel).await?;
         serde_json::from_str(answer.get()).map_err(|e| ApiError::Protocol {
             message: format!(

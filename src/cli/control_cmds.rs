@@ -12,12 +12,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 
 use super::show::{count, message_line, pending_line};
 use crate::backend::Client;
 use crate::control::PendingView;
-use crate::control::ops::{Closed, Confirm, GetStats, List, Pause, Pending, Reload, Stats};
+use crate::control::ops::{
+    Closed, Confirm, Decision, GetStats, List, Pause, Pending, Reload, Stats,
+};
 use crate::delivery::exec::ExecStats;
 use crate::message::MessageView;
 
@@ -75,13 +78,23 @@ pub struct StatsArgs {
     pub json: bool,
 }
 
-/// A confirm answer.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Decision {
-    /// Approve: the prompt is queued to run.
-    Yes,
-    /// Deny.
-    No,
+/// `yes` and `no` on the command line (`approve` and `deny` too, the page's words).
+impl ValueEnum for Decision {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Decision::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            Decision::Yes => "Approve: the prompt is queued to run",
+            Decision::No => "Deny: nothing runs",
+        };
+        Some(
+            PossibleValue::new(self.as_str())
+                .alias(self.verb())
+                .help(help),
+        )
+    }
 }
 
 /// Options of `install`.
@@ -151,12 +164,11 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
             id = args.id
         );
     };
-    let approve = matches!(decision, Decision::Yes);
     let approved = Client::connect(&home)
         .await?
         .call(Confirm {
             id: args.id,
-            approve,
+            decision,
             by: "cli".into(),
             claim_for: None,
             via: Some(crate::actions::Via::Cli),

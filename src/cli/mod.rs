@@ -2,6 +2,7 @@
 
 mod config;
 mod control_cmds;
+pub mod exit;
 mod hook;
 mod hooks;
 mod rules;
@@ -45,7 +46,8 @@ pub enum Command {
     Send(send::SendArgs),
     /// Show recent messages of the running server.
     List(control_cmds::ListArgs),
-    /// Answer a pending confirm: `confirm ID yes|no`.
+    /// Answer a pending confirm: `confirm ID yes|no` (exit 4: no such confirm; 5: expired or
+    /// already answered; 6: not allowed).
     Confirm(control_cmds::ConfirmArgs),
     /// List the open confirm requests, with rule, channel, excerpt and time left.
     Pending(control_cmds::PendingArgs),

@@ -1,5 +1,5 @@
-//! [`Local`]: operations applied in the daemon, to its [`Core`] and the [`Parts`] the daemon
-//! wired beside it.
+//! [`Local`]: operations applied in the daemon, with its [`Core`]'s components and the
+//! [`Parts`] the daemon wired beside it (each op gets them through its [`Ctx`]).
 //!
 //! The core knows nothing of the sources or of delivery. What those add to the daemon's
 //! answers is registered here by the daemon as it wires them: the upstream servers' tools
@@ -17,7 +17,6 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorData, Tool};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::ops::stats::Stats;
 use super::{ApiError, Ctx, DaemonListeners, Feed, FrontendSettings, Op, PushPolicy};
 use crate::app::{Core, CoreStats};
 use crate::metrics::Scrape;
@@ -154,6 +153,45 @@ impl Parts {
         self.metrics.push(Box::new(render));
         self
     }
+
+    /// Who the daemon is.
+    pub(in crate::control) fn daemon_info(&self) -> &DaemonInfo {
+        &self.daemon
+    }
+
+    /// The approval page's links, when the daemon serves it.
+    pub(in crate::control) fn web_links(&self) -> Option<&Arc<dyn WebLinks>> {
+        self.web.as_ref()
+    }
+
+    /// The upstream tools, when the daemon has any.
+    pub(in crate::control) fn tool_hub(&self) -> Option<&Arc<dyn ToolHub>> {
+        self.tools.as_ref()
+    }
+
+    /// The shared stream appends go to, when the daemon has one.
+    pub(in crate::control) fn shared_stream(&self) -> Option<&Arc<dyn Relay>> {
+        self.relay.as_ref()
+    }
+
+    /// What each part reports in `stats`, given the core's stats.
+    pub(in crate::control) fn reports(
+        &self,
+        core: &CoreStats,
+    ) -> BTreeMap<String, serde_json::Value> {
+        self.statuses
+            .iter()
+            .map(|(name, report)| (name.clone(), report(core)))
+            .filter(|(_, v)| !v.is_null())
+            .collect()
+    }
+
+    /// What each part adds to `/metrics`.
+    pub(in crate::control) fn scrape(&self, core: &CoreStats, out: &mut Scrape) {
+        for part in &self.metrics {
+            part(core, out);
+        }
+    }
 }
 
 /// The operations applied in this process.
@@ -174,7 +212,7 @@ impl Local {
 
     /// A daemon-less local on `core` (tests, benches): no parts, default front-end settings.
     pub fn bare(core: Arc<Core>) -> Local {
-        let max_wait_s = core.max_wait().as_secs();
+        let max_wait_s = core.components().settings.max_wait.as_secs();
         Local::new(
             core,
             Parts::new(FrontendSettings {
@@ -189,6 +227,11 @@ impl Local {
     /// The core, for the operations.
     pub(in crate::control) fn core(&self) -> &Arc<Core> {
         &self.core
+    }
+
+    /// The daemon's parts, for the operations.
+    pub(in crate::control) fn parts(&self) -> &Parts {
+        &self.parts
     }
 
     /// Fires when the daemon shuts down.
@@ -226,6 +269,7 @@ impl Local {
         use futures::FutureExt;
         op.apply(&cx).now_or_never().unwrap_or_else(|| {
             Err(ApiError::refused(
+                super::RefusalCode::Failed,
                 "an ordered call did not complete at once (a bug in switchboard)",
             ))
         })
@@ -233,7 +277,11 @@ impl Local {
 
     /// Transitions, commits and tool changes from now on.
     pub fn subscribe(&self) -> Feed {
-        let (events, committed) = self.core.subscribe();
+        let components = self.core.components();
+        let (events, committed) = (
+            components.lifecycle.subscribe(),
+            components.inbox.committed(),
+        );
         let tools = match &self.parts.tools {
             Some(hub) => hub.changed(),
             None => watch::channel(0).1,
@@ -248,58 +296,5 @@ impl Local {
     /// The settings front ends follow.
     pub fn settings(&self) -> FrontendSettings {
         self.parts.frontend.clone()
-    }
-
-    /// Suppressions as they happen (`watch`).
-    pub(in crate::control) fn suppressions(&self) -> crate::metrics::SuppressionWatch {
-        self.core.suppressions()
-    }
-
-    /// Who the daemon is.
-    pub(in crate::control) fn daemon(&self) -> &DaemonInfo {
-        &self.parts.daemon
-    }
-
-    /// The approval page's links, when the daemon serves it.
-    pub(in crate::control) fn web(&self) -> Option<&Arc<dyn WebLinks>> {
-        self.parts.web.as_ref()
-    }
-
-    /// The upstream tools, when the daemon has any.
-    pub(in crate::control) fn tools(&self) -> Option<&Arc<dyn ToolHub>> {
-        self.parts.tools.as_ref()
-    }
-
-    /// The shared stream appends go to, when the daemon has one.
-    pub(in crate::control) fn relay(&self) -> Option<&Arc<dyn Relay>> {
-        self.parts.relay.as_ref()
-    }
-
-    /// The core's stats and every part's report.
-    pub(in crate::control) fn stats(&self) -> Stats {
-        let core = self.core.stats();
-        let parts: BTreeMap<String, serde_json::Value> = self
-            .parts
-            .statuses
-            .iter()
-            .map(|(name, report)| (name.clone(), report(&core)))
-            .filter(|(_, v)| !v.is_null())
-            .collect();
-        Stats { core, parts }
-    }
-
-    /// `/metrics`: the core's counters and gauges, then each part's.
-    pub(in crate::control) fn scrape(&self) -> Scrape {
-        let stats = self.core.stats();
-        let mut out = Scrape::default();
-        self.core
-            .metrics()
-            .scrape(&mut out, &stats.inbox, &stats.delivery);
-        crate::metrics::scrape_regex_budget(&mut out, &self.core.rules());
-        crate::metrics::scrape_hooks(&mut out, &stats.hooks);
-        for part in &self.parts.metrics {
-            part(&stats, &mut out);
-        }
-        out
     }
 }

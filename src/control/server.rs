@@ -459,10 +459,13 @@ fn local_close(local: &Local, id: u64) {
 /// names it.
 fn read_call(raw: &RawValue) -> Result<Call, ApiError> {
     match serde_json::from_str::<Call>(raw.get()) {
-        Ok(call) if !call.is_remote() => Err(ApiError::refused(format!(
-            "`{}` is the daemon's own call; it is not served on the control socket",
-            call.name()
-        ))),
+        Ok(call) if !call.is_remote() => Err(ApiError::refused(
+            super::RefusalCode::NotAllowed,
+            format!(
+                "`{}` is the daemon's own call; it is not served on the control socket",
+                call.name()
+            ),
+        )),
         Ok(call) => Ok(call),
         Err(e) => {
             #[derive(Deserialize)]
@@ -522,7 +525,8 @@ async fn forward_feed(
 ) {
     let mut feed = local.subscribe();
     feed.tools.mark_unchanged();
-    let mut suppressed = suppressions.then(|| local.suppressions());
+    let mut suppressed =
+        suppressions.then(|| local.core().components().metrics.suppressions.subscribe());
     loop {
         let down = tokio::select! {
             _ = gone.cancelled() => return,

@@ -1,11 +1,39 @@
 //! The shapes people and agents read: an item (what the wait tool returns, what push and
-//! `watch --json` show) and an open confirm (`pending --json`). Both carry the source message
-//! as a [`MessageView`], the one message shape outside the journal.
+//! `watch --json` show), an open confirm (`pending --json`), a consumer's position. Items carry
+//! the source message as a [`MessageView`], the one message shape outside the journal.
 
 use serde::{Deserialize, Serialize};
 
+use super::Ctx;
 use crate::actions::{ActionId, Item, ItemKind};
 use crate::message::{MessageView, Seq, format_timestamp};
+
+/// A consumer's position.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConsumerView {
+    /// Its name.
+    pub name: String,
+    /// Its cursor: the last seq it has seen.
+    pub cursor: Seq,
+    /// Messages after the cursor.
+    pub unread: u64,
+    /// Items queued for it.
+    pub queued: usize,
+}
+
+impl ConsumerView {
+    /// Consumer `name`'s position now: its cursor in `state.json`, what the inbox holds after
+    /// it, what the lifecycle queued for it.
+    pub fn of(cx: &Ctx<'_>, name: &str) -> ConsumerView {
+        let last_seq = cx.inbox().last_seq();
+        ConsumerView {
+            name: name.to_string(),
+            cursor: cx.state().cursor_or_boot(name),
+            unread: cx.state().unread(name, last_seq),
+            queued: cx.lifecycle().queued_for(name),
+        }
+    }
+}
 
 /// One item as the wait tool returns it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -1,19 +1,25 @@
 //! The control socket's lines: one JSON object per line, in both directions.
 //!
 //! ```text
-//! client → {"hello": {"protocol": 2, "version": "0.1.0", "pid": 4121, "role": "front_end", "feed": true}}
-//! daemon ← {"welcome": {"protocol": 2, "version": "0.1.0", "pid": 977, "settings": {...}, "listeners": {...}}}
+//! client → {"hello": {"protocol": 3, "version": "0.1.0", "pid": 4121, "role": "front_end", "feed": true}}
+//! daemon ← {"welcome": {"protocol": 3, "version": "0.1.0", "pid": 977, "settings": {...}, "listeners": {...}}}
 //!        | {"refused": {"message": "..."}}               (and the daemon hangs up)
 //! client → {"id": 1, "call": {"op": "wait", "session": 1, ...}}
 //! client → {"id": 1, "cancel": true}                     (the daemon ends call 1 early)
-//! daemon ← {"reply": {"id": 1, "ok": {...}}} | {"reply": {"id": 1, "error": {"code": ...}}}
+//! daemon ← {"reply": {"id": 1, "ok": {...}}}
+//!        | {"reply": {"id": 2, "error": {"type": "refused", "code": "expired", "message": "confirm 4 expired at ..."}}}
+//!        | {"reply": {"id": 3, "error": {"type": "unknown_call", "call": "teleport", "protocol": 3}}}
 //! daemon ← {"event": {...}} | {"committed": 42} | {"tools_changed": 3} | {"suppressed": {...}} | {"stopping": null}
 //! ```
 //!
 //! Replies come in whatever order the calls finish; pushes (`event`, `committed`, ...) come
 //! between them when the hello asked for the feed. A hello whose protocol the daemon does not
-//! speak is refused at once, with a sentence that names both protocols and what to do; a call
-//! the daemon cannot read gets an error reply with its id.
+//! speak is refused at once, with a sentence that names both protocols and what to do (a
+//! protocol 2 front end meeting this daemon reads "the running daemon (switchboard X) speaks
+//! control protocol 3, this command (switchboard Y) speaks 2; run `switchboard stop`, then
+//! retry: ..."); a call the daemon cannot read gets an error reply with its id. A refusal keeps
+//! its kind across the socket ([`super::Refused`]: `code` and `message`), so that each front
+//! end answers it as its own (an HTTP status, an MCP tool error, an exit code).
 
 use std::time::Duration;
 

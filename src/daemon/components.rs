@@ -124,7 +124,9 @@ impl SharedStream {
             return Ok(SharedStream(None));
         };
         let js = JetStream::connect(settings, home.dir()).await?;
-        core.share_work(crate::sources::jetstream::shareable);
+        core.components()
+            .lifecycle
+            .share_work(crate::sources::jetstream::shareable);
         Ok(SharedStream(Some(js)))
     }
 }

@@ -382,6 +382,14 @@ impl Inbox {
     /// A duplicate whose original is not durable yet is not acknowledged as stored: the
     /// journal is retried for it, and the answer is `NotDurable` while the retry fails.
     pub async fn append_batch(&self, batch: Vec<NewMessage>) -> Result<Vec<Appended>, InboxError> {
+        self.check_limits(&batch)?;
+        let n = batch.len();
+        self.commit(batch.into_iter(), n).await
+    }
+
+    /// Checks `batch` against the limits as [`Inbox::append_batch`] does, storing nothing: the
+    /// first message over a limit, as the append would refuse it.
+    pub fn check_limits(&self, batch: &[NewMessage]) -> Result<(), InboxError> {
         let many = batch.len() > 1;
         for (index, new) in batch.iter().enumerate() {
             self.inner
@@ -393,8 +401,24 @@ impl Inbox {
                     error,
                 })?;
         }
-        let n = batch.len();
-        self.commit(batch.into_iter(), n).await
+        Ok(())
+    }
+
+    /// Splits `batch` into the messages within the limits and, by position, why each of the
+    /// others is over one.
+    pub fn split_by_limits(
+        &self,
+        batch: Vec<NewMessage>,
+    ) -> (Vec<NewMessage>, Vec<(usize, String)>) {
+        let mut fit = Vec::with_capacity(batch.len());
+        let mut refused = Vec::new();
+        for (index, new) in batch.into_iter().enumerate() {
+            match self.inner.limits.check(&new) {
+                Ok(()) => fit.push(new),
+                Err(e) => refused.push((index, e.to_string())),
+            }
+        }
+        (fit, refused)
     }
 
     /// Stores `n` messages that passed the limits, in order; returns once all are committed.

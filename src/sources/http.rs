@@ -41,7 +41,7 @@ use serde_json::{Value, json};
 
 use super::{PayloadError, SourceContext, alertmanager, github};
 use crate::auth::Bearer;
-use crate::control::StoreError;
+use crate::control::{self, StoreError};
 use crate::duration;
 use crate::inbox::Appended;
 use crate::message::{Metadata, NewMessage};
@@ -207,16 +207,6 @@ impl Source {
     }
 }
 
-/// 503 for an append that failed in a way that has no answer of its own.
-fn unavailable() -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "unavailable",
-        "the inbox cannot take messages now; retry later".into(),
-    )
-    .retry_after(NOT_DURABLE_RETRY_S)
-}
-
 /// The router's state.
 struct Ingest {
     /// Where the messages go: the daemon's operations, as for every other source.
@@ -347,15 +337,7 @@ impl Ingest {
     /// outage starts and once when it ends; the 503s in between are only counted
     /// (`switchboard_http_rejections_total`).
     async fn store(&self, source: Source, batch: Vec<NewMessage>) -> Result<Response, ApiError> {
-        let stored = match self.cx.append(batch, source.as_str()).await {
-            Ok(accepted) => Ok(accepted),
-            Err(crate::control::ApiError::Store(e)) => Err(e),
-            Err(other) => {
-                self.outage_began(source, "the inbox cannot take messages", &other);
-                return Err(unavailable());
-            }
-        };
-        match stored {
+        let failed = match self.cx.append(batch, source.as_str()).await {
             Ok(accepted) => {
                 if let Some(ended) = self.outage.succeed() {
                     tracing::info!(
@@ -366,60 +348,69 @@ impl Ingest {
                         ended.lasted.as_secs_f64()
                     );
                 }
-                Ok((StatusCode::ACCEPTED, axum::Json(Accepted { accepted })).into_response())
+                return Ok(
+                    (StatusCode::ACCEPTED, axum::Json(Accepted { accepted })).into_response()
+                );
             }
-            Err(StoreError::NotDurable { appended, cause }) => {
+            Err(e) => e,
+        };
+        // The status and code are the one HTTP mapping's; the sentences are ingest's own, and
+        // a 5xx says nothing of the daemon's detail (the log has it).
+        let (status, code) = (failed.http_status(), failed.code());
+        Err(match failed {
+            control::ApiError::Store(StoreError::NotDurable { appended, cause }) => {
                 self.outage_began(source, "messages kept in memory, not on disk", &cause);
-                Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not_durable",
+                ApiError::new(
+                    status,
+                    code,
                     "the messages are kept in memory but not yet on disk; retry later (a retry \
                      with the same ids is acknowledged as a duplicate once they are on disk)"
                         .into(),
                 )
                 .retry_after(NOT_DURABLE_RETRY_S)
-                .accepted(appended))
+                .accepted(appended)
             }
-            Err(StoreError::TooLarge {
+            control::ApiError::Store(StoreError::TooLarge {
                 index,
                 batch,
-                detail: error,
-                count,
+                detail,
+                ..
             }) => {
-                let (status, code) = if count {
-                    (StatusCode::UNPROCESSABLE_ENTITY, "too_many_metadata_keys")
-                } else {
-                    (StatusCode::PAYLOAD_TOO_LARGE, "message_too_large")
-                };
                 let at = if batch {
                     format!("[{index}]: ")
                 } else {
                     String::new()
                 };
-                Err(ApiError::new(
+                ApiError::new(status, code, format!("{at}{detail}; nothing was stored"))
+            }
+            control::ApiError::Store(StoreError::Unavailable { cause }) => {
+                self.outage_began(source, "the journal cannot take messages", &cause);
+                ApiError::new(
                     status,
                     code,
-                    format!("{at}{error}; nothing was stored"),
-                ))
-            }
-            Err(StoreError::Unavailable { cause }) => {
-                self.outage_began(source, "the journal cannot take messages", &cause);
-                Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not_stored",
                     "the journal cannot take messages now; retry later (a retry with the same \
                      ids is acknowledged once they are on disk)"
                         .into(),
                 )
-                .retry_after(NOT_DURABLE_RETRY_S))
+                .retry_after(NOT_DURABLE_RETRY_S)
             }
-            Err(StoreError::Closed) => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "shutting_down",
+            control::ApiError::Store(StoreError::Closed) => ApiError::new(
+                status,
+                code,
                 "switchboard is shutting down; retry later".into(),
             )
-            .retry_after(SHUTDOWN_RETRY_S)),
-        }
+            .retry_after(SHUTDOWN_RETRY_S),
+            other if status.is_server_error() => {
+                self.outage_began(source, "the inbox cannot take messages", &other);
+                ApiError::new(
+                    status,
+                    code,
+                    "the inbox cannot take messages now; retry later".into(),
+                )
+                .retry_after(NOT_DURABLE_RETRY_S)
+            }
+            other => ApiError::new(status, code, other.to_string()),
+        })
     }
 
     /// Counts a 503 of an append; the first of an outage is logged.

@@ -61,6 +61,8 @@ async fn approve_via_keeps_the_agent_from_approving_and_every_answer_records_its
         "confirm 1 cannot be answered via `tool`: rule `ask` takes answers only via cli, web; \
          ask a person to answer it there"
     );
+    assert_eq!(refused["code"], "not_allowed", "{refused}");
+    assert_eq!(refused["action_id"], 1, "{refused}");
     assert_eq!(pending_ids(sb.home.path()), [1, 2]);
 
     // A person at the terminal may; a rule without `approveVia` takes the tool.
@@ -237,7 +239,8 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         &[("Cookie", &session), json_type, ("X-CSRF-Token", &csrf)],
         br#"{"id": 1, "decision": "deny"}"#,
     );
-    r.assert_error(409, "refused");
+    // Each kind of refusal keeps its own status and code (it was 409 `refused` for all).
+    r.assert_error(409, "already_answered");
     assert!(
         r.json()["message"]
             .as_str()
@@ -298,6 +301,27 @@ fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
     );
     assert_eq!(gone["closed"][0]["id"], 1, "{gone}");
     assert_eq!(gone["closed"][0]["state"], "expired", "{gone}");
+
+    // A late answer is 410 `expired`; an id that names nothing is 404 `unknown`.
+    let csrf = gone["csrf"].as_str().unwrap().to_string();
+    let answer = |body: &[u8]| {
+        let headers = [
+            ("Cookie", session.as_str()),
+            ("Content-Type", "application/json"),
+            ("X-CSRF-Token", &csrf),
+        ];
+        http_request(&ingest, "POST", "/ui/api/confirm", &headers, body)
+    };
+    let r = answer(br#"{"id": 1, "decision": "approve"}"#);
+    r.assert_error(410, "expired");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("confirm 1 expired at ")),
+        "{}",
+        r.body
+    );
+    answer(br#"{"id": 99, "decision": "deny"}"#).assert_error(404, "unknown");
     let out = sb.cli(&["pending", "--closed"]);
     let text = stdout(&out);
     assert!(

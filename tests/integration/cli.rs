@@ -232,13 +232,17 @@ fn pending_lists_open_confirms_and_confirm_needs_an_explicit_answer() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "denied #1: nothing will run");
     assert_eq!(stdout(&sb.cli(&["pending"])).trim(), "no pending confirms");
+    // Refusals exit with their kind's code: 5 too late, 4 no such confirm.
     let out = sb.cli(&["confirm", "1", "yes"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("already answered: denied"),
         "{}",
         stderr(&out)
     );
+    let out = sb.cli(&["confirm", "99", "yes"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(stderr(&out).trim(), "error: no confirm request with id 99");
 
     // Yes: one line for people (issue 27: it printed ~50 lines of JSON), JSON with --json.
     send_messages(

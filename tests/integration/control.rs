@@ -34,7 +34,8 @@ fn hello(protocol: u32, role: &str) -> String {
 #[test]
 fn a_front_end_of_another_protocol_is_refused_at_its_hello_with_what_to_do() {
     let mut sb = Switchboard::start();
-    for (protocol, role) in [(3, "front_end"), (1, "operator"), (999, "front_end")] {
+    // Protocol 2 is the front end of the build before refusals carried their kind.
+    for (protocol, role) in [(2, "front_end"), (1, "operator"), (999, "front_end")] {
         let (mut stream, mut reader) = connect(&sb);
         writeln!(stream, "{}", hello(protocol, role)).unwrap();
         let answer = read_json(&mut reader);
@@ -42,7 +43,7 @@ fn a_front_end_of_another_protocol_is_refused_at_its_hello_with_what_to_do() {
             .as_str()
             .unwrap_or_else(|| panic!("refused, with a message: {answer}"));
         assert!(
-            message.contains("speaks control protocol 2")
+            message.contains("speaks control protocol 3")
                 && message.contains(&format!("(switchboard 9.9.9) speaks {protocol}"))
                 && message.contains("run `switchboard stop`, then retry"),
             "{message}"
@@ -72,9 +73,9 @@ fn a_front_end_of_another_protocol_is_refused_at_its_hello_with_what_to_do() {
 fn a_call_the_daemon_does_not_know_gets_an_error_reply_within_a_second() {
     let mut sb = Switchboard::start();
     let (mut stream, mut reader) = connect(&sb);
-    writeln!(stream, "{}", hello(2, "operator")).unwrap();
+    writeln!(stream, "{}", hello(3, "operator")).unwrap();
     let welcome = read_json(&mut reader);
-    assert_eq!(welcome["welcome"]["protocol"], 2, "{welcome}");
+    assert_eq!(welcome["welcome"]["protocol"], 3, "{welcome}");
 
     let asked = Instant::now();
     writeln!(
@@ -90,9 +91,9 @@ fn a_call_the_daemon_does_not_know_gets_an_error_reply_within_a_second() {
     );
     assert_eq!(answer["reply"]["id"], 7, "{answer}");
     let error = &answer["reply"]["error"];
-    assert_eq!(error["code"], "unknown_call", "{answer}");
+    assert_eq!(error["type"], "unknown_call", "{answer}");
     assert_eq!(error["call"], "teleport");
-    assert_eq!(error["protocol"], 2);
+    assert_eq!(error["protocol"], 3);
 
     // A known call with arguments of the wrong shape is answered too, naming it.
     writeln!(
@@ -118,6 +119,8 @@ fn a_call_the_daemon_does_not_know_gets_an_error_reply_within_a_second() {
             .is_some_and(|m| m.contains("not served on the control socket")),
         "{answer}"
     );
+    assert_eq!(answer["reply"]["error"]["type"], "refused", "{answer}");
+    assert_eq!(answer["reply"]["error"]["code"], "not_allowed", "{answer}");
 
     // And the connection still works.
     writeln!(stream, r#"{{"id": 10, "call": {{"op": "stats"}}}}"#).unwrap();
@@ -133,7 +136,7 @@ fn attached_front_ends_leave_the_operator_room_and_a_refused_one_says_why() {
     let taken: Vec<(UnixStream, BufReader<UnixStream>)> = (0..256)
         .map(|_| {
             let (mut stream, mut reader) = connect(&sb);
-            writeln!(stream, "{}", hello(2, "front_end")).unwrap();
+            writeln!(stream, "{}", hello(3, "front_end")).unwrap();
             let welcome = read_json(&mut reader);
             assert!(welcome.get("welcome").is_some(), "{welcome}");
             (stream, reader)

@@ -566,7 +566,7 @@ fn alertmanager_delivers_firing_and_resolved_alerts_end_to_end() {
         stderr(&out)
     );
     let out = sb.cli(&["confirm", &confirm_id.to_string(), "yes"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(5), "closed: too late");
     assert!(
         stderr(&out).contains(&format!(
             "confirm {confirm_id} was already answered: resolved"

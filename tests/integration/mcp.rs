@@ -571,6 +571,8 @@ async fn an_expired_confirm_is_refused() {
     .await;
     assert!(err);
     assert!(r["error"].as_str().unwrap().contains("expired"), "{r}");
+    assert_eq!(r["code"], "expired", "{r}");
+    assert_eq!(r["action_id"], id, "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -557,7 +557,7 @@ fn a_confirm_closes_itself_when_its_resolve_arrives_and_a_late_answer_is_refused
         "{pending}"
     );
     let out = sb.cli(&["confirm", "1", "no"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(5), "closed: too late");
     assert!(
         stderr(&out).contains("confirm 1 was already answered: resolved"),
         "{}",

@@ -320,7 +320,7 @@ pub fn stderr(out: &Output) -> String {
 /// The hello of an operator connection, as the control protocol's first line.
 pub fn hello_line() -> String {
     serde_json::json!({"hello": {
-        "protocol": 2,
+        "protocol": 3,
         "version": "test",
         "pid": std::process::id(),
         "role": "operator",

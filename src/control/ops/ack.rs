@@ -2,8 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::app::ConsumerView;
-use crate::control::{ApiError, Ctx, Op};
+use crate::control::{ApiError, ConsumerView, Ctx, Op};
 
 /// Marks everything read.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -16,6 +15,8 @@ impl Op for Ack {
     type Reply = ConsumerView;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<ConsumerView, ApiError> {
-        Ok(cx.local.core().ack(&self.consumer))
+        cx.state()
+            .set_cursor(&self.consumer, cx.inbox().last_seq());
+        Ok(ConsumerView::of(cx, &self.consumer))
     }
 }

@@ -23,14 +23,10 @@ impl Op for Append {
     type Reply = Vec<Appended>;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Vec<Appended>, ApiError> {
-        if let Some(relay) = cx.local.relay() {
-            cx.local.core().check_limits(&self.messages)?;
+        if let Some(relay) = cx.parts().shared_stream() {
+            cx.inbox().check_limits(&self.messages)?;
             return relay.append(self.messages, &self.source).await;
         }
-        Ok(cx
-            .local
-            .core()
-            .append(self.messages, &self.source)
-            .await?)
+        Ok(cx.core().append(self.messages, &self.source).await?)
     }
 }

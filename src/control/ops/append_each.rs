@@ -40,14 +40,14 @@ impl Op for AppendEach {
     type Reply = EachAppended;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<EachAppended, ApiError> {
-        let relay = cx.local.relay().cloned();
+        let relay = cx.parts().shared_stream().cloned();
         each(cx, self.messages, &self.source, relay).await
     }
 }
 
 /// `messages` split into those within the inbox's limits and, by position, the refused.
 pub(super) fn split(cx: &Ctx<'_>, messages: Vec<NewMessage>) -> (Vec<NewMessage>, Vec<Refused>) {
-    let (fit, refused) = cx.local.core().split_by_limits(messages);
+    let (fit, refused) = cx.inbox().split_by_limits(messages);
     let refused = refused
         .into_iter()
         .map(|(index, reason)| Refused { index, reason })
@@ -69,7 +69,7 @@ pub(super) async fn each(
     } else if let Some(relay) = relay {
         relay.append(fit, source).await?
     } else {
-        cx.local.core().append(fit, source).await?
+        cx.core().append(fit, source).await?
     };
     Ok(EachAppended { appended, refused })
 }

@@ -38,7 +38,7 @@ impl Op for CallUpstream {
     }
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Forwarded, ApiError> {
-        let Some(hub) = cx.local.tools().filter(|h| h.has_tool(&self.request.name)) else {
+        let Some(hub) = cx.parts().tool_hub().filter(|h| h.has_tool(&self.request.name)) else {
             return Ok(Forwarded::NotUpstream);
         };
         Ok(match hub.call(self.request).await {

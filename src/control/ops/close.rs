@@ -23,7 +23,15 @@ impl Op for Close {
             },
             None => self.session,
         };
-        cx.local.core().close_session(id);
+        end(cx, id);
         Ok(())
+    }
+}
+
+/// Ends the core's session `id`: its claims go back to the queue, its own consumer (and that
+/// consumer's cursor) is forgotten.
+pub(super) fn end(cx: &Ctx<'_>, id: u64) {
+    if let Some(own) = cx.lifecycle().close_session(id, chrono::Utc::now()) {
+        cx.state().remove_cursor(&own);
     }
 }

@@ -17,6 +17,6 @@ impl Op for Closed {
     type Reply = Vec<ClosedConfirm>;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Vec<ClosedConfirm>, ApiError> {
-        Ok(cx.local.core().closed_confirms(self.limit))
+        Ok(cx.lifecycle().closed_confirms(self.limit))
     }
 }

@@ -4,8 +4,13 @@
 //! tool runs it now), else queued as approved work for the next session (the CLI, the page,
 //! a form). The answer is on disk before the reply, with the path it came by (`via`). Unknown,
 //! expired or already-answered ids, and a path the rule's `approveVia` does not list, are
-//! refusals that say which.
+//! refusals that say which ([`crate::control::RefusalCode`]).
+//!
+//! Every way of answering says yes or no with one [`Decision`]: the terminal's and the tool's
+//! `yes`/`no`, the approval page's and the elicitation form's `approve`/`deny`.
 
+use chrono::Utc;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::actions::{ActionId, Item, Via};
@@ -17,7 +22,7 @@ pub struct Confirm {
     /// The action id.
     pub id: ActionId,
     /// Yes or no.
-    pub approve: bool,
+    pub decision: Decision,
     /// Who answers (the consumer, or `cli`).
     pub by: String,
     /// The session that gets the approved work as its claim; none = queued for any session.
@@ -43,10 +48,87 @@ impl Op for Confirm {
         } else {
             Via::Cli
         });
-        cx.local
-            .core()
-            .confirm(self.id, self.approve, &self.by, via, claim_for)
-            .await
-            .map_err(ApiError::refused)
+        let lifecycle = cx.lifecycle();
+        let item = lifecycle
+            .confirm(self.id, self.decision.is_yes(), &self.by, via, claim_for, Utc::now())
+            .map_err(ApiError::from)?;
+        // The answer is on disk before the reply.
+        lifecycle.flush().await;
+        Ok(item)
+    }
+}
+
+/// A person's answer to a confirm request, whichever way it came: `yes`/`no` at the terminal
+/// (`switchboard confirm ID yes|no`) and in the agent's `channel_confirm`, `approve`/`deny` on
+/// the approval page and in an elicitation form. Each path reads its words into this, and
+/// only this travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Approve: the prompt runs, with only its tools.
+    #[serde(alias = "approve")]
+    Yes,
+    /// Deny: nothing runs.
+    #[serde(alias = "deny")]
+    No,
+}
+
+impl Decision {
+    /// Both answers, yes first.
+    pub const ALL: [Decision; 2] = [Decision::Yes, Decision::No];
+
+    /// Whether it approves.
+    pub fn is_yes(self) -> bool {
+        self == Decision::Yes
+    }
+
+    /// The terminal's and the tool's word: `yes` or `no`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Yes => "yes",
+            Decision::No => "no",
+        }
+    }
+
+    /// The page's and the form's word: `approve` or `deny`.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Decision::Yes => "approve",
+            Decision::No => "deny",
+        }
+    }
+
+    /// The answer `word` says, in either vocabulary (exactly, lowercase).
+    pub fn parse(word: &str) -> Option<Decision> {
+        Decision::ALL
+            .into_iter()
+            .find(|d| d.as_str() == word || d.verb() == word)
+    }
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Decision;
+
+    #[test]
+    fn every_vocabulary_reads_into_one_decision() {
+        for d in Decision::ALL {
+            let json = serde_json::to_string(&d).unwrap();
+            assert_eq!(json, format!("\"{}\"", d.as_str()));
+            for word in [d.as_str(), d.verb()] {
+                assert_eq!(Decision::parse(word), Some(d));
+                let read: Decision = serde_json::from_value(serde_json::json!(word)).unwrap();
+                assert_eq!(read, d);
+            }
+        }
+        assert_eq!(Decision::parse("Yes"), None);
+        assert_eq!(Decision::parse("maybe"), None);
+        assert!(serde_json::from_str::<Decision>("\"true\"").is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::actions::duty::DutyView;
-use crate::control::{ApiError, Ctx, Op};
+use crate::control::{ApiError, Ctx, Op, RefusalCode};
 
 /// Reads, or changes, on-duty mode.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -23,25 +23,27 @@ impl Op for SetDuty {
     type Reply = DutyView;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<DutyView, ApiError> {
-        let core = cx.local.core();
         let now = chrono::Utc::now();
         let Some(on) = self.on else {
-            return Ok(core.duty().view(now));
+            return Ok(cx.duty().view(now));
         };
         let until = match self.for_ms {
             Some(ms) => {
                 let d = chrono::Duration::from_std(Duration::from_millis(ms))
-                    .map_err(|_| ApiError::refused("`duty --for`: too long"))?;
+                    .map_err(|_| ApiError::refused(RefusalCode::Invalid, "`duty --for`: too long"))?;
                 Some(now + d)
             }
             None => None,
         };
-        core.set_duty(on, until).map_err(|e| {
-            let path = core
+        cx.duty().set(on, until).map_err(|e| {
+            let path = cx
                 .home()
                 .map(|h| h.duty().display().to_string())
                 .unwrap_or_default();
-            ApiError::refused(format!("{path}: cannot write on-duty mode: {e}"))
+            ApiError::refused(
+                RefusalCode::Failed,
+                format!("{path}: cannot write on-duty mode: {e}"),
+            )
         })
     }
 }

@@ -28,6 +28,6 @@ impl Op for Elicit {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<bool, ApiError> {
         let session = cx.session(self.session)?;
-        Ok(cx.local.core().elicit(self.id, session, self.ask))
+        Ok(cx.lifecycle().elicit(self.id, session, self.ask))
     }
 }

@@ -15,7 +15,8 @@ impl Op for EnsureConsumer {
     type Reply = ();
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<(), ApiError> {
-        cx.local.core().ensure_consumer(&self.name);
+        let cursor = cx.state().cursor(&self.name);
+        cx.lifecycle().ensure_consumer(&self.name, cursor);
         Ok(())
     }
 }

@@ -24,9 +24,8 @@ impl Op for ExecFinish {
     const REMOTE: bool = false;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<(), ApiError> {
-        cx.local
-            .core()
-            .exec_finish(self.id, self.state, self.reason, self.report);
+        cx.lifecycle()
+            .finish_exec(self.id, self.state, self.reason, self.report);
         Ok(())
     }
 }

@@ -21,6 +21,6 @@ impl Op for ExecNext {
     }
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Option<Item>, ApiError> {
-        Ok(cx.local.core().exec_next(&cx.cancel, |_| {}).await)
+        Ok(cx.lifecycle().next_exec(&cx.cancel, |_| {}).await)
     }
 }

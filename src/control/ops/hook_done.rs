@@ -25,13 +25,12 @@ impl Op for HookDone {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<(), ApiError> {
         cx.session(self.session)?;
-        let core = cx.local.core();
-        core.settle(
+        cx.lifecycle().settle(
             &[self.action_id],
             self.delivered,
             "the stop hook could not hand it to the agent",
         );
-        core.duty().count(
+        cx.duty().count(
             &self.host,
             if self.delivered { "delivered" } else { "released" },
         );

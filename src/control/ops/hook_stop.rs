@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::actions::{ActionId, Item, ItemKind};
-use crate::control::{ApiError, Ctx, Op};
+use crate::control::{ApiError, Ctx, Op, RefusalCode};
 use crate::message::MessageView;
 
 /// A stop of a host's agent.
@@ -68,27 +68,32 @@ impl Op for HookStop {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<HookDecision, ApiError> {
         if !matches!(self.host.as_str(), "copilot" | "claude") {
-            return Err(ApiError::refused(format!(
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                format!(
                 "`hook_stop`: unknown host \"{}\"; expected `copilot` or `claude`",
                 self.host.escape_debug()
-            )));
+                ),
+            ));
         }
         if self.session_id.trim().is_empty() {
-            return Err(ApiError::refused("`hook_stop`: the host gave no session id"));
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                "`hook_stop`: the host gave no session id",
+            ));
         }
-        let core = cx.local.core();
-        let duty = core.duty();
+        let duty = cx.duty();
         let consumer = hook_consumer(&self.host, &self.session_id);
         if !duty.may_block(&consumer, self.continued) {
             duty.count(&self.host, "capped");
             return Ok(HookDecision::Through);
         }
-        if let Some((id, item)) = core.hook_claim(&consumer) {
+        if let Some((id, item)) = cx.lifecycle().claim_for_hook(&consumer) {
             let session = match cx.sessions {
                 // The claim lives as long as the hook's connection.
                 Some(sessions) => {
                     if let Some(old) = sessions.insert(id, id) {
-                        core.close_session(old);
+                        super::close::end(cx, old);
                     }
                     id
                 }
@@ -103,7 +108,7 @@ impl Op for HookStop {
                 }),
             });
         }
-        let confirms = core.hook_confirms(&consumer, allows_tool_answer);
+        let confirms = cx.lifecycle().unseen_confirms(&consumer, allows_tool_answer);
         if !confirms.is_empty() {
             duty.blocked(&consumer);
             duty.count(&self.host, "confirm");

@@ -28,7 +28,11 @@ impl Op for List {
     type Reply = ListReply;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<ListReply, ApiError> {
-        let (messages, last_seq) = cx.local.core().recent(self.channel.as_deref(), self.limit);
-        Ok(ListReply { messages, last_seq })
+        let inbox = cx.inbox();
+        let messages = inbox.recent(self.channel.as_deref(), self.limit.clamp(1, 1000));
+        Ok(ListReply {
+            messages: messages.iter().map(|m| (**m).clone()).collect(),
+            last_seq: inbox.last_seq(),
+        })
     }
 }

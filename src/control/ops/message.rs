@@ -25,7 +25,19 @@ impl Op for GetMessage {
     type Reply = MessageReply;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<MessageReply, ApiError> {
-        let (message, last_seq) = cx.local.core().message(self.seq).await;
-        Ok(MessageReply { message, last_seq })
+        let inbox = cx.inbox();
+        // From the ring, or the journal behind it.
+        let found = match inbox.get(self.seq) {
+            Some(m) => Some(m),
+            None => inbox
+                .read_after(self.seq.saturating_sub(1), 1)
+                .await
+                .into_iter()
+                .find(|m| m.seq == self.seq),
+        };
+        Ok(MessageReply {
+            message: found.map(|m| (*m).clone()),
+            last_seq: inbox.last_seq(),
+        })
     }
 }

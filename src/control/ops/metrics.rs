@@ -14,6 +14,13 @@ impl Op for RenderMetrics {
     type Reply = Scrape;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Scrape, ApiError> {
-        Ok(cx.local.scrape())
+        let stats = cx.core().stats();
+        let mut out = Scrape::default();
+        cx.metrics()
+            .scrape(&mut out, &stats.inbox, &stats.delivery);
+        crate::metrics::scrape_regex_budget(&mut out, &cx.core().rules());
+        crate::metrics::scrape_hooks(&mut out, &stats.hooks);
+        cx.parts().scrape(&stats, &mut out);
+        Ok(out)
     }
 }

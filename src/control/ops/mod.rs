@@ -1,8 +1,10 @@
-//! Every operation, one file each: its request, its reply, how the daemon applies it.
+//! Every operation, one file each: its request, its reply, how the daemon applies it (with the
+//! components its [`Ctx`] hands it: `cx.inbox()`, `cx.lifecycle()`, `cx.state()`, `cx.core()`, …).
 //!
 //! The [`ops!`] table below is the one list: it declares the modules, builds [`Call`] (the
 //! enum that travels over the control socket, tagged by `op`) and its one `match`
-//! ([`Call::apply`]). Adding an operation is a new file and a line here.
+//! ([`Call::apply`]). Adding an operation is a new file and a line here (and, when it needs
+//! one, a method on the component it uses).
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -147,6 +149,10 @@ ops! {
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {
     let value = reply?;
-    serde_json::value::to_raw_value(&value)
-        .map_err(|e| ApiError::refused(format!("the reply does not encode: {e}")))
+    serde_json::value::to_raw_value(&value).map_err(|e| {
+        ApiError::refused(
+            super::RefusalCode::Failed,
+            format!("the reply does not encode: {e}"),
+        )
+    })
 }

@@ -2,8 +2,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::app::SessionSpec;
 use crate::control::{ApiError, Ctx, Op};
+
+/// Who opens a session: one per MCP session (a host window).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SessionSpec {
+    /// `clientInfo.name` of the host (`mcp` when it gave none).
+    pub client: String,
+    /// `serve --consumer NAME`: the consumer the session reads as; it keeps its cursor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named: Option<String>,
+    /// The consumer name of this session before the daemon restarted, to keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
+}
 
 /// Opens a session.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -30,13 +42,13 @@ impl Op for Open {
     const ORDERED: bool = true;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<SessionInfo, ApiError> {
-        let (id, consumer) = cx.local.core().open_session(&self.spec);
+        let (id, consumer) = open(cx, &self.spec);
         let handle = match cx.sessions {
             Some(sessions) => {
                 let handle = self.handle.unwrap_or(id);
                 if let Some(old) = sessions.insert(handle, id) {
                     // A handle used twice: the older session ends, as its front end forgot it.
-                    cx.local.core().close_session(old);
+                    super::close::end(cx, old);
                 }
                 handle
             }
@@ -47,4 +59,31 @@ impl Op for Open {
             consumer,
         })
     }
+}
+
+/// Opens a session in the lifecycle; returns its id and the consumer it reads as.
+fn open(cx: &Ctx<'_>, spec: &SessionSpec) -> (u64, String) {
+    let (lifecycle, state, inbox) = (cx.lifecycle(), cx.state(), cx.inbox());
+    if let Some(name) = spec.named.as_deref().filter(|n| !n.trim().is_empty()) {
+        let cursor = state.cursor(name);
+        let id = lifecycle.open_session(name, true, cursor);
+        return (id, name.to_string());
+    }
+    // A front end re-attaching after a daemon restart keeps its consumer name, unless a live
+    // session took it meanwhile.
+    if let Some(old) = spec.resume.as_deref()
+        && !lifecycle.consumer_in_use(old)
+    {
+        let cursor = state.cursor(old).unwrap_or(inbox.last_seq());
+        let id = lifecycle.open_session(old, false, Some(cursor));
+        state.set_cursor(old, cursor);
+        return (id, old.to_string());
+    }
+    let prefix = spec.client.trim();
+    let prefix = if prefix.is_empty() { "mcp" } else { prefix };
+    let id = lifecycle.open_session_numbered(prefix);
+    let name = format!("{prefix}#{id}");
+    // Its cursor starts at its start: what came before is not unread for it.
+    state.set_cursor(&name, inbox.last_seq());
+    (id, name)
 }

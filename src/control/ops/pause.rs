@@ -23,7 +23,7 @@ impl Op for Pause {
     type Reply = Paused;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Paused, ApiError> {
-        cx.local.core().set_paused(self.paused);
+        cx.core().set_paused(self.paused);
         Ok(Paused {
             paused: self.paused,
         })

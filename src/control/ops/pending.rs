@@ -12,6 +12,6 @@ impl Op for Pending {
     type Reply = Vec<PendingView>;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Vec<PendingView>, ApiError> {
-        Ok(cx.local.core().pending().iter().map(PendingView::of).collect())
+        Ok(cx.lifecycle().pending_confirms().iter().map(PendingView::of).collect())
     }
 }

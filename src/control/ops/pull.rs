@@ -2,9 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::app::Read;
 use crate::control::{ApiError, Ctx, Op};
-use crate::message::Seq;
+use crate::message::{Message, Seq};
 
 /// Messages after a cursor.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -23,20 +22,43 @@ pub struct Pull {
     pub mark_read: bool,
 }
 
+/// Messages read for a consumer, with its position after the read.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Read {
+    /// Oldest first.
+    pub messages: Vec<Message>,
+    /// The consumer's cursor after the read.
+    pub cursor: Seq,
+    /// Messages after the cursor.
+    pub unread: u64,
+    /// The newest committed seq.
+    pub last_seq: Seq,
+}
+
 impl Op for Pull {
     type Reply = Read;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Read, ApiError> {
-        Ok(cx
-            .local
-            .core()
-            .pull(
-                &self.consumer,
-                self.since_seq,
-                self.limit,
-                self.channel.as_deref(),
-                self.mark_read,
-            )
-            .await)
+        let (state, inbox) = (cx.state(), cx.inbox());
+        let consumer = &self.consumer;
+        let after = self
+            .since_seq
+            .unwrap_or_else(|| state.cursor_or_boot(consumer));
+        let limit = self.limit.clamp(1, 1000);
+        let out = inbox
+            .read_after_matching(after, limit, self.channel.as_deref())
+            .await;
+        if self.mark_read
+            && let Some(last) = out.last()
+        {
+            state.set_cursor(consumer, last.seq);
+        }
+        let last_seq = inbox.last_seq();
+        Ok(Read {
+            messages: out.iter().map(|m| (**m).clone()).collect(),
+            cursor: state.cursor_or_boot(consumer),
+            unread: state.unread(consumer, last_seq),
+            last_seq,
+        })
     }
 }

@@ -23,6 +23,6 @@ impl Op for PushBy {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<bool, ApiError> {
         let session = cx.session(self.session)?;
-        Ok(cx.local.core().push_by(self.id, session))
+        Ok(cx.lifecycle().push_by(self.id, session))
     }
 }

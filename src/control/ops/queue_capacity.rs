@@ -16,6 +16,11 @@ impl Op for QueueCapacity {
     type Reply = bool;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<bool, ApiError> {
-        Ok(cx.local.core().set_queue_capacity(self.capacity))
+        let lifecycle = cx.lifecycle();
+        if lifecycle.capacity() == self.capacity {
+            return Ok(false);
+        }
+        lifecycle.set_capacity(self.capacity);
+        Ok(true)
     }
 }

@@ -33,12 +33,21 @@ impl Op for RelayPermission {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<ActionId, ApiError> {
         let session = cx.session(self.session)?;
+        // Its id is the next action id: one id space with the rules' actions.
+        let id = cx.core().next_action_id();
+        let request = &self.request;
         let item = cx
-            .local
-            .core()
-            .relay_permission(session, &self.request, PERMISSION_TIMEOUT)
+            .lifecycle()
+            .relay_permission(session, id, request, PERMISSION_TIMEOUT, chrono::Utc::now())
             .await
-            .map_err(ApiError::refused)?;
+            .map_err(ApiError::from)?;
+        tracing::info!(
+            action_id = id,
+            rule = %item.rule,
+            from = %item.message.server,
+            request_id = %request.request_id,
+            "permission request relayed by the host"
+        );
         Ok(item.action_id)
     }
 }

@@ -15,6 +15,6 @@ impl Op for Reload {
     type Reply = ReloadReport;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<ReloadReport, ApiError> {
-        Ok(cx.local.core().reload_rules().await)
+        Ok(cx.core().reload_rules().await)
     }
 }

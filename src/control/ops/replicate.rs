@@ -30,7 +30,6 @@ impl Op for Replicate {
     /// would be stored once more each time — and must not acknowledge them to the stream
     /// before they are on disk. So the wait for the disk is here, until shutdown.
     async fn apply(self, cx: &Ctx<'_>) -> Result<EachAppended, ApiError> {
-        let core = cx.local.core();
         let (fit, refused) = super::append_each::split(cx, self.messages);
         if fit.is_empty() {
             return Ok(EachAppended {
@@ -38,13 +37,13 @@ impl Op for Replicate {
                 refused,
             });
         }
-        let appended = match core.append(fit, &self.source).await {
+        let appended = match cx.core().append(fit, &self.source).await {
             Ok(appended) => appended,
             Err(InboxError::NotDurable { appended, .. }) => {
                 let need = appended.iter().map(|a| a.seq).max().unwrap_or(0);
-                let shutdown = cx.local.shutdown();
+                let shutdown = cx.core().shutdown();
                 let mut wait = Duration::from_millis(50);
-                while core.durable() < need {
+                while cx.inbox().durable() < need {
                     tokio::select! {
                         _ = shutdown.cancelled() => return Err(ApiError::Store(StoreError::Closed)),
                         _ = tokio::time::sleep(wait) => {}

@@ -13,6 +13,6 @@ impl Op for Rules {
     type Reply = Vec<serde_json::Value>;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Vec<serde_json::Value>, ApiError> {
-        Ok(crate::rules::summaries(&cx.local.core().rules()))
+        Ok(crate::rules::summaries(&cx.core().rules()))
     }
 }

@@ -22,8 +22,7 @@ impl Op for Settle {
     const ORDERED: bool = true;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<(), ApiError> {
-        cx.local
-            .core()
+        cx.lifecycle()
             .settle(&self.claims, self.delivered, &self.why);
         Ok(())
     }

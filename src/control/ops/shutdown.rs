@@ -22,7 +22,7 @@ impl Op for Shutdown {
         tracing::info!("stop requested on the control socket");
         // The connection still writes this reply: it drains its calls' replies before it
         // closes, and shutdown waits for it.
-        cx.local.core().shutdown().cancel();
+        cx.core().shutdown().cancel();
         Ok(Stopping {
             pid: std::process::id(),
         })

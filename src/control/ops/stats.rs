@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::app::{ConsumerView, CoreStats};
-use crate::control::{ApiError, Ctx, Op};
+use crate::app::CoreStats;
+use crate::control::{ApiError, ConsumerView, Ctx, Op};
 
 /// Stats, with a consumer's position.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -30,6 +30,13 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// The core's stats and every part's report, now.
+    pub(super) fn of(cx: &Ctx<'_>) -> Stats {
+        let core = cx.core().stats();
+        let parts = cx.parts().reports(&core);
+        Stats { core, parts }
+    }
+
     /// What part `name` reports, read as `T`; `None` when it reports nothing (or not as `T`).
     pub fn part<T: DeserializeOwned>(&self, name: &str) -> Option<T> {
         serde_json::from_value(self.parts.get(name)?.clone()).ok()
@@ -52,8 +59,8 @@ impl Op for GetStats {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<StatsReply, ApiError> {
         Ok(StatsReply {
-            stats: cx.local.stats(),
-            consumer: self.consumer.map(|c| cx.local.core().consumer_view(&c)),
+            stats: Stats::of(cx),
+            consumer: self.consumer.map(|c| ConsumerView::of(cx, &c)),
         })
     }
 }

@@ -36,21 +36,19 @@ impl Op for GetStatus {
     type Reply = Status;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Status, ApiError> {
-        let daemon = cx.local.daemon();
+        let daemon = cx.parts().daemon_info();
         Ok(Status {
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol: crate::control::PROTOCOL,
             home: cx
-                .local
-                .core()
                 .home()
                 .map(|h| h.dir().display().to_string())
                 .unwrap_or_default(),
             started: crate::message::format_timestamp(daemon.started),
             log: daemon.log.clone(),
             asked: daemon.listeners.clone(),
-            stats: cx.local.stats(),
+            stats: Stats::of(cx),
         })
     }
 }

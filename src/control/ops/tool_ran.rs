@@ -5,11 +5,12 @@
 //! approval page show it answered. A call that needed no permission, or whose request a person
 //! answered here first, closes nothing.
 
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::actions::lifecycle::ClosedConfirm;
-use crate::control::{ApiError, Ctx, Op};
+use crate::control::{ApiError, Ctx, Op, RefusalCode};
 
 /// A host's tool call ran.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -27,12 +28,17 @@ impl Op for ToolRan {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Option<ClosedConfirm>, ApiError> {
         if self.tool_name.trim().is_empty() {
-            return Err(ApiError::refused("`tool_ran`: the host gave no tool name"));
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                "`tool_ran`: the host gave no tool name",
+            ));
         }
-        Ok(cx
-            .local
-            .core()
-            .allowed_in_host(&self.tool_name, &self.tool_input)
-            .await)
+        let lifecycle = cx.lifecycle();
+        let closed = lifecycle.allowed_in_host(&self.tool_name, &self.tool_input, Utc::now());
+        if closed.is_some() {
+            // Once on disk.
+            lifecycle.flush().await;
+        }
+        Ok(closed)
     }
 }

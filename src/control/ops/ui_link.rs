@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::control::{ApiError, Ctx, Op};
+use crate::control::{ApiError, Ctx, Op, RefusalCode};
 
 /// A one-time link to the approval page.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -20,14 +20,15 @@ impl Op for UiLink {
     type Reply = UiLinkReply;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<UiLinkReply, ApiError> {
-        let Some(web) = cx.local.web() else {
+        let Some(web) = cx.parts().web_links() else {
             return Err(ApiError::refused(
+                RefusalCode::Unavailable,
                 "the approval page is served on the ingest listener, and this daemon has none; \
                  start it with `--listen 127.0.0.1:PORT`",
             ));
         };
         web.link()
             .map(|url| UiLinkReply { url })
-            .map_err(ApiError::refused)
+            .map_err(|why| ApiError::refused(RefusalCode::Unavailable, why))
     }
 }

@@ -14,6 +14,6 @@ impl Op for UpstreamTools {
     type Reply = Vec<Tool>;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Vec<Tool>, ApiError> {
-        Ok(cx.local.tools().map(|hub| hub.tools()).unwrap_or_default())
+        Ok(cx.parts().tool_hub().map(|hub| hub.tools()).unwrap_or_default())
     }
 }

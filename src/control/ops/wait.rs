@@ -6,6 +6,7 @@
 //! a `settle` says what became of the result that carried it. Its deadline is its own timeout
 //! plus [`WAIT_MARGIN`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -47,21 +48,41 @@ impl Op for Wait {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<WaitReply, ApiError> {
         let session = cx.session(self.session)?;
-        let (items, view) = cx
-            .local
-            .core()
-            .wait(
-                session,
-                &self.consumer,
-                self.max,
-                Duration::from_millis(self.timeout_ms),
-                &cx.cancel,
-            )
-            .await;
+        let timeout = Duration::from_millis(self.timeout_ms).min(cx.settings().max_wait);
+        let max = self.max.clamp(1, 100);
+        let consumer = &self.consumer;
+        let items = {
+            let _counted = InFlight::count(&cx.metrics().wait_calls_in_flight);
+            cx.lifecycle()
+                .wait(session, consumer, max, timeout, &cx.cancel)
+                .await
+        };
+        // The consumer's cursor moves past the items' messages.
+        let state = cx.state();
+        if let Some(seq) = items.iter().map(|i| i.message.seq).max() {
+            state.set_cursor(consumer, seq);
+        }
         Ok(WaitReply {
             items,
-            cursor: view.cursor,
-            unread: view.unread,
+            cursor: state.cursor_or_boot(consumer),
+            unread: state.unread(consumer, cx.inbox().last_seq()),
         })
+    }
+}
+
+/// A wait in flight, counted while it lives (`wait_calls_in_flight`), also when the call is
+/// dropped.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl InFlight<'_> {
+    fn count(gauge: &AtomicU64) -> InFlight<'_> {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -19,6 +19,6 @@ impl Op for WorkDemand {
     }
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<bool, ApiError> {
-        Ok(cx.local.core().work_demand(&cx.cancel).await)
+        Ok(cx.lifecycle().work_demand(&cx.cancel).await)
     }
 }

@@ -22,6 +22,9 @@ impl Op for WorkIn {
     const REMOTE: bool = false;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Item, ApiError> {
-        Ok(cx.local.core().take_in(self.item, &self.key))
+        let id = cx.core().next_action_id();
+        Ok(cx
+            .lifecycle()
+            .take_in(self.item, id, &self.key, chrono::Utc::now()))
     }
 }

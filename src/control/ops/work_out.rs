@@ -21,6 +21,6 @@ impl Op for WorkOut {
     }
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<Option<Item>, ApiError> {
-        Ok(cx.local.core().next_shared(&cx.cancel).await)
+        Ok(cx.lifecycle().next_shared(&cx.cancel).await)
     }
 }

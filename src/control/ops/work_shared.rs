@@ -21,7 +21,7 @@ impl Op for WorkShared {
     const REMOTE: bool = false;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<(), ApiError> {
-        cx.local.core().shared(self.id, &self.reason);
+        cx.lifecycle().shared(self.id, &self.reason);
         Ok(())
     }
 }

@@ -19,6 +19,6 @@ impl Op for WorkWithdraw {
     const REMOTE: bool = false;
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<bool, ApiError> {
-        Ok(cx.local.core().withdraw(self.id))
+        Ok(cx.lifecycle().withdraw(self.id))
     }
 }

@@ -34,7 +34,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::McpServer;
 use crate::actions::{ActionId, Event, Item, Via};
-use crate::control::ops::{Confirm, Elicit};
+use crate::control::ops::{Confirm, Decision, Elicit};
 use crate::delivery::ItemKind;
 
 /// How much of the message the form quotes, in characters.
@@ -47,12 +47,8 @@ const LATE_ANSWER_GRACE: Duration = Duration::from_secs(30);
 /// The longest a wait's result over HTTP waits for its form to go out first.
 const FORM_ON_STREAM: Duration = Duration::from_millis(500);
 
-/// The field of the form, and its two values.
+/// The field of the form; its two values are [`Decision`]'s words `approve` and `deny`.
 pub const DECISION: &str = "decision";
-/// Approve: the prompt is queued for the next wait.
-pub const APPROVE: &str = "approve";
-/// Deny: nothing runs.
-pub const DENY: &str = "deny";
 
 /// One session's forms.
 #[derive(Default)]
@@ -408,7 +404,7 @@ async fn follow_form(
 #[derive(Debug, PartialEq, Eq)]
 enum Choice {
     /// Answer the confirm.
-    Answer(bool),
+    Answer(Decision),
     /// Leave it pending (declined, cancelled, or no valid choice).
     Leave(String),
 }
@@ -417,16 +413,15 @@ enum Choice {
 fn choice(result: &ElicitResult) -> Choice {
     match result.action {
         ElicitationAction::Accept => {
-            let decision = result
+            let word = result
                 .content
                 .as_ref()
                 .and_then(|c| c.get(DECISION))
                 .and_then(Value::as_str);
-            match decision {
-                Some(APPROVE) => Choice::Answer(true),
-                Some(DENY) => Choice::Answer(false),
-                other => Choice::Leave(format!(
-                    "accepted without a valid `{DECISION}` ({other:?}); left pending"
+            match word.and_then(Decision::parse) {
+                Some(decision) => Choice::Answer(decision),
+                None => Choice::Leave(format!(
+                    "accepted without a valid `{DECISION}` ({word:?}); left pending"
                 )),
             }
         }
@@ -438,8 +433,8 @@ fn choice(result: &ElicitResult) -> Choice {
 
 /// Applies the form's answer through the `confirm` operation.
 async fn answer_with(server: &McpServer, wait: &InFlight, id: ActionId, result: ElicitResult) {
-    let approve = match choice(&result) {
-        Choice::Answer(approve) => approve,
+    let decision = match choice(&result) {
+        Choice::Answer(decision) => decision,
         Choice::Leave(why) => {
             tracing::info!(action_id = id, "elicitation: the form was {why}");
             return;
@@ -449,7 +444,7 @@ async fn answer_with(server: &McpServer, wait: &InFlight, id: ActionId, result: 
         .api
         .call(Confirm {
             id,
-            approve,
+            decision,
             by: wait.consumer.clone(),
             claim_for: None,
             via: Some(Via::Elicitation),
@@ -458,7 +453,7 @@ async fn answer_with(server: &McpServer, wait: &InFlight, id: ActionId, result: 
     match answered {
         Ok(_) => tracing::info!(
             action_id = id,
-            approved = approve,
+            approved = decision.is_yes(),
             "elicitation: confirm answered in the form"
         ),
         // Answered elsewhere first, or expired while the form was open: the user is not
@@ -479,7 +474,7 @@ pub fn form_schema() -> ElicitationSchema {
                 "type": "string",
                 "title": "Decision",
                 "description": "approve: the agent runs the prompt with only the tools listed; deny: nothing runs",
-                "enum": [APPROVE, DENY],
+                "enum": Decision::ALL.map(Decision::verb),
             }
         },
         "required": [DECISION],
@@ -637,11 +632,11 @@ mod tests {
         let accept = |v: Value| ElicitResult::new(ElicitationAction::Accept).with_content(v);
         assert_eq!(
             choice(&accept(json!({"decision": "approve"}))),
-            Choice::Answer(true)
+            Choice::Answer(Decision::Yes)
         );
         assert_eq!(
             choice(&accept(json!({"decision": "deny"}))),
-            Choice::Answer(false)
+            Choice::Answer(Decision::No)
         );
         assert!(matches!(
             choice(&accept(json!({"decision": "maybe"}))),

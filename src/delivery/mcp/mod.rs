@@ -50,8 +50,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::ActionId;
-use crate::app::SessionSpec;
 use crate::backend::Api;
+use crate::control::ops::SessionSpec;
 use crate::control::ops::{
     CallUpstream, Forwarded, GetStats, List, SessionInfo, Settle, UpstreamTools,
 };
@@ -643,9 +643,10 @@ impl ServerHandler for McpServer {
     }
 }
 
-/// The error of a call the daemon could not serve.
+/// The error of a call the daemon could not serve, as a JSON-RPC error (resources, prompts):
+/// the sentence, and the stable code in its data, as the tools' `Refusal` carries it.
 fn unavailable(e: ApiError) -> ErrorData {
-    ErrorData::internal_error(e.to_string(), None)
+    ErrorData::internal_error(e.to_string(), Some(json!({"code": e.code()})))
 }
 
 /// `server/discover`, with or without params (without, rmcp parses it as a custom request).

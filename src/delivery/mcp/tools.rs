@@ -30,12 +30,12 @@ use serde_json::{Value, json};
 
 use super::McpServer;
 use crate::actions::lifecycle::claims_of;
-use crate::app::{ConsumerView, ReloadReport};
+use crate::app::ReloadReport;
 use crate::control::ops::{
-    Ack, EnsureConsumer, GetMessage, GetStats, List, MessageReply, Pause, Paused, Pull, Reload,
-    Rules, StatsReply, Wait,
+    Ack, Decision, EnsureConsumer, GetMessage, GetStats, List, MessageReply, Pause, Paused, Pull,
+    Reload, Rules, StatsReply, Wait,
 };
-use crate::control::{ApiError, ItemView};
+use crate::control::{ApiError, ConsumerView, ItemView, RefusalCode};
 use crate::delivery::{Item, ItemKind};
 use crate::message::MessageView;
 
@@ -113,24 +113,14 @@ pub struct ConsumerArgs {
     pub consumer: Option<String>,
 }
 
-/// A confirm answer.
-#[derive(Clone, Copy, Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum YesNo {
-    /// Approve: the prompt comes back to run now.
-    Yes,
-    /// Deny.
-    No,
-}
-
 /// Arguments of `channel_confirm`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ConfirmArgs {
     /// The `action_id` of the `confirm_request` item.
     pub id: u64,
     /// The user's answer, `yes` or `no`. Required: leaving it out answers nothing.
-    #[schemars(required, with = "YesNo")]
-    pub decision: Option<YesNo>,
+    #[schemars(required, with = "Decision")]
+    pub decision: Option<Decision>,
     /// Answer as this consumer instead of the host's client name.
     #[serde(default)]
     pub consumer: Option<String>,
@@ -258,14 +248,29 @@ pub struct StatsResult {
     pub more: JsonObject,
 }
 
-/// A refusal the agent reads: `{"error": ..., and what else helps}`, sent with `isError`.
+/// A refusal the agent reads: `{"error": the sentence, "code": the stable code, and what else
+/// helps}`, sent with `isError`. The MCP tools' one mapping of a refusal: the daemon's code
+/// (`expired`, `not_allowed`, ... [`RefusalCode`]) is passed on as it was made.
 pub struct Refusal(Value);
+
+impl Refusal {
+    /// A refusal of the tool itself, of kind `code`.
+    fn new(code: RefusalCode, message: impl std::fmt::Display) -> Refusal {
+        Refusal(json!({"error": message.to_string(), "code": code.as_str()}))
+    }
+
+    /// With `key` set to `value` as well (the `action_id` a refusal is about).
+    fn with(mut self, key: &str, value: impl Serialize) -> Refusal {
+        self.0[key] = json!(value);
+        self
+    }
+}
 
 impl From<ApiError> for Refusal {
     /// A daemon failure as the agent reads it: a tool error, not a protocol error, so that it
     /// calls again (the front end re-attaches to a restarted daemon by itself).
     fn from(e: ApiError) -> Refusal {
-        Refusal(json!({"error": e.to_string()}))
+        Refusal(json!({"error": e.to_string(), "code": e.code()}))
     }
 }
 
@@ -588,21 +593,18 @@ async fn confirm(
     context: RequestContext<RoleServer>,
 ) -> Result<ConfirmResult, Refusal> {
     let Some(decision) = a.decision else {
-        return Err(Refusal(json!({
-            "error": format!(
-                "`decision` is required: \"yes\" or \"no\"; confirm {} was not answered",
-                a.id
-            ),
-            "action_id": a.id,
-        })));
+        let message = format!(
+            "`decision` is required: \"yes\" or \"no\"; confirm {} was not answered",
+            a.id
+        );
+        return Err(Refusal::new(RefusalCode::Invalid, message).with("action_id", a.id));
     };
     let (session, consumer) = s.consumer(a.consumer.as_deref()).await?;
-    let approve = matches!(decision, YesNo::Yes);
     let answered = s
         .api
         .call(crate::control::ops::Confirm {
             id: a.id,
-            approve,
+            decision,
             by: consumer,
             claim_for: Some(session),
             via: Some(crate::actions::Via::Tool),
@@ -633,7 +635,7 @@ async fn confirm(
             message: None,
             note: "Denied: nothing to run.".into(),
         }),
-        Err(e) => Err(Refusal(json!({"error": e.to_string(), "action_id": a.id}))),
+        Err(e) => Err(Refusal::from(e).with("action_id", a.id)),
     }
 }
 
@@ -653,12 +655,13 @@ async fn run(
         MessageReply {
             message: None,
             last_seq,
-        } => Err(Refusal(json!({
-            "error": format!(
+        } => Err(Refusal::new(
+            RefusalCode::NotFound,
+            format!(
                 "no message with seq {}; the inbox holds seqs up to {last_seq}",
                 a.seq
             ),
-        }))),
+        )),
     }
 }
 

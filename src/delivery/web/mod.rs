@@ -37,7 +37,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::actions::Via;
-use crate::control::ops::{Closed, Confirm, List, Pending};
+use crate::control::ops::{Closed, Confirm, Decision, List, Pending};
 use crate::control::{ItemView, Local};
 use crate::message::MessageView;
 pub use access::WebAccess;
@@ -365,22 +365,18 @@ async fn confirm(
             "expected {\"id\": N, \"decision\": \"approve\" or \"deny\"}",
         );
     };
-    let approve = match answer.decision.as_str() {
-        "approve" => true,
-        "deny" => false,
-        _ => {
-            return refusal(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_body",
-                "`decision` is \"approve\" or \"deny\"",
-            );
-        }
+    let Some(decision) = Decision::parse(&answer.decision) else {
+        return refusal(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            "`decision` is \"approve\" or \"deny\"",
+        );
     };
     let answered = web
         .api
         .call(Confirm {
             id: answer.id,
-            approve,
+            decision,
             by: "web".into(),
             claim_for: None,
             via: Some(Via::Web),
@@ -390,7 +386,8 @@ async fn confirm(
         Ok(item) => {
             guarded(Json(json!({"id": answer.id, "approved": item.is_some()})).into_response())
         }
-        Err(e) => refusal(StatusCode::CONFLICT, "refused", &e.to_string()),
+        // The one HTTP mapping: unknown 404, expired 410, already answered 409, not allowed 403.
+        Err(e) => refusal(e.http_status(), e.code(), &e.to_string()),
     }
 }
 

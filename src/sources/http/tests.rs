@@ -69,15 +69,12 @@ impl Fixture {
 
     /// Message `seq`, when committed and still in the ring.
     fn get(&self, seq: u64) -> Option<Message> {
-        self.core
-            .recent(None, 1000)
-            .0
-            .into_iter()
-            .find(|m| m.seq == seq)
+        let inbox = &self.core.components().inbox;
+        inbox.get(seq).map(|m| (*m).clone())
     }
 
     fn last_seq(&self) -> u64 {
-        self.core.last_seq()
+        self.core.components().inbox.last_seq()
     }
 
     async fn metrics(&self) -> String {

@@ -34,7 +34,7 @@
 //! reading and working on what is local.
 //!
 //! Outages: while the connection is down (or the stream not yet created) an append is refused
-//! at once (`ApiError::Refused`, which ingest answers with 503); the client reconnects in the
+//! at once (refused as `unavailable`, which ingest answers with 503); the client reconnects in the
 //! background and the consumer carries on from its ack floor. `stats`, `status` and
 //! `/metrics` show the connection, the consumer's lag (messages in the stream not yet
 //! delivered to it), redeliveries, and the other instances heard on `PREFIX.hb.*`.
@@ -488,11 +488,14 @@ impl Shared {
 
     fn unreachable(&self, why: impl std::fmt::Display) -> ApiError {
         self.counters.refused.fetch_add(1, Ordering::Relaxed);
-        ApiError::refused(format!(
-            "not stored: JetStream ({}) {why}; retry later (a retry with the same ids is \
+        ApiError::refused(
+            crate::control::RefusalCode::Unavailable,
+            format!(
+                "not stored: JetStream ({}) {why}; retry later (a retry with the same ids is \
              dropped as a duplicate if the first one reached the stream)",
-            self.settings.servers.join(", ")
-        ))
+                self.settings.servers.join(", ")
+            ),
+        )
     }
 
     async fn publish(
