@@ -310,6 +310,16 @@ impl Core {
         self.state.flush();
     }
 
+    /// Changes of state not in the actions journal after one more try to write them, and the
+    /// journal's status then (`None` when everything is written).
+    pub async fn unsaved(&self) -> (u64, Option<String>) {
+        if self.lifecycle.flush().await {
+            return (0, None);
+        }
+        let stats = self.lifecycle.stats();
+        (self.lifecycle.unsaved(), Some(stats.actions_journal))
+    }
+
     // ---- rules ------------------------------------------------------------------------------
 
     /// The live rules.
@@ -568,7 +578,8 @@ impl Core {
             }
         }
         let timeout = timeout.min(self.settings.max_wait);
-        let max = max.clamp(1, 100);
+        // 0 asks only what is there (the cursor, the unread count): nothing is taken.
+        let max = max.min(100);
         let in_flight = &self.metrics.wait_calls_in_flight;
         in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(in_flight);
@@ -593,10 +604,11 @@ impl Core {
         self.lifecycle.elicit(id, session, ask)
     }
 
-    /// Settles claims: delivered once the result carrying them was sent, else released with
-    /// `why` to the front of the queue.
-    pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
-        self.lifecycle.settle(claims, delivered, why);
+    /// Settles claims: delivered once their client had the result carrying them, else
+    /// released with `why` to the front of the queue (marked `redelivered` when the result
+    /// `maybe_seen`).
+    pub fn settle(&self, claims: &[ActionId], delivered: bool, maybe_seen: bool, why: &str) {
+        self.lifecycle.settle(claims, delivered, maybe_seen, why);
     }
 
     // ---- reading -------------------------------------------------------------------------------
@@ -730,7 +742,7 @@ impl Core {
 
     /// Answers a confirm by the path `via`: `Ok(Some(item))` approved, `Ok(None)` denied.
     /// With `claim_for`, the approved item is claimed by that session; without, it is queued
-    /// for any session. The answer is on disk before this returns.
+    /// for any session. The answer is on disk before this returns, or refused (`NotRecorded`).
     pub async fn confirm(
         &self,
         id: ActionId,
@@ -739,11 +751,9 @@ impl Core {
         via: crate::actions::Via,
         claim_for: Option<u64>,
     ) -> Result<Option<Item>, ConfirmError> {
-        let item = self
-            .lifecycle
-            .confirm(id, approve, by, via, claim_for, Utc::now())?;
-        self.lifecycle.flush().await;
-        Ok(item)
+        self.lifecycle
+            .confirm(id, approve, by, via, claim_for, Utc::now())
+            .await
     }
 
     /// Open confirm requests, oldest first.

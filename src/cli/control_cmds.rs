@@ -142,6 +142,10 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The exit code of an answer the actions journal could not take (`confirm`), and of a stop
+/// that left changes of state unsaved (`stop`).
+pub const NOT_SAVED: u8 = 4;
+
 /// `switchboard confirm ID [yes|no]`.
 pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCode> {
     let Some(decision) = args.decision else {
@@ -152,7 +156,7 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
         );
     };
     let approve = matches!(decision, Decision::Yes);
-    let approved = Client::connect(&home)
+    let answered = Client::connect(&home)
         .await?
         .call(Confirm {
             id: args.id,
@@ -161,7 +165,16 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
             claim_for: None,
             via: Some(crate::actions::Via::Cli),
         })
-        .await?;
+        .await;
+    let approved = match answered {
+        Ok(approved) => approved,
+        // Not kept, nothing changed: a distinct exit, so that a script can try again.
+        Err(crate::control::ApiError::NotRecorded { message }) => {
+            eprintln!("error: confirm {}: {message}", args.id);
+            return Ok(ExitCode::from(NOT_SAVED));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut out = std::io::stdout().lock();
     match approved {
         Some(item) if args.json => {

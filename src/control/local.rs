@@ -182,6 +182,7 @@ impl Local {
                 claude_channel: PushPolicy::Auto,
                 elicitation: true,
                 permission_relay: false,
+                delivery_grace_ms: 2000,
             }),
         )
     }

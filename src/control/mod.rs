@@ -131,6 +131,13 @@ pub enum ApiError {
         /// Why, for people.
         message: String,
     },
+    /// Occurs when an answer could not be written to the actions journal: it was not kept,
+    /// nothing changed, and it may be given again.
+    #[error("{message}")]
+    NotRecorded {
+        /// Why, for people: `not recorded: the actions journal cannot be written (…); try again`.
+        message: String,
+    },
     /// Occurs when the inbox did not store the messages of an append (or stored them in
     /// memory only): ingest answers each case with its own status.
     #[error("not stored: {0}")]

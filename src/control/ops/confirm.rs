@@ -4,11 +4,12 @@
 //! tool runs it now), else queued as approved work for the next session (the CLI, the page,
 //! a form). The answer is on disk before the reply, with the path it came by (`via`). Unknown,
 //! expired or already-answered ids, and a path the rule's `approveVia` does not list, are
-//! refusals that say which.
+//! refusals that say which. An answer the actions journal cannot take is refused as
+//! [`ApiError::NotRecorded`] (code `not_recorded`): nothing changed, the confirm stays pending.
 
 use serde::{Deserialize, Serialize};
 
-use crate::actions::{ActionId, Item, Via};
+use crate::actions::{ActionId, ConfirmError, Item, Via};
 use crate::control::{ApiError, Ctx, Op};
 
 /// Answers a confirm.
@@ -47,6 +48,11 @@ impl Op for Confirm {
             .core()
             .confirm(self.id, self.approve, &self.by, via, claim_for)
             .await
-            .map_err(ApiError::refused)
+            .map_err(|e| match e {
+                ConfirmError::NotRecorded { .. } => ApiError::NotRecorded {
+                    message: e.to_string(),
+                },
+                e => ApiError::refused(e),
+            })
     }
 }

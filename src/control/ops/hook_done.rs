@@ -29,6 +29,7 @@ impl Op for HookDone {
         core.settle(
             &[self.action_id],
             self.delivered,
+            false,
             "the stop hook could not hand it to the agent",
         );
         core.duty().count(

@@ -3,7 +3,8 @@
 //! Returns at once when something is queued, else when something arrives or the timeout
 //! (capped by the daemon) ends; empty, having taken nothing, once the call is cancelled (the
 //! session ended, the client went away). Work among the items is claimed by the session until
-//! a `settle` says what became of the result that carried it. Its deadline is its own timeout
+//! a `settle` says what became of the result that carried it. A wait for 0 items takes nothing
+//! and returns at once: a look at the cursor, the unread count and what is queued. Its deadline is its own timeout
 //! plus [`WAIT_MARGIN`].
 
 use std::time::Duration;
@@ -36,6 +37,9 @@ pub struct WaitReply {
     pub cursor: Seq,
     /// Messages after the cursor.
     pub unread: u64,
+    /// Items waiting for the consumer after the wait (absent from an older daemon: 0).
+    #[serde(default)]
+    pub queued: usize,
 }
 
 impl Op for Wait {
@@ -62,6 +66,7 @@ impl Op for Wait {
             items,
             cursor: view.cursor,
             unread: view.unread,
+            queued: view.queued,
         })
     }
 }

@@ -390,6 +390,12 @@ async fn confirm(
         Ok(item) => {
             guarded(Json(json!({"id": answer.id, "approved": item.is_some()})).into_response())
         }
+        // Not kept: the confirm stays pending, the page says why and that it may try again.
+        Err(e @ crate::control::ApiError::NotRecorded { .. }) => refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_recorded",
+            &e.to_string(),
+        ),
         Err(e) => refusal(StatusCode::CONFLICT, "refused", &e.to_string()),
     }
 }
