@@ -102,6 +102,8 @@ struct Inner {
     wake: Notify,
     /// Woken when the earliest confirm expiry may have changed.
     expiry: Notify,
+    /// Woken when an answer being saved is in, or refused (see `answer`).
+    answered: Notify,
     /// The dispatcher's evaluation mark, once the actions of the messages up to it are written
     /// and the confirms they created are visible (the resolve pass follows it). Shared with
     /// the journal writer, which moves it as the records land.
@@ -156,6 +158,7 @@ impl Lifecycle {
                 events: broadcast::channel(4096).0,
                 wake: Notify::new(),
                 expiry: Notify::new(),
+                answered: Notify::new(),
                 evaluated,
                 on_mark,
                 capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),

@@ -4,8 +4,8 @@
 //! written to the actions journal *before* anything changes in memory, with
 //! [`JournalWriter::commit`](crate::actions::writer::JournalWriter::commit): written at once,
 //! or taken back out when the journal cannot be written. Meanwhile the confirm is *reserved*:
-//! it stays pending and shown, but nothing else closes it (a second answer is told another is
-//! being saved; expiry and resolution pass it over until the answer is in or refused). Only
+//! it stays pending and shown, but nothing else closes it (a second answer waits to hear how
+//! the first went; expiry and resolution pass it over until the answer is in or refused). Only
 //! once the records are on disk is the confirm closed, the approved work queued or claimed, and
 //! the answer published (so push, the relay's verdict to its host and the page hear of it only
 //! then). A write that fails refuses the answer (`not recorded`): nothing changed, the confirm
@@ -43,24 +43,37 @@ impl Lifecycle {
         } else {
             ActionState::Denied
         };
-        let records = {
-            let mut s = self.lock();
-            match s.check_answer(id, via, claim_for, now) {
-                Ok(()) => {}
-                Err(e @ ConfirmError::Expired { .. }) => {
-                    drop(s);
+        let records = loop {
+            // Another answer being saved: this one waits to hear how it went.
+            let saved = self.inner.answered.notified();
+            tokio::pin!(saved);
+            saved.as_mut().enable();
+            let checked = {
+                let mut s = self.lock();
+                if s.confirms.is_reserved(id) {
+                    None
+                } else {
+                    Some(s.check_answer(id, via, claim_for, now).map(|()| {
+                        s.confirms.reserve(id);
+                        let item = s.confirms.get(id).expect("pending: checked above");
+                        s.answer_records(item, state, (by, via), claim_for, now)
+                    }))
+                }
+            };
+            match checked {
+                None => saved.await,
+                Some(Ok(records)) => break records,
+                Some(Err(e @ ConfirmError::Expired { .. })) => {
                     self.expire_due(now);
                     return Err(e);
                 }
-                Err(e) => return Err(e),
+                Some(Err(e)) => return Err(e),
             }
-            s.confirms.reserve(id);
-            let item = s.confirms.get(id).expect("pending: checked above");
-            s.answer_records(item, state, (by, via), claim_for, now)
         };
         let written = self.inner.journal.commit(records).await;
         let mut s = self.lock();
         s.confirms.unreserve(id);
+        self.inner.answered.notify_waiters();
         if let Err(cause) = written {
             drop(s);
             // An expiry passed over while the answer was being saved comes now.
@@ -103,9 +116,6 @@ impl State {
         let Some(item) = self.confirms.get(id) else {
             return Err(self.confirms.refusal(id));
         };
-        if self.confirms.is_reserved(id) {
-            return Err(ConfirmError::Answering { id });
-        }
         if let Some(refused) = self.refuse_own_permission(item, via) {
             return Err(refused);
         }

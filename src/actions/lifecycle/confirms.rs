@@ -75,15 +75,6 @@ pub enum ConfirmError {
         /// Why the write failed.
         cause: String,
     },
-    /// Another answer to it is being saved.
-    #[error(
-        "confirm {id} is being answered on another path (its answer is being saved); \
-         `switchboard pending --closed` says how it ended"
-    )]
-    Answering {
-        /// The action id.
-        id: ActionId,
-    },
     /// A relayed permission request, answered by the agent's own tool.
     #[error(
         "confirm {id} is the host's permission prompt for the agent's own `{tool}` call: an agent \

@@ -925,19 +925,25 @@ async fn an_answer_the_journal_cannot_take_is_refused_and_the_confirm_stays_pend
 }
 
 #[tokio::test]
-async fn a_second_answer_while_the_first_is_saved_is_told_so() {
+async fn a_second_answer_while_the_first_is_saved_hears_how_it_went() {
     let lc = Lifecycle::default();
     let now = Utc::now();
     lc.offer(vec![action(1, Mode::Confirm, now)], None, now)
         .await;
     lc.lock().confirms.reserve(1);
-    assert_eq!(
-        lc.confirm(1, true, "web", Via::Web, None, now).await,
-        Err(ConfirmError::Answering { id: 1 })
-    );
     // Nothing else closes it meanwhile.
     assert!(lc.expire_due(now + TimeDelta::hours(1)).is_none());
     assert_eq!(lc.pending_confirms().len(), 1);
+    let second = tokio::spawn({
+        let lc = lc.clone();
+        async move { lc.confirm(1, true, "web", Via::Web, None, now).await }
+    });
+    tokio::task::yield_now().await;
+    assert!(!second.is_finished(), "it waits for the first");
+    // The first was refused: the second is kept.
+    lc.lock().confirms.unreserve(1);
+    lc.inner.answered.notify_waiters();
+    assert!(matches!(second.await.unwrap(), Ok(Some(_))));
 }
 
 #[tokio::test]
