@@ -19,7 +19,7 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
 use super::approvals::ui_link;
-use super::faults::{Immutable, immutable, skip};
+use super::faults::{Immutable, immutable};
 use super::util::*;
 
 const ASK: &str = r#"{"rules": [
