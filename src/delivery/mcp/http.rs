@@ -944,16 +944,22 @@ mod tests {
         assert_eq!(settled(&core), (1, 0));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_silent_http_session_keeps_its_claims_until_it_calls_or_ends() {
+    /// A claimed item whose result left on an HTTP session with no stream open and no call
+    /// since, once the grace ran out.
+    async fn quiet() -> (Arc<Core>, Arc<SessionLink>, Arc<HttpSession>) {
         let session = HttpSession::new(Arc::default());
-        // Sent, then nothing: no stream open, no call.
         let (core, link, guard) = claimed().await;
         session.attach(&link);
         let mut b = body(&[RESPONSE], guard);
         poll(&mut b, 2);
         drop(b);
         after_grace().await;
+        (core, link, session)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_http_session_keeps_its_claims_until_it_calls_or_ends() {
+        let (core, _link, session) = quiet().await;
         assert_eq!(
             settled(&core),
             (0, 0),
@@ -963,13 +969,7 @@ mod tests {
         assert_eq!(settled(&core), (1, 0), "its next call says it had it");
 
         // Another session that ends quiet: its claims come back, marked.
-        let session = HttpSession::new(Arc::default());
-        let (core, link, guard) = claimed().await;
-        session.attach(&link);
-        let mut b = body(&[RESPONSE], guard);
-        poll(&mut b, 2);
-        drop(b);
-        after_grace().await;
+        let (core, link, _session) = quiet().await;
         link.end();
         assert_eq!(settled(&core), (0, 1));
         let local = Local::bare(core.clone());
