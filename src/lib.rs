@@ -19,7 +19,7 @@
 //! with the live [`rules`] and the time; each decision becomes an action in the [`actions`]
 //! lifecycle (a nudge, a confirm request, or work), recorded in its own journal. A session
 //! blocked in `wait_for_inbound_message` ([`delivery::mcp`]) is woken through the `wait`
-//! operation, takes the item (claimed exactly once) and settles it when the result is written.
+//! operation, takes the item (claimed exactly once) and settles it once its client had it.
 //!
 //! # Floors
 //!

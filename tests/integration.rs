@@ -7,6 +7,7 @@ mod integration {
     pub mod approvals;
     mod ui_browser;
 
+    mod answers;
     mod cli;
     mod control;
     mod daemon;
@@ -24,6 +25,7 @@ mod integration {
     mod npm;
     mod oncall;
     mod python_sdk;
+    mod races;
     mod relay;
     mod routing;
     mod rules;

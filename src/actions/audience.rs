@@ -257,7 +257,7 @@ mod routing {
             .await;
         assert_eq!(ids(&got), [(ItemKind::Auto, 1)]);
         // Released by the oncall window (its result could not be sent): back for oncall only.
-        lc.settle(&[1], false, "not sent");
+        lc.settle(&[1], false, false, "not sent");
         assert!(lc.take(other, "copilot#1", 10).is_empty());
         assert_eq!(ids(&lc.take(oncall, "oncall", 10)), [(ItemKind::Auto, 1)]);
     }
@@ -283,6 +283,7 @@ mod routing {
                 Some(other),
                 Utc::now(),
             )
+            .await
             .unwrap_err();
         assert_eq!(
             refused.to_string(),
@@ -293,6 +294,7 @@ mod routing {
         // The operator approves it: the work waits for the oncall window.
         assert!(
             lc.confirm(1, true, "cli", crate::actions::Via::Cli, None, Utc::now())
+                .await
                 .unwrap()
                 .is_some()
         );

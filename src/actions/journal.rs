@@ -64,6 +64,10 @@ pub struct Record {
     /// The end of an exec run: kind, duration, tool calls, usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<super::ExecReport>,
+    /// Released work whose result may have reached its client: handed out again, it is
+    /// marked `redelivered` (and so on a creation record that compaction rewrote).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redelivered: bool,
 }
 
 impl Record {
@@ -99,6 +103,9 @@ pub struct LiveAction {
     pub message: Message,
     /// Its last state.
     pub state: ActionState,
+    /// Handed out before, and its result may have reached a client: a release said so, or it
+    /// was still claimed when the process stopped.
+    pub redelivered: bool,
 }
 
 /// What replaying `actions.jsonl` found.
@@ -288,10 +295,12 @@ pub fn replay(path: &Path) -> std::io::Result<Replay> {
                     action,
                     message,
                     state,
+                    redelivered: r.redelivered,
                 },
             );
         } else if let Some(live) = out.live.get_mut(&id) {
             live.state = state;
+            live.redelivered |= r.redelivered;
         }
     }
     // A claim dies with the process that held it: claimed or released work is queued again.
@@ -316,7 +325,10 @@ fn compact(path: &Path, replay: &Replay) -> std::io::Result<()> {
     }
     let mut text = Vec::new();
     for live in replay.live.values() {
-        let r = Record::created(&live.action, live.state, &live.message);
+        let r = Record {
+            redelivered: live.redelivered,
+            ..Record::created(&live.action, live.state, &live.message)
+        };
         serde_json::to_writer(&mut text, &r).expect("records serialize");
         text.push(b'\n');
     }

@@ -23,6 +23,7 @@
 //! While the journal fails, its writer holds the records until they land, and the evaluation
 //! mark waits for them.
 
+mod answer;
 mod confirms;
 mod event;
 mod hook;
@@ -34,6 +35,7 @@ mod runs;
 mod sessions;
 mod shared;
 mod stats;
+mod waiters;
 mod work;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::{LiveAction, Record};
 use super::writer::{JournalWriter, OnMark};
-use super::{ActionId, ActionSettings, ActionState, Delivery, ExecFailure, ExecReport, Mode, Via};
+use super::{ActionId, ActionSettings, ActionState, Delivery, ExecFailure, ExecReport, Mode};
 use crate::message::Seq;
 
 pub use confirms::{ClosedConfirm, ConfirmError};
@@ -70,6 +72,8 @@ struct State {
     /// Work on its way to the shared queue (instances sharing a stream).
     outbox: shared::Outbox,
     relays: relay::Relays,
+    /// The waits in progress, oldest first: work is handed round them.
+    waiters: waiters::Waiters,
 }
 
 /// What one call decided under the lock: the records for the journal, in decision order, and
@@ -98,6 +102,8 @@ struct Inner {
     wake: Notify,
     /// Woken when the earliest confirm expiry may have changed.
     expiry: Notify,
+    /// Woken when an answer being saved is in, or refused (see `answer`).
+    answered: Notify,
     /// The dispatcher's evaluation mark, once the actions of the messages up to it are written
     /// and the confirms they created are visible (the resolve pass follows it). Shared with
     /// the journal writer, which moves it as the records land.
@@ -152,6 +158,7 @@ impl Lifecycle {
                 events: broadcast::channel(4096).0,
                 wake: Notify::new(),
                 expiry: Notify::new(),
+                answered: Notify::new(),
                 evaluated,
                 on_mark,
                 capacity: std::sync::atomic::AtomicUsize::new(capacity.max(1)),
@@ -196,6 +203,8 @@ impl Lifecycle {
             let mode = l.action.mode;
             let fired = l.action.created;
             let mut item = Item::new(l.action, Arc::new(l.message));
+            // A claim the stop ended may have been on its way to, or with, its client.
+            item.redelivered = l.redelivered || l.state == ActionState::Claimed;
             if shared::came_in(&item) {
                 // Its holder was this process: the shared queue delivers it again.
                 changes.record(Record {
@@ -410,7 +419,9 @@ impl Lifecycle {
         s.end_relays(session, now, &mut changes);
         let held = s.work.held_by(session);
         s.work.forget_pusher(session);
-        s.release(&held, "the session ended", now, &mut changes);
+        // Whatever it still held may have reached its client before it ended.
+        let why = "the session ended before it acknowledged the result";
+        s.release(&held, why, true, now, &mut changes);
         let released = !changes.events.is_empty();
         self.commit(s, changes);
         if released {
@@ -421,12 +432,23 @@ impl Lifecycle {
 
     /// Takes up to `max` items for `consumer` without waiting: work first (claimed by
     /// `session`, to be settled with [`Lifecycle::settle`]), then the nudges and confirm
-    /// requests this consumer has not seen, oldest first.
+    /// requests this consumer has not seen, oldest first. Of the work, it takes the share a
+    /// taker that does not wait gets while others wait (see `waiters`).
     pub fn take(&self, session: SessionId, consumer: &str, max: usize) -> Vec<Item> {
+        self.take_as(waiters::Taker::Passing, session, consumer, max)
+    }
+
+    fn take_as(
+        &self,
+        taker: waiters::Taker,
+        session: SessionId,
+        consumer: &str,
+        max: usize,
+    ) -> Vec<Item> {
         let now = Utc::now();
         let mut changes = Changes::default();
         let mut s = self.lock();
-        let mut out = s.claim_work(session, consumer, max, now, &mut changes);
+        let mut out = s.claim_work(taker, (session, consumer), max, now, &mut changes);
         s.show_unseen(consumer, max, now, &mut out, &mut changes);
         self.commit(s, changes);
         out
@@ -454,9 +476,10 @@ impl Lifecycle {
             .ask(id, session, |other| sessions.consumer_of(other).is_some())
     }
 
-    /// Settles claims: `delivered` once the result carrying them was sent, else they go back
-    /// to the front of the queue (`released`) for the next session.
-    pub fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
+    /// Settles claims: `delivered` once their client had the result carrying them, else they
+    /// go back to the front of the queue (`released`) for the next session, marked
+    /// `redelivered` when the result `maybe_seen` (it left, unacknowledged).
+    pub fn settle(&self, claims: &[ActionId], delivered: bool, maybe_seen: bool, why: &str) {
         if claims.is_empty() {
             return;
         }
@@ -478,7 +501,7 @@ impl Lifecycle {
                 }
             }
         } else {
-            s.release(claims, why, now, &mut changes);
+            s.release(claims, why, maybe_seen, now, &mut changes);
         }
         let released = !delivered && !changes.events.is_empty();
         self.commit(s, changes);
@@ -489,6 +512,7 @@ impl Lifecycle {
 
     /// Takes items for `consumer`, waiting up to `timeout` for the first one; wakes the moment
     /// an item is queued (no polling). Returns empty, having taken nothing, once `cancel` fires.
+    /// While several sessions wait, the work is handed round them, the longest waiting first.
     pub async fn wait(
         &self,
         session: SessionId,
@@ -497,7 +521,26 @@ impl Lifecycle {
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> Vec<Item> {
+        /// Leaves the round of waits when the wait ends, however it ends.
+        struct Waiting<'a>(&'a Lifecycle, u64);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                let mut s = self.0.lock();
+                s.waiters.leave(self.1);
+                // Its share, if it left without it, goes round the others.
+                let queued = s.work.len() > 0 && s.waiters.len() > 0;
+                drop(s);
+                if queued {
+                    self.0.inner.wake.notify_waiters();
+                }
+            }
+        }
+        if max == 0 {
+            return Vec::new();
+        }
         let deadline = tokio::time::Instant::now() + timeout;
+        let ticket = self.lock().waiters.join(session, consumer, max);
+        let _waiting = Waiting(self, ticket);
         loop {
             let notified = self.inner.wake.notified();
             tokio::pin!(notified);
@@ -505,7 +548,7 @@ impl Lifecycle {
             if cancel.is_cancelled() {
                 return Vec::new();
             }
-            let items = self.take(session, consumer, max);
+            let items = self.take_as(waiters::Taker::Waiting(ticket), session, consumer, max);
             if !items.is_empty() {
                 return items;
             }
@@ -516,86 +559,6 @@ impl Lifecycle {
                 _ = notified => {}
             }
         }
-    }
-
-    /// Answers a confirm, by the path `via`. Yes with `claim_for = Some(session)` (the
-    /// `channel_confirm` tool) hands the approved item to that session as a claim, to be
-    /// settled like a wait's; yes without (the CLI, the page, a form) queues it as approved
-    /// work for the next session. No returns `Ok(None)`. A path the rule's `approveVia` does
-    /// not list is refused, and so is a session whose consumer the rule's `consumers` leave
-    /// out; the confirm stays pending.
-    pub fn confirm(
-        &self,
-        id: ActionId,
-        approve: bool,
-        by: &str,
-        via: Via,
-        claim_for: Option<SessionId>,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Item>, ConfirmError> {
-        let mut s = self.lock();
-        let Some(item) = s.confirms.get(id) else {
-            return Err(s.confirms.refusal(id));
-        };
-        if let Some(refused) = s.refuse_own_permission(item, via) {
-            return Err(refused);
-        }
-        if !item.allows(via) {
-            return Err(ConfirmError::ViaRefused {
-                id,
-                rule: item.rule.to_string(),
-                via,
-                allowed: super::via::list(&item.approve_via),
-            });
-        }
-        if let Some(expires) = item.expires_at
-            && expires <= now
-        {
-            drop(s);
-            self.expire_due(now);
-            return Err(ConfirmError::Expired {
-                id,
-                expired: crate::message::format_timestamp(expires),
-            });
-        }
-        // A window the rule's `consumers` leave out was never shown it: it may not answer it
-        // (the operator's CLI, which claims nothing, may).
-        if let Some(consumer) = claim_for.and_then(|session| s.sessions.consumer_of(session))
-            && !item.consumers.admits(consumer)
-        {
-            let consumers = item
-                .consumers
-                .patterns()
-                .iter()
-                .map(|p| format!("`{p}`"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(ConfirmError::NotForConsumer {
-                id,
-                consumer: consumer.to_string(),
-                consumers,
-            });
-        }
-        let state = if approve {
-            ActionState::Approved
-        } else {
-            ActionState::Denied
-        };
-        let item = s
-            .confirms
-            .close(id, state, now, |c| {
-                c.by = Some(by.to_string());
-                c.via = Some(via);
-            })
-            .expect("pending: checked above");
-        let mut changes = Changes::default();
-        let approved = s.answer(item, state, (by, via), claim_for, now, &mut changes);
-        self.commit(s, changes);
-        if approve && claim_for.is_none() {
-            self.inner.wake.notify_waiters();
-            self.inner.sharing.wake_out();
-        }
-        Ok(approved)
     }
 
     /// Expires every confirm whose time has come; returns the next expiry, if any.
@@ -646,6 +609,12 @@ impl Lifecycle {
     /// while the journal fails (they stay held and are written when it recovers).
     pub async fn flush(&self) -> bool {
         self.inner.journal.flush().await
+    }
+
+    /// Transitions decided and not written yet (held while the journal fails): what a stop
+    /// now would lose.
+    pub fn unsaved(&self) -> u64 {
+        self.inner.journal.unwritten()
     }
 
     /// Pending confirm requests, oldest first.
@@ -766,19 +735,21 @@ impl State {
         c
     }
 
-    /// Claims up to `max` pieces of queued work for `session`.
+    /// Claims up to `max` pieces of queued work for `session`, reading as `consumer`: the
+    /// share of `taker` among the waits in progress.
     fn claim_work(
         &mut self,
-        session: SessionId,
-        consumer: &str,
+        taker: waiters::Taker,
+        (session, consumer): (SessionId, &str),
         max: usize,
         now: DateTime<Utc>,
         changes: &mut Changes,
     ) -> Vec<Item> {
+        let share = self.waiters.share(taker, consumer, max, self.work.queued());
         let mut out = Vec::new();
-        while out.len() < max {
-            let Some(item) = self.work.claim_next(session, consumer) else {
-                break;
+        for id in share {
+            let Some(item) = self.work.claim_queued(id, session, consumer) else {
+                continue;
             };
             self.counters.claimed += 1;
             changes.record(Record {
@@ -858,78 +829,22 @@ impl State {
         self.sessions.set_position(consumer, pos);
     }
 
-    /// Records an answer to confirm `item` (closed already), given by `who` (name, path):
-    /// approved work is claimed for `claim_for`, or queued for the next session without one.
-    fn answer(
+    /// Gives the claims `ids` back: their work goes to the front of the queue, marked
+    /// `redelivered` when its result `maybe_seen`.
+    fn release(
         &mut self,
-        item: Item,
-        state: ActionState,
-        (by, via): (&str, Via),
-        claim_for: Option<SessionId>,
+        ids: &[ActionId],
+        why: &str,
+        maybe_seen: bool,
         now: DateTime<Utc>,
         changes: &mut Changes,
-    ) -> Option<Item> {
-        let id = item.action_id;
-        changes.record(Record {
-            consumer: Some(by.to_string()),
-            via: Some(via),
-            ..Record::transition(id, state, now)
-        });
-        changes.event(Event::Answered {
-            id,
-            rule: item.rule.clone(),
-            state,
-            by: by.to_string(),
-            via: Some(via),
-        });
-        if state != ActionState::Approved {
-            self.relays.remove(id);
-            self.counters.denied += 1;
-            return None;
-        }
-        self.counters.approved += 1;
-        if self.relays.contains(id) {
-            // A relayed permission request: the verdict goes to its host, nothing is queued.
-            self.relayed_verdict(id, now, changes);
-            return Some(Item {
-                kind: ItemKind::Approved,
-                ..item
-            });
-        }
-        let approved = Item {
-            kind: ItemKind::Approved,
-            ..item
-        };
-        match claim_for {
-            Some(session) => {
-                changes.record(Record {
-                    consumer: Some(by.to_string()),
-                    ..Record::transition(id, ActionState::Claimed, now)
-                });
-                changes.event(Event::Claimed {
-                    id,
-                    consumer: by.to_string(),
-                });
-                self.counters.claimed += 1;
-                self.work.claim(approved.clone(), session, by);
-            }
-            None => {
-                self.push_work(approved.clone());
-                changes.event(Event::Queued {
-                    item: approved.clone(),
-                });
-            }
-        }
-        Some(approved)
-    }
-
-    /// Gives the claims `ids` back: their work goes to the front of the queue.
-    fn release(&mut self, ids: &[ActionId], why: &str, now: DateTime<Utc>, changes: &mut Changes) {
-        for (id, consumer) in self.work.release(ids) {
+    ) {
+        for (id, consumer) in self.work.release(ids, maybe_seen) {
             self.counters.released += 1;
             changes.record(Record {
                 consumer: Some(consumer.clone()),
                 reason: Some(why.to_string()),
+                redelivered: maybe_seen,
                 ..Record::transition(id, ActionState::Released, now)
             });
             changes.event(Event::Released {

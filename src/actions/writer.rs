@@ -17,6 +17,10 @@
 //! acknowledged; `interval` syncs at most once a second and within a second of the last write;
 //! `never` leaves it to the kernel.
 //!
+//! An answer to a confirm is not kept in memory when it cannot be written: it goes as a
+//! [`JournalWriter::commit`], written at once with everything before it and taken back out
+//! when the write fails, so the caller can refuse the answer and nothing of it lands later.
+//!
 //! An evaluation mark that comes alone (messages evaluated, no action made) is not a job: it
 //! is kept in an atomic that the thread reads when it writes, at the latest [`MARK_DELAY`]
 //! after the first mark it was told of. Under load that is one write (and, under `always`, one
@@ -60,6 +64,9 @@ pub type OnMark = Arc<dyn Fn(Seq) + Send + Sync>;
 enum Job {
     Write(Vec<Record>, Option<Then>),
     Flush(oneshot::Sender<bool>),
+    /// Written at once with what is held, or taken back out if the write fails: the caller is
+    /// told which.
+    Commit(Vec<Record>, oneshot::Sender<Result<(), String>>),
     /// A mark is waiting in [`Marks`]: write it within [`MARK_DELAY`].
     Mark(OnMark),
 }
@@ -80,6 +87,8 @@ pub struct JournalWriter {
     tx: Option<mpsc::Sender<Job>>,
     log: Option<Arc<ActionLog>>,
     marks: Arc<Marks>,
+    /// Records submitted and not written yet (held through an outage, or on their way).
+    unwritten: Arc<AtomicU64>,
 }
 
 impl JournalWriter {
@@ -89,6 +98,7 @@ impl JournalWriter {
             tx: None,
             log: None,
             marks: Arc::default(),
+            unwritten: Arc::default(),
         }
     }
 
@@ -97,23 +107,57 @@ impl JournalWriter {
     pub fn start(log: ActionLog, policy: FsyncPolicy) -> std::io::Result<JournalWriter> {
         let log = Arc::new(log);
         let marks = Arc::<Marks>::default();
+        let unwritten = Arc::<AtomicU64>::default();
         let (tx, rx) = mpsc::channel();
-        let (thread_log, thread_marks) = (log.clone(), marks.clone());
+        let thread = Thread {
+            log: log.clone(),
+            marks: marks.clone(),
+            unwritten: unwritten.clone(),
+            policy,
+        };
         std::thread::Builder::new()
             .name("actions-journal".into())
-            .spawn(move || run(&thread_log, &thread_marks, policy, &rx))?;
+            .spawn(move || run(&thread, &rx))?;
         Ok(JournalWriter {
             tx: Some(tx),
             log: Some(log),
             marks,
+            unwritten,
         })
     }
 
     /// Queues `records` (in this order, after everything queued before). Never blocks.
     pub fn submit(&self, records: Vec<Record>) {
         if let (Some(tx), false) = (&self.tx, records.is_empty()) {
+            self.count(&records);
             let _ = tx.send(Job::Write(records, None));
         }
+    }
+
+    fn count(&self, records: &[Record]) {
+        self.unwritten
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Writes `records` now, after everything submitted before them, and syncs them; when the
+    /// write fails they are taken back out (nothing of them is written later) and the cause is
+    /// returned. What was submitted before stays held and is tried again as usual. For
+    /// decisions that must be refused rather than kept in memory: a person's answer.
+    pub async fn commit(&self, records: Vec<Record>) -> Result<(), String> {
+        let Some(tx) = &self.tx else {
+            return Ok(());
+        };
+        let (ack, done) = oneshot::channel();
+        if tx.send(Job::Commit(records, ack)).is_err() {
+            return Err("the journal's writer has stopped".into());
+        }
+        done.await
+            .unwrap_or_else(|_| Err("the journal's writer has stopped".into()))
+    }
+
+    /// Records submitted and not written yet: what a stop now would lose.
+    pub fn unwritten(&self) -> u64 {
+        self.unwritten.load(Ordering::Relaxed)
     }
 
     /// Queues `records`; `then` runs once they are written (and synced under `always`), in
@@ -123,6 +167,7 @@ impl JournalWriter {
     pub fn submit_then(&self, records: Vec<Record>, then: impl FnOnce() + Send + 'static) {
         match &self.tx {
             Some(tx) => {
+                self.count(&records);
                 if let Err(mpsc::SendError(Job::Write(_, Some(then)))) =
                     tx.send(Job::Write(records, Some(Box::new(then))))
                 {
@@ -201,6 +246,8 @@ impl JournalWriter {
 struct Held {
     lines: Vec<u8>,
     then: Vec<Then>,
+    /// How many of the records in `lines` were counted in [`JournalWriter::unwritten`].
+    counted: u64,
 }
 
 impl Held {
@@ -210,18 +257,34 @@ impl Held {
 
     /// Writes what is held; on success runs the `then`s in order and empties it. A failure
     /// (logged and counted by the log) keeps everything for the next try.
-    fn write(&mut self, log: &ActionLog, sync: bool) -> Result<(), String> {
-        log.write(&self.lines, sync)?;
+    fn write(&mut self, t: &Thread, sync: bool) -> Result<(), String> {
+        t.log.write(&self.lines, sync)?;
         self.lines.clear();
         if self.lines.capacity() > KEEP_CAPACITY {
             // A burst (or an outage) grew it: give the memory back.
             self.lines = Vec::new();
         }
+        t.unwritten.fetch_sub(self.counted, Ordering::Relaxed);
+        self.counted = 0;
         for then in self.then.drain(..) {
             then();
         }
         Ok(())
     }
+}
+
+/// A commit taken into [`Held`]: its lines start at `from`, the last ones held.
+struct Commit {
+    from: usize,
+    ack: oneshot::Sender<Result<(), String>>,
+}
+
+/// What the writer thread owns besides its queue.
+struct Thread {
+    log: Arc<ActionLog>,
+    marks: Arc<Marks>,
+    unwritten: Arc<AtomicU64>,
+    policy: FsyncPolicy,
 }
 
 /// The marks that came alone, as the writer thread holds them.
@@ -243,12 +306,22 @@ impl MarkState {
 
     /// Takes the waiting mark into `held`, after every record submitted before it: the records
     /// of decisions made before the mark was stored were sent before it, so they are in the
-    /// queue by now and are taken first.
-    fn take(&mut self, marks: &Marks, rx: &mpsc::Receiver<Job>, held: &mut Held) -> Vec<Flush> {
-        self.due = None;
+    /// queue by now and are taken first. A commit met on the way is taken instead, last, and
+    /// the mark waits for the next round (it must not be cut away with the commit).
+    fn take(
+        &mut self,
+        marks: &Marks,
+        rx: &mpsc::Receiver<Job>,
+        held: &mut Held,
+    ) -> (Vec<Flush>, Option<Commit>) {
+        let due = self.due.take();
         marks.told.store(false, Ordering::SeqCst);
         let seq = marks.seq.load(Ordering::SeqCst);
-        let flushes = take_queued(None, rx, held, self);
+        let (flushes, commit) = take_queued(None, rx, held, self);
+        if commit.is_some() {
+            self.due = self.due.or(due);
+            return (flushes, commit);
+        }
         if seq > self.taken {
             self.taken = seq;
             let mark = Record {
@@ -261,20 +334,20 @@ impl MarkState {
                 held.then.push(Box::new(move || on_written(seq)));
             }
         }
-        flushes
+        (flushes, None)
     }
 }
 
 type Flush = oneshot::Sender<bool>;
 
-/// Moves `first` and everything queued after it into `held` (marks into `marks`); returns the
-/// flushes asked for.
+/// Moves `first` and everything queued after it into `held` (marks into `marks`), up to and
+/// including a commit, which ends the round; returns the flushes asked for, and the commit.
 fn take_queued(
     first: Option<Job>,
     rx: &mpsc::Receiver<Job>,
     held: &mut Held,
     marks: &mut MarkState,
-) -> Vec<Flush> {
+) -> (Vec<Flush>, Option<Commit>) {
     let mut flushes = Vec::new();
     for job in first
         .into_iter()
@@ -283,16 +356,22 @@ fn take_queued(
         match job {
             Job::Write(records, then) => {
                 encode(&records, &mut held.lines);
+                held.counted += records.len() as u64;
                 held.then.extend(then);
             }
             Job::Flush(ack) => flushes.push(ack),
             Job::Mark(on_written) => marks.told(on_written),
+            Job::Commit(records, ack) => {
+                let from = held.lines.len();
+                encode(&records, &mut held.lines);
+                return (flushes, Some(Commit { from, ack }));
+            }
         }
     }
-    flushes
+    (flushes, None)
 }
 
-fn run(log: &ActionLog, marks: &Marks, policy: FsyncPolicy, rx: &mpsc::Receiver<Job>) {
+fn run(t: &Thread, rx: &mpsc::Receiver<Job>) {
     let mut held = Held::default();
     let mut mark = MarkState::default();
     // After a failed write: when to try again, and the wait after that one.
@@ -316,50 +395,62 @@ fn run(log: &ActionLog, marks: &Marks, policy: FsyncPolicy, rx: &mpsc::Receiver<
                 Err(_) => break,
             },
         };
-        let mut flushes = take_queued(first, rx, &mut held, &mut mark);
+        let (mut flushes, mut commit) = take_queued(first, rx, &mut held, &mut mark);
         let now = Instant::now();
         let flush = !flushes.is_empty();
         // A waiting mark goes with a flush, with records written anyway, or when it is due.
-        if mark
-            .due
-            .is_some_and(|due| flush || !held.is_empty() || now >= due)
+        if commit.is_none()
+            && mark
+                .due
+                .is_some_and(|due| flush || !held.is_empty() || now >= due)
         {
-            flushes.extend(mark.take(marks, rx, &mut held));
+            let (more, met) = mark.take(&t.marks, rx, &mut held);
+            flushes.extend(more);
+            commit = met;
         }
-        let flush = !flushes.is_empty();
-        // While a failed write waits for its next try, new records wait with it; a flush
-        // tries at once.
+        let flush = !flushes.is_empty() || commit.is_some();
+        // While a failed write waits for its next try, new records wait with it; a flush or a
+        // commit tries at once.
         let mut synced = false;
+        let mut failed = None;
         if !held.is_empty() && (retry.is_none_or(|at| now >= at) || flush) {
-            let sync = match policy {
+            let sync = match t.policy {
                 FsyncPolicy::Always => true,
                 FsyncPolicy::Never => flush,
                 FsyncPolicy::Interval => {
                     flush || unsynced.is_some_and(|t| now >= t + SYNC_INTERVAL)
                 }
             };
-            match held.write(log, sync) {
+            match held.write(t, sync) {
                 Ok(()) => {
                     retry = None;
                     backoff = RETRY_MIN;
                     synced = sync;
-                    if !sync && policy == FsyncPolicy::Interval {
+                    if !sync && t.policy == FsyncPolicy::Interval {
                         unsynced.get_or_insert(now);
                     }
                 }
-                Err(_) => {
+                Err(cause) => {
                     retry = Some(now + backoff);
                     backoff = (backoff * 2).min(RETRY_MAX);
+                    failed = Some(cause);
                 }
             }
+        }
+        if let Some(commit) = commit {
+            // A commit that did not land is taken back out: it never lands later.
+            if failed.is_some() {
+                held.lines.truncate(commit.from);
+            }
+            let _ = commit.ack.send(failed.map_or(Ok(()), Err));
         }
         if synced {
             unsynced = None;
         }
         // What was written before: synced once the interval is up, or for a flush.
         let sync_due = unsynced.is_some_and(|t| now >= t + SYNC_INTERVAL);
-        if sync_due || (flush && !synced && held.is_empty() && policy != FsyncPolicy::Always) {
-            let _ = log.sync();
+        if sync_due || (flush && !synced && held.is_empty() && t.policy != FsyncPolicy::Always) {
+            let _ = t.log.sync();
             unsynced = None;
         }
         for ack in flushes {
@@ -368,18 +459,18 @@ fn run(log: &ActionLog, marks: &Marks, policy: FsyncPolicy, rx: &mpsc::Receiver<
     }
     // Every handle is gone: one last try for what is held, with the last mark.
     if mark.due.is_some() {
-        mark.take(marks, rx, &mut held);
+        mark.take(&t.marks, rx, &mut held);
     }
     if held.is_empty() {
         if unsynced.is_some() {
-            let _ = log.sync();
+            let _ = t.log.sync();
         }
-    } else if held.write(log, true).is_err() {
+    } else if held.write(t, true).is_err() {
         tracing::error!(
             bytes = held.lines.len(),
             "actions journal: records not written before the stop: {}; actions created among \
              them are made again at the next start, later changes of state are lost",
-            log.status()
+            t.log.status()
         );
     }
 }
@@ -523,5 +614,32 @@ mod tests {
         assert!(writer.flush().await);
         assert_eq!(writer.status(), "ok");
         assert_eq!(ids(&path), [1, 2, 3, 4], "each once, in order");
+    }
+
+    #[tokio::test]
+    async fn a_commit_lands_at_once_or_is_taken_back_and_never_lands() {
+        let (_dir, path, writer) = started(FsyncPolicy::Never);
+        let now = chrono::Utc::now();
+        let record = |id| vec![Record::transition(id, ActionState::Denied, now)];
+        writer.submit(record(1));
+        writer.commit(record(2)).await.unwrap();
+        assert_eq!(ids(&path), [1, 2], "written with what came before it");
+        assert_eq!(writer.unwritten(), 0);
+        let Some(guard) = crate::actions::fault::Immutable::set(&path) else {
+            return;
+        };
+        writer.submit(record(3));
+        let refused = writer.commit(record(4)).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(
+            writer.unwritten(),
+            1,
+            "the record before it is held, the commit is not"
+        );
+        writer.submit(record(5));
+        drop(guard);
+        assert!(writer.flush().await);
+        assert_eq!(ids(&path), [1, 2, 3, 5], "the refused commit never lands");
+        assert_eq!(writer.unwritten(), 0);
     }
 }

@@ -164,6 +164,8 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
             id = args.id
         );
     };
+    // Not kept (the actions journal cannot be written) is refused as `not_recorded`: nothing
+    // changed, and the exit code (7, not now) tells a script to try again.
     let approved = Client::connect(&home)
         .await?
         .call(Confirm {

@@ -10,7 +10,8 @@
 //! | 4 | the daemon refused: what the command names does not exist (`unknown`, `not_found`) |
 //! | 5 | the daemon refused: too late, it is closed (`expired`, `already_answered`) |
 //! | 6 | the daemon refused: not allowed (`not_allowed`) |
-//! | 7 | the daemon refused: not now (`full`, `unavailable`); retry later |
+//! | 7 | the daemon refused: not now (`full`, `unavailable`, `not_recorded`); retry later |
+//! | 8 | `stop`: the daemon stopped with changes of state it could not save (the count on stderr) |
 //!
 //! So a script can tell `switchboard confirm 7 yes` that came too late (5) from one with a
 //! wrong id (4), without reading the sentence on stderr.
@@ -30,6 +31,9 @@ pub const NOT_ALLOWED: u8 = 6;
 /// Not now; retry later.
 pub const NOT_NOW: u8 = 7;
 
+/// `stop`: the daemon stopped with changes of state the actions journal could not take.
+pub const UNSAVED: u8 = 8;
+
 /// The exit code for `err`: the refusal's, when the daemon refused, else [`ERROR`].
 pub fn code_of(err: &anyhow::Error) -> ExitCode {
     let refusal = err
@@ -45,7 +49,7 @@ pub fn code_of_refusal(code: RefusalCode) -> u8 {
         RefusalCode::Unknown | RefusalCode::NotFound => UNKNOWN,
         RefusalCode::Expired | RefusalCode::AlreadyAnswered => CLOSED,
         RefusalCode::NotAllowed => NOT_ALLOWED,
-        RefusalCode::Full | RefusalCode::Unavailable => NOT_NOW,
+        RefusalCode::Full | RefusalCode::Unavailable | RefusalCode::NotRecorded => NOT_NOW,
         RefusalCode::Invalid | RefusalCode::Failed => ERROR,
     }
 }

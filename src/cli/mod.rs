@@ -47,7 +47,7 @@ pub enum Command {
     /// Show recent messages of the running server.
     List(control_cmds::ListArgs),
     /// Answer a pending confirm: `confirm ID yes|no` (exit 4: no such confirm; 5: expired or
-    /// already answered; 6: not allowed).
+    /// already answered; 6: not allowed; 7: not recorded, try again).
     Confirm(control_cmds::ConfirmArgs),
     /// List the open confirm requests, with rule, channel, excerpt and time left.
     Pending(control_cmds::PendingArgs),

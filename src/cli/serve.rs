@@ -177,7 +177,7 @@ pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     let mut client = Client::connect(&home).await?;
-    client
+    let stopping = client
         .call(Shutdown {})
         .await
         .map_err(|e| anyhow::anyhow!("the daemon refused to stop: {e}"))?;
@@ -194,6 +194,20 @@ pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     println!("switchboard daemon stopped (pid {})", status.pid);
+    if stopping.unsaved > 0 {
+        eprintln!(
+            "error: {} changes of state were not saved: the actions journal cannot be written \
+             ({}); they are lost: work claimed or delivered meanwhile is offered again at the \
+             next start, and an expiry is noticed again",
+            stopping.unsaved,
+            stopping
+                .cause
+                .as_deref()
+                .map(|c| c.strip_prefix("failing: ").unwrap_or(c))
+                .unwrap_or("unknown cause")
+        );
+        return Ok(ExitCode::from(super::exit::UNSAVED));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

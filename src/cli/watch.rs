@@ -517,6 +517,7 @@ mod tests {
             delivery: Default::default(),
             approve_via: vec![],
             consumers: Default::default(),
+            redelivered: false,
         };
         let v = json_line(&WatchEvent::Action(Event::Queued { item }));
         assert_eq!(v["event"], "queued");

@@ -220,6 +220,7 @@ impl Local {
                 claude_channel: PushPolicy::Auto,
                 elicitation: true,
                 permission_relay: false,
+                delivery_grace_ms: 2000,
             }),
         )
     }

@@ -261,7 +261,9 @@ impl ApiError {
                 RefusalCode::AlreadyAnswered => S::CONFLICT,
                 RefusalCode::NotAllowed => S::FORBIDDEN,
                 RefusalCode::Invalid => S::UNPROCESSABLE_ENTITY,
-                RefusalCode::Full | RefusalCode::Unavailable => S::SERVICE_UNAVAILABLE,
+                RefusalCode::Full | RefusalCode::Unavailable | RefusalCode::NotRecorded => {
+                    S::SERVICE_UNAVAILABLE
+                }
                 RefusalCode::Failed => S::INTERNAL_SERVER_ERROR,
             },
             ApiError::Store(StoreError::TooLarge { count: true, .. }) => S::UNPROCESSABLE_ENTITY,

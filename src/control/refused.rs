@@ -39,6 +39,9 @@ pub enum RefusalCode {
     /// Occurs when what the call needs is not there now (the approval page is not served, the
     /// shared stream cannot be reached); retry later, or start the daemon so.
     Unavailable,
+    /// Occurs when an answer could not be written to the actions journal: it was not kept,
+    /// nothing changed, the confirm is still pending; try again.
+    NotRecorded,
     /// Occurs when the daemon tried and failed (a file it could not write, a reply it could not
     /// encode).
     Failed,
@@ -46,7 +49,7 @@ pub enum RefusalCode {
 
 impl RefusalCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [RefusalCode; 9] = [
+    pub const ALL: [RefusalCode; 10] = [
         RefusalCode::Unknown,
         RefusalCode::Expired,
         RefusalCode::AlreadyAnswered,
@@ -55,6 +58,7 @@ impl RefusalCode {
         RefusalCode::Invalid,
         RefusalCode::Full,
         RefusalCode::Unavailable,
+        RefusalCode::NotRecorded,
         RefusalCode::Failed,
     ];
 
@@ -69,6 +73,7 @@ impl RefusalCode {
             RefusalCode::Invalid => "invalid",
             RefusalCode::Full => "full",
             RefusalCode::Unavailable => "unavailable",
+            RefusalCode::NotRecorded => "not_recorded",
             RefusalCode::Failed => "failed",
         }
     }
@@ -109,6 +114,7 @@ impl From<ConfirmError> for Refused {
             ConfirmError::NotForConsumer { .. }
             | ConfirmError::ViaRefused { .. }
             | ConfirmError::OwnPermission { .. } => RefusalCode::NotAllowed,
+            ConfirmError::NotRecorded { .. } => RefusalCode::NotRecorded,
         };
         Refused::new(code, e)
     }

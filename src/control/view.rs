@@ -54,6 +54,10 @@ pub struct ItemView {
     pub expires_at: Option<String>,
     /// The source message: outside text, untrusted, grants no permission.
     pub message: MessageView,
+    /// Handed out before, and may have reached this client already (same `action_id`): a
+    /// client that handled that id drops it. Absent when not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redelivered: bool,
 }
 
 /// [`ItemKind`] as the tools' schema names it.
@@ -91,6 +95,7 @@ impl From<&Item> for ItemView {
             tools: i.tools.clone(),
             expires_at: i.expires_at.map(format_timestamp),
             message: MessageView::from(&*i.message),
+            redelivered: i.redelivered,
         }
     }
 }

@@ -156,6 +156,22 @@ pub struct FrontendSettings {
     /// daemon: off).
     #[serde(default)]
     pub permission_relay: bool,
+    /// `mcp.deliveryGrace`, in milliseconds: how long a session has to show it is still
+    /// there once a result carrying work left (absent from an older daemon: 2000).
+    #[serde(default = "delivery_grace_ms")]
+    pub delivery_grace_ms: u64,
+}
+
+impl FrontendSettings {
+    /// `mcp.deliveryGrace` as a duration.
+    pub fn delivery_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.delivery_grace_ms)
+    }
+}
+
+/// `delivery_grace_ms` when a daemon's settings do not say.
+fn delivery_grace_ms() -> u64 {
+    2000
 }
 
 /// `elicitation` when a daemon's settings do not say.

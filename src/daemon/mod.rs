@@ -191,6 +191,7 @@ fn own_parts(
         claude_channel: config.mcp.claude_channel,
         elicitation: config.mcp.elicitation,
         permission_relay: config.mcp.permission_relay,
+        delivery_grace_ms: config.mcp.delivery_grace.as_millis() as u64,
     })
     .daemon(DaemonInfo {
         started: chrono::Utc::now(),

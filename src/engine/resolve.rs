@@ -98,6 +98,7 @@ mod tests {
             delivery: Default::default(),
             approve_via: vec![],
             consumers: Default::default(),
+            redelivered: false,
         }
     }
 

@@ -5,7 +5,7 @@
 //! clear error instead of "unknown", and `pending` and the approval page can say how each
 //! ended.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
 
@@ -66,6 +66,15 @@ pub enum ConfirmError {
         /// The rule's `approveVia`, as a list.
         allowed: String,
     },
+    /// The actions journal could not be written: the answer was not kept, the confirm is
+    /// still pending.
+    #[error("not recorded: the actions journal cannot be written ({cause}); try again")]
+    NotRecorded {
+        /// The action id.
+        id: ActionId,
+        /// Why the write failed.
+        cause: String,
+    },
     /// A relayed permission request, answered by the agent's own tool.
     #[error(
         "confirm {id} is the host's permission prompt for the agent's own `{tool}` call: an agent \
@@ -119,6 +128,9 @@ pub(super) struct Confirms {
     /// Which session's user is being asked each pending confirm in an elicitation form: one
     /// session at a time per confirm (see [`Confirms::ask`]).
     asked: HashMap<ActionId, u64>,
+    /// Pending confirms whose answer is being written (see `answer`): nothing else closes
+    /// them meanwhile, and they do not expire until the answer is in or refused.
+    reserved: HashSet<ActionId>,
 }
 
 impl Confirms {
@@ -153,9 +165,24 @@ impl Confirms {
         self.pending.get(&id)
     }
 
+    /// Reserves pending confirm `id` while its answer is written.
+    pub(super) fn reserve(&mut self, id: ActionId) {
+        self.reserved.insert(id);
+    }
+
+    /// Ends the reservation of `id`.
+    pub(super) fn unreserve(&mut self, id: ActionId) {
+        self.reserved.remove(&id);
+    }
+
+    /// Whether an answer to `id` is being written.
+    pub(super) fn is_reserved(&self, id: ActionId) -> bool {
+        self.reserved.contains(&id)
+    }
+
     /// Closes pending confirm `id` as `state` (`approved`, `denied`, `expired`, `resolved`)
-    /// and remembers how; `None` when it is not pending. `how` fills in who answered, by
-    /// which path, or why.
+    /// and remembers how; `None` when it is not pending, or reserved by an answer being
+    /// written. `how` fills in who answered, by which path, or why.
     pub(super) fn close(
         &mut self,
         id: ActionId,
@@ -163,6 +190,9 @@ impl Confirms {
         at: DateTime<Utc>,
         how: impl FnOnce(&mut ClosedConfirm),
     ) -> Option<Item> {
+        if self.reserved.contains(&id) {
+            return None;
+        }
         let item = self.pending.remove(&id)?;
         self.asked.remove(&id);
         let mut closed = ClosedConfirm {
@@ -249,18 +279,23 @@ impl Confirms {
             .collect()
     }
 
-    /// The pending confirms whose expiry is at or before `now`.
+    /// The pending confirms whose expiry is at or before `now` (but those being answered).
     pub(super) fn due(&self, now: DateTime<Utc>) -> Vec<ActionId> {
         self.pending
             .values()
             .filter(|i| i.expires_at.is_some_and(|e| e <= now))
+            .filter(|i| !self.reserved.contains(&i.action_id))
             .map(|i| i.action_id)
             .collect()
     }
 
-    /// The earliest expiry of a pending confirm.
+    /// The earliest expiry of a pending confirm not being answered.
     pub(super) fn next_expiry(&self) -> Option<DateTime<Utc>> {
-        self.pending.values().filter_map(|i| i.expires_at).min()
+        self.pending
+            .values()
+            .filter(|i| !self.reserved.contains(&i.action_id))
+            .filter_map(|i| i.expires_at)
+            .min()
     }
 
     /// The ids of the pending confirms after position `after`, oldest first.

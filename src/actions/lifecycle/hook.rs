@@ -24,10 +24,20 @@ impl Lifecycle {
         let id = s.sessions.next_id();
         s.ensure_consumer(consumer, None);
         s.sessions.open(id, consumer.to_string(), false);
-        let item = s
-            .claim_work(id, consumer, 1, now, &mut changes)
+        // Sessions waiting meanwhile come first: the hook may find nothing left for it.
+        let Some(item) = s
+            .claim_work(
+                super::waiters::Taker::Passing,
+                (id, consumer),
+                1,
+                now,
+                &mut changes,
+            )
             .pop()
-            .expect("work is queued: checked under the same lock");
+        else {
+            s.sessions.close(id);
+            return None;
+        };
         self.commit(s, changes);
         Some((id, item))
     }
@@ -100,7 +110,7 @@ mod tests {
         lc.offer(vec![action(1, Mode::Auto)], None, Utc::now())
             .await;
         let (session, item) = lc.claim_for_hook("claude-hook:b").unwrap();
-        lc.settle(&[item.action_id], true, "written");
+        lc.settle(&[item.action_id], true, false, "written");
         lc.close_session(session, Utc::now());
         assert_eq!(lc.stats().counters.delivered, 1);
         assert_eq!(lc.stats().queued_work, 0);

@@ -59,6 +59,11 @@ pub struct Item {
     /// Which consumers may receive it; everyone, the default, is left out.
     #[serde(default, skip_serializing_if = "Audience::is_everyone")]
     pub consumers: Audience,
+    /// Work handed out before whose result may have reached its client (it left, and the
+    /// session ended or went silent before it was acknowledged): a client that has this id
+    /// already may drop it. Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redelivered: bool,
 }
 
 impl Item {
@@ -79,6 +84,7 @@ impl Item {
             delivery: action.delivery,
             approve_via: action.approve_via,
             consumers: action.consumers,
+            redelivered: false,
         }
     }
 

@@ -89,6 +89,11 @@ impl Relays {
         self.asked_by.contains_key(&id)
     }
 
+    /// The session that asked open request `id`.
+    pub(super) fn asker(&self, id: ActionId) -> Option<SessionId> {
+        self.asked_by.get(&id).map(|a| a.session)
+    }
+
     /// Forgets `id`; the session that asked, if it was one.
     pub(super) fn remove(&mut self, id: ActionId) -> Option<SessionId> {
         self.asked_by.remove(&id).map(|a| a.session)
@@ -323,24 +328,22 @@ impl State {
         })
     }
 
-    /// Records that the verdict of relayed request `id`, approved, went to the session that
-    /// asked (`consumer`): nothing is queued, the host runs the call itself.
-    pub(super) fn relayed_verdict(
-        &mut self,
-        id: ActionId,
-        now: DateTime<Utc>,
-        changes: &mut Changes,
-    ) {
-        let consumer = self
-            .relays
-            .remove(id)
+    /// The consumer of the session that asked relayed request `id` (empty when it is gone):
+    /// who its approved verdict is delivered to.
+    pub(super) fn relay_consumer(&self, id: ActionId) -> String {
+        self.relays
+            .asker(id)
             .and_then(|s| self.sessions.consumer_of(s).map(str::to_string))
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// The verdict of relayed request `id`, approved, goes to the session that asked: nothing
+    /// is queued, the host runs the call itself. (Its `delivered` record is among the
+    /// answer's records.)
+    pub(super) fn relayed_verdict(&mut self, id: ActionId, changes: &mut Changes) {
+        let consumer = self.relay_consumer(id);
+        self.relays.remove(id);
         self.counters.delivered += 1;
-        changes.record(Record {
-            consumer: Some(consumer.clone()),
-            ..Record::transition(id, ActionState::Delivered, now)
-        });
         changes.event(Event::Delivered { id, consumer });
     }
 
@@ -420,7 +423,9 @@ mod tests {
         // No agent is shown it, and the agent's own tool may not answer it.
         assert!(lc.take(other, "copilot#2", 10).is_empty());
         assert!(lc.take(asker, "claude-code#1", 10).is_empty());
-        let refused = lc.confirm(5, true, "claude-code#1", Via::Tool, Some(asker), now);
+        let refused = lc
+            .confirm(5, true, "claude-code#1", Via::Tool, Some(asker), now)
+            .await;
         assert!(
             matches!(refused, Err(ConfirmError::OwnPermission { id: 5, ref tool }) if tool == "Bash"),
             "{refused:?}"
@@ -432,7 +437,9 @@ mod tests {
                 .contains("an agent may not answer it")
         );
         // No form is ever put for it, and an answer claiming one is refused.
-        let form = lc.confirm(5, true, "claude-code#1", Via::Elicitation, None, now);
+        let form = lc
+            .confirm(5, true, "claude-code#1", Via::Elicitation, None, now)
+            .await;
         assert!(
             matches!(
                 form,
@@ -444,7 +451,10 @@ mod tests {
             "{form:?}"
         );
         // A person's answer closes it and queues nothing.
-        let approved = lc.confirm(5, true, "cli", Via::Cli, None, now).unwrap();
+        let approved = lc
+            .confirm(5, true, "cli", Via::Cli, None, now)
+            .await
+            .unwrap();
         assert_eq!(approved.map(|i| i.kind), Some(ItemKind::Approved));
         assert!(lc.take(other, "copilot#2", 10).is_empty(), "no work queued");
         assert_eq!(lc.stats().queued_work, 0);
@@ -484,7 +494,7 @@ mod tests {
         let closed = lc.closed_confirm(1).unwrap();
         assert_eq!(closed.state, ActionState::Resolved);
         assert!(matches!(
-            lc.confirm(1, true, "cli", Via::Cli, None, now),
+            lc.confirm(1, true, "cli", Via::Cli, None, now).await,
             Err(ConfirmError::AlreadyAnswered { .. })
         ));
         assert!(matches!(
@@ -624,13 +634,16 @@ mod tests {
         assert_eq!(lc.stats().queued_work, 0, "no work queued");
         let late = lc
             .confirm(1, false, "cli", Via::Cli, None, now)
+            .await
             .unwrap_err();
         assert!(
             matches!(late, ConfirmError::AlreadyAnswered { .. }),
             "{late:?}"
         );
         // A person's answer first leaves nothing for the host's call to close.
-        lc.confirm(2, true, "cli", Via::Cli, None, now).unwrap();
+        lc.confirm(2, true, "cli", Via::Cli, None, now)
+            .await
+            .unwrap();
         assert!(
             lc.allowed_in_host("Bash", &json!({"command": "ls"}), now)
                 .is_none()
@@ -652,11 +665,13 @@ mod tests {
                 action,
                 message,
                 state: ActionState::Pending,
+                redelivered: false,
             },
             LiveAction {
                 action: rule_action,
                 message: (*rule_message).clone(),
                 state: ActionState::Pending,
+                redelivered: false,
             },
         ]);
         assert_eq!(

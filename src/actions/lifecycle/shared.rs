@@ -345,7 +345,7 @@ mod tests {
             [(ItemKind::Auto, 40)]
         );
         assert!(!lc.withdraw(40), "claimed: not given back");
-        lc.settle(&[40], true, "sent");
+        lc.settle(&[40], true, false, "sent");
         assert_eq!(lc.stats().counters.delivered, 1);
     }
 
@@ -362,6 +362,7 @@ mod tests {
                 action,
                 message,
                 state: ActionState::Claimed,
+                redelivered: false,
             }
         };
         let lc = Lifecycle::default();

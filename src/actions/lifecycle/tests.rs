@@ -1,6 +1,6 @@
 use super::*;
 use crate::actions::journal::ActionLog;
-use crate::actions::{Action, ActionSettings};
+use crate::actions::{Action, ActionSettings, Via};
 use crate::home::FsyncPolicy;
 use crate::message::{Message, NewMessage};
 use chrono::TimeDelta;
@@ -60,7 +60,7 @@ async fn each_session_sees_each_nudge_work_goes_to_one() {
     assert!(lc.take(a, "copilot#1", 10).is_empty(), "each item once");
     assert!(lc.take(b, "copilot#2", 10).is_empty());
     assert_eq!(lc.stats().claimed_work, 1);
-    lc.settle(&[2], true, "sent");
+    lc.settle(&[2], true, false, "sent");
     assert_eq!(lc.stats().claimed_work, 0);
     assert_eq!(
         lc.stats().counters.delivered,
@@ -117,7 +117,7 @@ async fn a_released_claim_goes_to_the_next_session_first() {
     .await;
     assert_eq!(ids(&lc.take(a, "a", 1)), [(ItemKind::Auto, 1)]);
     // a's result could not be sent: 1 goes back before 2.
-    lc.settle(&[1], false, "the result could not be sent");
+    lc.settle(&[1], false, false, "the result could not be sent");
     assert_eq!(
         ids(&lc.take(b, "b", 10)),
         [(ItemKind::Auto, 1), (ItemKind::Auto, 2)]
@@ -183,6 +183,7 @@ async fn confirm_answers() {
     .await;
     let yes = lc
         .confirm(1, true, "agent", Via::Tool, Some(agent), now)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!((yes.kind, yes.prompt.as_str()), (ItemKind::Approved, "p1"));
@@ -191,17 +192,22 @@ async fn confirm_answers() {
         "approved through the tool is claimed by the answering session"
     );
     assert_eq!(lc.stats().claimed_work, 1);
-    assert_eq!(lc.confirm(2, false, "cli", Via::Cli, None, now), Ok(None));
+    assert_eq!(
+        lc.confirm(2, false, "cli", Via::Cli, None, now).await,
+        Ok(None)
+    );
     assert!(matches!(
-        lc.confirm(1, true, "cli", Via::Cli, None, now),
+        lc.confirm(1, true, "cli", Via::Cli, None, now).await,
         Err(ConfirmError::AlreadyAnswered { .. })
     ));
     assert_eq!(
-        lc.confirm(99, true, "cli", Via::Cli, None, now),
+        lc.confirm(99, true, "cli", Via::Cli, None, now).await,
         Err(ConfirmError::Unknown(99))
     );
     // CLI approval queues it as work for the next session.
-    lc.confirm(3, true, "cli", Via::Cli, None, now).unwrap();
+    lc.confirm(3, true, "cli", Via::Cli, None, now)
+        .await
+        .unwrap();
     let next = lc.open_session("next", false, None);
     assert_eq!(
         ids(&lc.take(next, "next", 10)).first(),
@@ -215,15 +221,11 @@ async fn two_answers_at_once_one_wins() {
     let now = Utc::now();
     lc.offer(vec![action(1, Mode::Confirm, now)], None, now)
         .await;
-    let answers: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8)
-            .map(|i| {
-                let lc = lc.clone();
-                s.spawn(move || lc.confirm(1, i % 2 == 0, "cli", Via::Cli, None, now))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let answers = futures::future::join_all((0..8).map(|i| {
+        let lc = lc.clone();
+        async move { lc.confirm(1, i % 2 == 0, "cli", Via::Cli, None, now).await }
+    }))
+    .await;
     assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 1);
 }
 
@@ -239,13 +241,13 @@ async fn expiry_by_timer_and_on_answer() {
     .await;
     let after = now + TimeDelta::minutes(31);
     assert!(matches!(
-        lc.confirm(1, true, "cli", Via::Cli, None, after),
+        lc.confirm(1, true, "cli", Via::Cli, None, after).await,
         Err(ConfirmError::Expired { .. })
     ));
     assert_eq!(lc.expire_due(after), None);
     assert!(lc.pending_confirms().is_empty(), "2 expired too");
     assert!(matches!(
-        lc.confirm(2, false, "cli", Via::Cli, None, after),
+        lc.confirm(2, false, "cli", Via::Cli, None, after).await,
         Err(ConfirmError::Expired { .. })
     ));
 }
@@ -354,7 +356,7 @@ async fn contended_work_reaches_exactly_one_session_each() {
                         return got;
                     }
                     let claims = claims_of(&items);
-                    lc.settle(&claims, true, "sent");
+                    lc.settle(&claims, true, false, "sent");
                     got.extend(claims);
                 }
             })
@@ -414,10 +416,12 @@ async fn journal_restores_pending_undelivered_and_claimed() {
         )
         .await;
         assert_eq!(ids(&lc.take(s, "a", 1)), [(ItemKind::Auto, 2)]);
-        lc.settle(&[2], true, "sent");
+        lc.settle(&[2], true, false, "sent");
         // 3 is claimed and never settled: the process dies holding it.
         assert_eq!(ids(&lc.take(s, "a", 1)), [(ItemKind::Auto, 3)]);
-        lc.confirm(5, false, "cli", Via::Cli, None, now).unwrap();
+        lc.confirm(5, false, "cli", Via::Cli, None, now)
+            .await
+            .unwrap();
         lc.flush().await;
     }
     let (_, replay) = ActionLog::open(&path).unwrap();
@@ -433,6 +437,11 @@ async fn journal_restores_pending_undelivered_and_claimed() {
         [(Auto, 3), (Auto, 6), (ConfirmRequest, 1), (Nudge, 4)]
     );
     assert_eq!(items[2].expires_at, expires, "original expiry kept");
+    assert!(
+        items[0].redelivered,
+        "3 was claimed at the stop: its result may have left"
+    );
+    assert!(!items[1].redelivered, "6 was never handed out");
 }
 
 #[tokio::test]
@@ -471,7 +480,7 @@ async fn a_resolved_confirm_is_closed_told_journalled_and_stays_closed() {
             }]
         );
         assert_eq!(
-            lc.confirm(1, true, "cli", Via::Cli, None, now),
+            lc.confirm(1, true, "cli", Via::Cli, None, now).await,
             Err(ConfirmError::AlreadyAnswered {
                 id: 1,
                 state: "resolved".into()
@@ -787,7 +796,9 @@ async fn approve_via_refuses_a_path_the_rule_does_not_list_and_records_the_path(
     let (mut a, msg) = action(1, Mode::Confirm, now);
     a.approve_via = vec![Via::Cli, Via::Web];
     lc.offer(vec![(a, msg)], None, now).await;
-    let refused = lc.confirm(1, true, "agent", Via::Tool, Some(agent), now);
+    let refused = lc
+        .confirm(1, true, "agent", Via::Tool, Some(agent), now)
+        .await;
     assert_eq!(
         refused.as_ref().unwrap_err().to_string(),
         "confirm 1 cannot be answered via `tool`: rule `r` takes answers only via cli, web; ask \
@@ -798,7 +809,9 @@ async fn approve_via_refuses_a_path_the_rule_does_not_list_and_records_the_path(
         1,
         "a refused answer leaves it pending"
     );
-    lc.confirm(1, true, "web", Via::Web, None, now).unwrap();
+    lc.confirm(1, true, "web", Via::Web, None, now)
+        .await
+        .unwrap();
     let answered = events(&mut rx).into_iter().find_map(|e| match e {
         Event::Answered { via, by, .. } => Some((via, by)),
         _ => None,
@@ -811,6 +824,7 @@ async fn approve_via_refuses_a_path_the_rule_does_not_list_and_records_the_path(
     );
     assert_eq!(
         lc.confirm(1, false, "cli", Via::Cli, None, now)
+            .await
             .unwrap_err()
             .to_string(),
         "confirm 1 was already answered: approved via web by web"
@@ -849,12 +863,153 @@ async fn one_session_at_a_time_asks_a_confirm_in_a_form_and_a_late_form_answer_i
     assert!(lc.elicit(1, a, true));
 
     // Answered elsewhere first: no one asks any more, and the form's late answer is refused.
-    lc.confirm(1, true, "cli", Via::Cli, None, now).unwrap();
+    lc.confirm(1, true, "cli", Via::Cli, None, now)
+        .await
+        .unwrap();
     assert!(!lc.elicit(1, a, true));
     assert_eq!(
         lc.confirm(1, true, "claude#1", Via::Elicitation, None, now)
+            .await
             .unwrap_err()
             .to_string(),
         "confirm 1 was already answered: approved via cli by cli"
     );
+}
+
+#[tokio::test]
+async fn an_answer_the_journal_cannot_take_is_refused_and_the_confirm_stays_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("actions.jsonl");
+    let now = Utc::now();
+    {
+        let (log, _) = ActionLog::open(&path).unwrap();
+        let lc = Lifecycle::new(64, JournalWriter::start(log, FsyncPolicy::Always).unwrap());
+        let mut events = lc.subscribe();
+        lc.offer(vec![action(1, Mode::Confirm, now)], Some(1), now)
+            .await;
+        let Some(guard) = crate::actions::fault::Immutable::set(&path) else {
+            return;
+        };
+        let refused = lc.confirm(1, false, "cli", Via::Cli, None, now).await;
+        assert!(
+            matches!(&refused, Err(ConfirmError::NotRecorded { id: 1, cause }) if !cause.is_empty()),
+            "{refused:?}"
+        );
+        let shown = refused.unwrap_err().to_string();
+        assert!(
+            shown.starts_with("not recorded: the actions journal cannot be written (")
+                && shown.ends_with("); try again"),
+            "{shown}"
+        );
+        assert_eq!(ids(&lc.pending_confirms()), [(ItemKind::ConfirmRequest, 1)]);
+        assert!(lc.closed_confirm(1).is_none());
+        while let Ok(e) = events.try_recv() {
+            assert!(!matches!(e, Event::Answered { .. }), "{e:?}");
+        }
+        drop(guard);
+        // The journal takes writes again: the same answer is kept.
+        let approved = lc.confirm(1, true, "cli", Via::Cli, None, now).await;
+        assert!(matches!(approved, Ok(Some(_))), "{approved:?}");
+    }
+    let (_, replay) = ActionLog::open(&path).unwrap();
+    let live: Vec<_> = replay
+        .live
+        .values()
+        .map(|l| (l.action.id, l.state))
+        .collect();
+    assert_eq!(
+        live,
+        [(1, ActionState::Approved)],
+        "the refused `no` never landed"
+    );
+}
+
+#[tokio::test]
+async fn a_second_answer_while_the_first_is_saved_hears_how_it_went() {
+    let lc = Lifecycle::default();
+    let now = Utc::now();
+    lc.offer(vec![action(1, Mode::Confirm, now)], None, now)
+        .await;
+    lc.lock().confirms.reserve(1);
+    // Nothing else closes it meanwhile.
+    assert!(lc.expire_due(now + TimeDelta::hours(1)).is_none());
+    assert_eq!(lc.pending_confirms().len(), 1);
+    let second = tokio::spawn({
+        let lc = lc.clone();
+        async move { lc.confirm(1, true, "web", Via::Web, None, now).await }
+    });
+    tokio::task::yield_now().await;
+    assert!(!second.is_finished(), "it waits for the first");
+    // The first was refused: the second is kept.
+    lc.lock().confirms.unreserve(1);
+    lc.inner.answered.notify_waiters();
+    assert!(matches!(second.await.unwrap(), Ok(Some(_))));
+}
+
+#[tokio::test]
+async fn four_waiting_sessions_share_forty_items() {
+    let lc = Lifecycle::default();
+    let now = Utc::now();
+    let stop = CancellationToken::new();
+    let mut waits = Vec::new();
+    for n in 0..4 {
+        let lc = lc.clone();
+        let stop = stop.clone();
+        let consumer = format!("w#{n}");
+        let session = lc.open_session(&consumer, false, None);
+        waits.push(tokio::spawn(async move {
+            let mut got = 0;
+            while !stop.is_cancelled() {
+                let items = lc
+                    .wait(session, &consumer, 10, Duration::from_secs(5), &stop)
+                    .await;
+                lc.settle(&claims_of(&items), true, false, "sent");
+                got += items.len();
+            }
+            got
+        }));
+    }
+    // Every session is waiting before the first item comes.
+    while lc.lock().waiters.len() < 4 {
+        tokio::task::yield_now().await;
+    }
+    for id in 1..=40 {
+        lc.offer(vec![action(id, Mode::Auto, now)], None, now).await;
+        tokio::task::yield_now().await;
+    }
+    while lc.stats().counters.delivered < 40 {
+        tokio::task::yield_now().await;
+    }
+    stop.cancel();
+    let mut got = Vec::new();
+    for w in waits {
+        got.push(w.await.unwrap());
+    }
+    assert_eq!(got.iter().sum::<usize>(), 40);
+    assert!(got.iter().all(|n| (5..=15).contains(n)), "{got:?}");
+}
+
+#[tokio::test]
+async fn a_session_that_ends_holding_work_gives_it_back_marked() {
+    let lc = Lifecycle::default();
+    let now = Utc::now();
+    lc.offer(
+        vec![action(1, Mode::Auto, now), action(2, Mode::Auto, now)],
+        None,
+        now,
+    )
+    .await;
+    let a = lc.open_session("a", false, None);
+    assert_eq!(lc.take(a, "a", 2).len(), 2);
+    // 1's result could not be sent: back as it was. 2's left, and the session ended.
+    lc.settle(&[1], false, false, "not sent");
+    lc.close_session(a, now);
+    let b = lc.open_session("b", false, None);
+    let mut again: Vec<_> = lc
+        .take(b, "b", 10)
+        .iter()
+        .map(|i| (i.action_id, i.redelivered))
+        .collect();
+    again.sort_unstable();
+    assert_eq!(again, [(1, false), (2, true)]);
 }

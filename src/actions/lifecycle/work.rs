@@ -4,6 +4,7 @@
 //! A wait *claims* work for exactly one session; the claim is settled as *delivered* once the
 //! result carrying it was sent, or *released* back to the front of the queue when the session
 //! ended or the result could not be sent. So delivery is at least once, never zero. Work whose
+//! result may have reached a client before it came back is marked `redelivered`. Work whose
 //! audience is limited (a rule's `consumers`) is claimed only by a session of a consumer it
 //! admits: it waits in the queue for one, and other sessions claim what is behind it.
 
@@ -55,13 +56,20 @@ impl Work {
         *self.pushed_by.entry(id).or_insert(session) == session
     }
 
-    /// Claims the oldest queued work `consumer` may receive for `session`; work for other
-    /// consumers stays queued, in its place, for them.
-    pub(super) fn claim_next(&mut self, session: SessionId, consumer: &str) -> Option<Item> {
-        let at = self
-            .queue
-            .iter()
-            .position(|item| item.consumers.admits(consumer))?;
+    /// The queued work, oldest first.
+    pub(super) fn queued(&self) -> impl Iterator<Item = &Item> {
+        self.queue.iter()
+    }
+
+    /// Claims queued work `id` for `session`, reading as `consumer`; `None` when it is not
+    /// queued.
+    pub(super) fn claim_queued(
+        &mut self,
+        id: ActionId,
+        session: SessionId,
+        consumer: &str,
+    ) -> Option<Item> {
+        let at = self.queue.iter().position(|item| item.action_id == id)?;
         let item = self.queue.remove(at)?;
         self.pushed_by.remove(&item.action_id);
         self.claim(item.clone(), session, consumer);
@@ -95,9 +103,17 @@ impl Work {
     }
 
     /// Ends the claims on `ids` and puts their work back at the front of the queue, in id
-    /// order: it was due before anything queued since. Returns the claims released.
-    pub(super) fn release(&mut self, ids: &[ActionId]) -> Vec<(ActionId, String)> {
+    /// order: it was due before anything queued since. Work whose result `maybe_seen` (it
+    /// left, unacknowledged) is marked `redelivered`. Returns the claims released.
+    pub(super) fn release(
+        &mut self,
+        ids: &[ActionId],
+        maybe_seen: bool,
+    ) -> Vec<(ActionId, String)> {
         let mut back: Vec<Claim> = ids.iter().filter_map(|id| self.claims.remove(id)).collect();
+        for c in &mut back {
+            c.item.redelivered |= maybe_seen;
+        }
         let released = back
             .iter()
             .map(|c| (c.item.action_id, c.consumer.clone()))

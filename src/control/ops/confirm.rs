@@ -4,7 +4,8 @@
 //! tool runs it now), else queued as approved work for the next session (the CLI, the page,
 //! a form). The answer is on disk before the reply, with the path it came by (`via`). Unknown,
 //! expired or already-answered ids, and a path the rule's `approveVia` does not list, are
-//! refusals that say which ([`crate::control::RefusalCode`]).
+//! refusals that say which ([`crate::control::RefusalCode`]). An answer the actions journal
+//! cannot take is refused as `not_recorded`: nothing changed, the confirm stays pending.
 //!
 //! Every way of answering says yes or no with one [`Decision`]: the terminal's and the tool's
 //! `yes`/`no`, the approval page's and the elicitation form's `approve`/`deny`.
@@ -48,13 +49,11 @@ impl Op for Confirm {
         } else {
             Via::Cli
         });
-        let lifecycle = cx.lifecycle();
-        let item = lifecycle
+        // The answer is on disk before the reply, or refused.
+        cx.lifecycle()
             .confirm(self.id, self.decision.is_yes(), &self.by, via, claim_for, Utc::now())
-            .map_err(ApiError::from)?;
-        // The answer is on disk before the reply.
-        lifecycle.flush().await;
-        Ok(item)
+            .await
+            .map_err(ApiError::from)
     }
 }
 

@@ -28,6 +28,7 @@ impl Op for HookDone {
         cx.lifecycle().settle(
             &[self.action_id],
             self.delivered,
+            false,
             "the stop hook could not hand it to the agent",
         );
         cx.duty().count(

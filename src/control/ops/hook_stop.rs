@@ -260,6 +260,7 @@ mod tests {
             delivery: Default::default(),
             approve_via: Vec::new(),
             consumers: Default::default(),
+            redelivered: false,
         }
     }
 

@@ -1,5 +1,6 @@
-//! `settle`: what became of the work a result carried — delivered once the result was sent,
-//! else released to the front of the queue for the next session.
+//! `settle`: what became of the work a result carried — delivered once its client had the
+//! result, else released to the front of the queue for the next session; marked `redelivered`
+//! when the result may have reached the client (it left, and was not acknowledged).
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,10 @@ pub struct Settle {
     pub delivered: bool,
     /// Why released.
     pub why: String,
+    /// Released work whose result left and may have reached the client: handed out again, it
+    /// is marked `redelivered`. (Absent from a front end older than the field: false.)
+    #[serde(default)]
+    pub maybe_seen: bool,
 }
 
 impl Op for Settle {
@@ -23,7 +28,7 @@ impl Op for Settle {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<(), ApiError> {
         cx.lifecycle()
-            .settle(&self.claims, self.delivered, &self.why);
+            .settle(&self.claims, self.delivered, self.maybe_seen, &self.why);
         Ok(())
     }
 }

@@ -3,7 +3,8 @@
 //! Returns at once when something is queued, else when something arrives or the timeout
 //! (capped by the daemon) ends; empty, having taken nothing, once the call is cancelled (the
 //! session ended, the client went away). Work among the items is claimed by the session until
-//! a `settle` says what became of the result that carried it. Its deadline is its own timeout
+//! a `settle` says what became of the result that carried it. A wait for 0 items takes nothing
+//! and returns at once: a look at the cursor, the unread count and what is queued. Its deadline is its own timeout
 //! plus [`WAIT_MARGIN`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,9 @@ pub struct WaitReply {
     pub cursor: Seq,
     /// Messages after the cursor.
     pub unread: u64,
+    /// Items waiting for the consumer after the wait (absent from an older daemon: 0).
+    #[serde(default)]
+    pub queued: usize,
 }
 
 impl Op for Wait {
@@ -49,7 +53,9 @@ impl Op for Wait {
     async fn apply(self, cx: &Ctx<'_>) -> Result<WaitReply, ApiError> {
         let session = cx.session(self.session)?;
         let timeout = Duration::from_millis(self.timeout_ms).min(cx.settings().max_wait);
-        let max = self.max.clamp(1, 100);
+        // 0 asks only what is there (the cursor, the unread count, what is queued): nothing
+        // is taken.
+        let max = self.max.min(100);
         let consumer = &self.consumer;
         let items = {
             let _counted = InFlight::count(&cx.metrics().wait_calls_in_flight);
@@ -66,6 +72,7 @@ impl Op for Wait {
             items,
             cursor: state.cursor_or_boot(consumer),
             unread: state.unread(consumer, cx.inbox().last_seq()),
+            queued: cx.lifecycle().queued_for(consumer),
         })
     }
 }

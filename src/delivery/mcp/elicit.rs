@@ -15,7 +15,9 @@
 //! outside a session); `decline` and `cancel` leave it pending for the other paths. When the
 //! confirm closes elsewhere first (answered, expired, resolved) the form is cancelled
 //! (`notifications/cancelled`); an answer that still comes is refused by the operation as
-//! late ("already answered", "expired"), which is logged, not shown to the user.
+//! late ("already answered", "expired"), which is logged, not shown to the user. An answer the
+//! actions journal cannot take (`not recorded`) is told to the user in a log notification,
+//! and the confirm, still pending, is put in a form again.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -376,9 +378,10 @@ async fn follow_form(
             }
         }
     };
+    let mut again = false;
     match answer {
         Some(Ok(ClientResult::ElicitResult(result))) => {
-            answer_with(&server, &wait, id, result).await
+            again = !answer_with(&server, &wait, &item, result).await;
         }
         Some(Ok(other)) => {
             tracing::warn!(
@@ -396,6 +399,10 @@ async fn follow_form(
     }
     if closed_elsewhere.is_none() {
         release(&server, &wait, id).await;
+        if again {
+            // Not recorded: it is put in a form again, with the next wait.
+            server.forms.state.lock().unwrap().offer([&item]);
+        }
         pump(&server).await;
     }
 }
@@ -431,13 +438,22 @@ fn choice(result: &ElicitResult) -> Choice {
     }
 }
 
-/// Applies the form's answer through the `confirm` operation.
-async fn answer_with(server: &McpServer, wait: &InFlight, id: ActionId, result: ElicitResult) {
+/// Applies the form's answer through the `confirm` operation; false when the actions journal
+/// could not take it: the confirm stays pending, the user is told so (a log notification),
+/// and it is to be asked again.
+#[allow(deprecated)]
+async fn answer_with(
+    server: &McpServer,
+    wait: &InFlight,
+    item: &Item,
+    result: ElicitResult,
+) -> bool {
+    let id = item.action_id;
     let decision = match choice(&result) {
         Choice::Answer(decision) => decision,
         Choice::Leave(why) => {
             tracing::info!(action_id = id, "elicitation: the form was {why}");
-            return;
+            return true;
         }
     };
     let answered = server
@@ -456,6 +472,21 @@ async fn answer_with(server: &McpServer, wait: &InFlight, id: ActionId, result: 
             approved = decision.is_yes(),
             "elicitation: confirm answered in the form"
         ),
+        Err(e) if e.refusal() == Some(crate::control::RefusalCode::NotRecorded) => {
+            tracing::warn!(action_id = id, "elicitation: the form's answer: {e}");
+            let note = json!({"action_id": id, "error": format!("confirm {id}: {e}")});
+            let _ = wait
+                .peer
+                .notify_logging_message(
+                    rmcp::model::LoggingMessageNotificationParam::new(
+                        rmcp::model::LoggingLevel::Warning,
+                        note,
+                    )
+                    .with_logger("switchboard"),
+                )
+                .await;
+            return false;
+        }
         // Answered elsewhere first, or expired while the form was open: the user is not
         // told (the form is gone), the log says it.
         Err(e) => tracing::info!(
@@ -463,6 +494,7 @@ async fn answer_with(server: &McpServer, wait: &InFlight, id: ActionId, result: 
             "elicitation: the form's answer came late: {e}"
         ),
     }
+    true
 }
 
 /// The form's one field: a required choice, approve or deny.
@@ -577,6 +609,7 @@ mod tests {
             delivery: Default::default(),
             approve_via: Vec::new(),
             consumers: Default::default(),
+            redelivered: false,
         }
     }
 

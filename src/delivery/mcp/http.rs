@@ -10,10 +10,13 @@
 //!   `mcp.sessionIdleTimeout` ends as if deleted (a wait in flight is not idle), and at most
 //!   `mcp.maxSessions` are open at once (one more `initialize` is 503, saying so);
 //! - **dropped connections**: the response body of each request is watched; when the client
-//!   goes away before the response was sent, the request's wait is cancelled and any work it
-//!   had claimed is released; once the response was sent (the body ended, or hyper took the
-//!   frame carrying it: a client may close as soon as it has read it) its claims are
-//!   delivered.
+//!   goes away before the response was sent, or the body ends without it (the request was
+//!   cancelled), the request's wait is cancelled and any work it had claimed is released; once
+//!   hyper took the frame carrying the response (a client may close as soon as it has read
+//!   it) the result is reported sent, and its claims are delivered once the session shows it
+//!   is there: a call since, or a stream or request in progress at the end of
+//!   `mcp.deliveryGrace`, or its next call after that (see [`SessionLink`]). A session that
+//!   ends first (DELETE, idle) gives them back, marked `redelivered`.
 //!
 //! SSE priming events (an empty `data:` that clients before 2025-11-25 try to parse as JSON)
 //! are not sent: switchboard does not offer stream resumption.
@@ -35,11 +38,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{McpServer, SessionLink, not_initialized, refusal_json};
-use crate::actions::ActionId;
 use crate::auth::{Bearer, origin_allowed};
-use crate::backend::Api;
 use crate::control::Local;
-use crate::control::ops::Settle;
 
 /// The session header of streamable HTTP.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -54,6 +54,8 @@ pub struct HttpSession {
     /// Cancelled once the MCP session itself is over (its server dropped or ended).
     closed: CancellationToken,
     attached: AtomicBool,
+    /// The session's link, once attached: told of each call.
+    link: std::sync::OnceLock<std::sync::Weak<SessionLink>>,
     /// Responses in progress (a request's body, an open stream).
     busy: AtomicUsize,
     /// When it was last busy.
@@ -67,16 +69,26 @@ impl HttpSession {
             ending,
             closed: CancellationToken::new(),
             attached: AtomicBool::new(false),
+            link: std::sync::OnceLock::new(),
             busy: AtomicUsize::new(0),
             last: Mutex::new(Instant::now()),
         })
     }
 
-    /// Ends `link`'s session when this HTTP session is deleted (linked once).
-    pub fn attach(&self, link: &Arc<SessionLink>) {
+    /// Ends `link`'s session when this HTTP session is deleted, and tells it of the
+    /// session's calls and whether a stream or a request is in progress (linked once).
+    pub fn attach(self: &Arc<Self>, link: &Arc<SessionLink>) {
         if self.attached.swap(true, Ordering::AcqRel) {
             return;
         }
+        let _ = self.link.set(Arc::downgrade(link));
+        link.reports_sends();
+        let session = Arc::downgrade(self);
+        link.alive_when(Arc::new(move || {
+            session
+                .upgrade()
+                .is_some_and(|s| s.busy.load(Ordering::Acquire) > 0)
+        }));
         let ended = self.ended.clone();
         let closed = self.closed.clone();
         let ending = self.ending.clone();
@@ -105,6 +117,13 @@ impl HttpSession {
                 ),
             }
         });
+    }
+
+    /// A request came on this session: a sign its client is there.
+    fn called(&self) {
+        if let Some(link) = self.link.get().and_then(std::sync::Weak::upgrade) {
+            link.called();
+        }
     }
 
     /// Counts a response in progress until the returned guard is dropped.
@@ -157,27 +176,30 @@ fn counted(response: Response, session: Option<&Arc<HttpSession>>) -> Response {
     Response::from_parts(parts, body)
 }
 
+/// Where a request's response is: in progress, with the results that wait for its outcome
+/// (the session link and the JSON-RPC id), or over.
 enum Phase {
-    Open(Vec<ActionId>),
-    Completed,
-    Aborted,
+    Open(Vec<(std::sync::Weak<SessionLink>, rmcp::model::RequestId)>),
+    /// The response went out (`true`), or never will (`false`).
+    Over(bool),
 }
 
-/// One request in flight: cancelled when its client goes away; holds the work its result
-/// carries until the body is sent.
+/// One request in flight: cancelled when its client goes away; tells the session link what
+/// became of the response that carries its result.
 pub struct RequestGuard {
     cancel: CancellationToken,
-    api: Api,
     phase: Mutex<Phase>,
     /// How many elicitation forms the request's stream has carried (see [`super::elicit`]).
     forms: tokio::sync::watch::Sender<usize>,
 }
 
+/// Why a result that did not go out comes back.
+const GONE: &str = "the client went away before the result was sent";
+
 impl RequestGuard {
-    fn new(api: Api) -> Arc<RequestGuard> {
+    fn new() -> Arc<RequestGuard> {
         Arc::new(RequestGuard {
             cancel: CancellationToken::new(),
-            api,
             phase: Mutex::new(Phase::Open(Vec::new())),
             forms: tokio::sync::watch::Sender::new(0),
         })
@@ -197,59 +219,42 @@ impl RequestGuard {
         *self.forms.borrow()
     }
 
-    fn settle(&self, claims: &[ActionId], delivered: bool, why: &str) {
-        if !claims.is_empty() {
-            self.api.cast(Settle {
-                claims: claims.to_vec(),
-                delivered,
-                why: why.to_string(),
-            });
-        }
-    }
-
     /// Fires when the client dropped the connection before the response was sent.
     pub fn cancelled(&self) -> &CancellationToken {
         &self.cancel
     }
 
-    /// Keeps `claims` until the response body is sent (or the client goes away).
-    pub fn hold(&self, claims: Vec<ActionId>) {
+    /// Tells `link` what becomes of the response, which carries the result of request `id`.
+    pub fn report_to(&self, link: &Arc<SessionLink>, id: rmcp::model::RequestId) {
         let mut phase = self.phase.lock().unwrap();
         match &mut *phase {
-            Phase::Open(held) => held.extend(claims),
-            Phase::Aborted => self.settle(
-                &claims,
-                false,
-                "the client went away before the result was sent",
-            ),
-            Phase::Completed => self.settle(&claims, true, "sent"),
+            Phase::Open(waiting) => waiting.push((Arc::downgrade(link), id)),
+            Phase::Over(true) => link.written(&id),
+            Phase::Over(false) => link.unwritten(&id, GONE),
         }
     }
 
     fn finish(&self, sent: bool) {
-        let held = {
-            let mut phase = self.phase.lock().unwrap();
-            let next = if sent {
-                Phase::Completed
-            } else {
-                Phase::Aborted
-            };
-            match std::mem::replace(&mut *phase, next) {
-                Phase::Open(held) => held,
-                done => {
-                    *phase = done;
-                    return;
-                }
+        let waiting = match std::mem::replace(&mut *self.phase.lock().unwrap(), Phase::Over(sent)) {
+            Phase::Open(waiting) => waiting,
+            done @ Phase::Over(_) => {
+                *self.phase.lock().unwrap() = done;
+                return;
             }
         };
         if !sent {
             self.cancel.cancel();
         }
-        self.settle(
-            &held,
-            sent,
-            "the client went away before the result was sent",
-        );
+        for (link, id) in waiting {
+            let Some(link) = link.upgrade() else {
+                continue;
+            };
+            if sent {
+                link.written(&id);
+            } else {
+                link.unwritten(&id, GONE);
+            }
+        }
     }
 }
 
@@ -257,10 +262,12 @@ impl Drop for RequestGuard {
     fn drop(&mut self) {
         // A request that never produced a body (refused before its handler ran, or whose
         // handler is still running when everything else is gone) gives its claims back.
-        if let Phase::Open(held) = &*self.phase.lock().unwrap()
-            && !held.is_empty()
-        {
-            self.settle(held, false, "the request ended without a response");
+        if let Phase::Open(waiting) = &*self.phase.lock().unwrap() {
+            for (link, id) in waiting {
+                if let Some(link) = link.upgrade() {
+                    link.unwritten(id, "the request ended without a response");
+                }
+            }
         }
     }
 }
@@ -276,19 +283,18 @@ pub fn request_guard(extensions: &rmcp::model::Extensions) -> Option<Arc<Request
 
 /// A response body that tells its request guard whether the request's response was sent.
 ///
-/// Sent means the body ended, or the frame carrying the JSON-RPC response was handed to
-/// hyper and hyper came back for the next one: clients may close the stream as soon as they
-/// have the response (rmcp's waits 50 ms for the end, then drops it), and a result the client
-/// read must not go back to the queue for another session.
+/// Sent means hyper took the frame carrying the JSON-RPC response (it came back for the next
+/// one): clients may close the stream as soon as they have the response (rmcp's waits 50 ms
+/// for the end, then drops it). A body that ends, or is dropped, before that was not sent: a
+/// cancelled request's stream ends without its response.
 struct Guarded {
     inner: axum::body::BodyDataStream,
     guard: Arc<RequestGuard>,
     done: bool,
     /// The last frame handed to hyper, until hyper asks for the next.
     handed: Option<Bytes>,
-    /// The last frame hyper took (it came back for more after it): looked at only if the
-    /// body is dropped before its end.
-    taken: Option<Bytes>,
+    /// Hyper took a frame carrying the response.
+    responded: bool,
 }
 
 impl Guarded {
@@ -298,7 +304,7 @@ impl Guarded {
             guard,
             done: false,
             handed: None,
-            taken: None,
+            responded: false,
         }
     }
 }
@@ -307,14 +313,17 @@ impl Stream for Guarded {
     type Item = Result<Bytes, axum::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(frame) = self.handed.take() {
-            self.taken = Some(frame);
+        if let Some(frame) = self.handed.take()
+            && !self.responded
+        {
+            self.responded = carries_response(&frame);
         }
         let polled = Pin::new(&mut self.inner).poll_next(cx);
         match &polled {
             Poll::Ready(None) => {
                 self.done = true;
-                self.guard.finish(true);
+                let responded = self.responded;
+                self.guard.finish(responded);
             }
             Poll::Ready(Some(Ok(frame))) => {
                 if memchr_form(frame) {
@@ -331,8 +340,7 @@ impl Stream for Guarded {
 impl Drop for Guarded {
     fn drop(&mut self) {
         if !self.done {
-            let sent = self.taken.as_deref().is_some_and(carries_response);
-            self.guard.finish(sent);
+            self.guard.finish(self.responded);
         }
     }
 }
@@ -373,7 +381,6 @@ fn carries_response(frame: &[u8]) -> bool {
 
 /// What the guard checks and remembers.
 struct Guard {
-    api: Api,
     body_limit: usize,
     bearer: Bearer,
     origins: Vec<String>,
@@ -450,7 +457,6 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
     sessions.session_config.keep_alive = None;
     let sessions = Arc::new(sessions);
     let guard = Arc::new(Guard {
-        api: Api::Local(local.clone()),
         body_limit,
         bearer: access.bearer,
         origins: access.origins,
@@ -593,6 +599,9 @@ async fn guard_mcp(State(g): State<Arc<Guard>>, request: Request<Body>, next: Ne
     }
 }
 
+/// A POST to `/mcp`: read and checked here (size, JSON-RPC shape, `server/discover`, a request
+/// before `initialize`, the session cap), then handed to rmcp with its request guard, and its
+/// response body watched.
 async fn post(
     g: &Guard,
     request: Request<Body>,
@@ -601,141 +610,38 @@ async fn post(
     known: Option<Arc<HttpSession>>,
 ) -> Response {
     let (mut parts, body) = request.into_parts();
-    let bytes: Bytes = match axum::body::to_bytes(body, g.body_limit).await {
-        Ok(b) => b,
-        Err(e) if crate::listener::BodyDeadline::is_cause_of(&e) => {
-            return refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
-                format!(
-                    "{}; send the whole body at once",
-                    crate::listener::BodyDeadline
-                ),
-            );
-        }
-        // http-body-util's `LengthLimitError`, which axum wraps.
-        Err(e) if e.to_string().contains("length limit exceeded") => {
-            return refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!(
-                    "request body is larger than the limit of {} bytes (`http.bodyLimit`)",
-                    g.body_limit
-                ),
-            );
-        }
-        Err(e) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "unreadable_body",
-                format!("cannot read the request body: {e}"),
-            );
-        }
+    let bytes = match read_body(g, body).await {
+        Ok(bytes) => bytes,
+        Err(refused) => return *refused,
     };
-    // Malformed JSON-RPC gets the error the spec names, as on stdio: -32700 for a body that is
-    // not JSON, -32600 for JSON that is not one request (a batch, which 2025-11-25 dropped, or
-    // an object that is not a JSON-RPC message).
-    let message: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => return jsonrpc_error(Value::Null, -32700, format!("Parse error: {e}")),
+    let (message, parsed) = match parse_message(&bytes) {
+        Ok(m) => m,
+        Err(refused) => return *refused,
     };
-    if message.is_array() {
-        return jsonrpc_error(
-            Value::Null,
-            -32600,
-            "Invalid Request: JSON-RPC batches are not supported (protocol 2025-11-25); send one \
-             message per request"
-                .into(),
-        );
+    if let Some(answer) = answer_early(&message, &parsed, session_id.is_some()) {
+        return answer;
     }
-    let Ok(parsed) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(message.clone())
-    else {
-        let id = message.get("id").cloned().unwrap_or(Value::Null);
-        return jsonrpc_error(
-            id,
-            -32600,
-            "Invalid Request: not a JSON-RPC 2.0 request, notification or response".into(),
-        );
-    };
     let method = message.get("method").and_then(Value::as_str);
-    if method == Some("server/discover") {
-        let id = message.get("id").cloned().unwrap_or(Value::Null);
-        return (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            refusal_json(id).to_string(),
-        )
-            .into_response();
-    }
-    // A request before `initialize` (no session yet) is told to initialize first.
-    if session_id.is_none()
-        && let rmcp::model::JsonRpcMessage::Request(req) = &parsed
-        && !matches!(
-            req.request,
-            rmcp::model::ClientRequest::InitializeRequest(_)
-                | rmcp::model::ClientRequest::PingRequest(_)
-        )
-    {
-        return (
-            StatusCode::BAD_REQUEST,
-            axum::Json(not_initialized(json!(req.id))),
-        )
-            .into_response();
-    }
-    if let Some(answer) = super::invalid_params(&parsed, &message) {
-        return (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            answer.to_string(),
-        )
-            .into_response();
-    }
-    let mut created = None;
-    match (&session_id, known.clone()) {
+    let is_request = method.is_some() && message.get("id").is_some_and(|id| !id.is_null());
+    let created = match (&session_id, known.clone()) {
         (_, Some(session)) => {
+            if is_request {
+                session.called();
+            }
             parts.extensions.insert(session);
+            None
         }
         (None, None) if method == Some("initialize") => {
-            let open = {
-                let mut all = g.sessions.lock().unwrap();
-                all.retain(|_, s| !s.closed.is_cancelled());
-                all.len() + g.ending.load(Ordering::Acquire)
+            let session = match g.admit(&message) {
+                Ok(session) => session,
+                Err(refused) => return *refused,
             };
-            if open >= g.max_sessions {
-                if g.refused.fetch_add(1, Ordering::AcqRel) == 0 {
-                    tracing::warn!(
-                        open,
-                        "MCP over HTTP is refusing new sessions: `mcp.maxSessions` are open; \
-                         the end of this is logged with the number refused"
-                    );
-                }
-                let id = message.get("id").cloned().unwrap_or(Value::Null);
-                let body = json!({"jsonrpc": "2.0", "id": id, "error": {
-                    "code": -32000,
-                    "message": format!(
-                        "too many MCP sessions: {open} are open (`mcp.maxSessions`); end \
-                         sessions you do not use (HTTP DELETE), or wait for idle ones to expire"
-                    ),
-                }});
-                let mut response =
-                    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-                return response;
-            }
-            let refused = g.refused.swap(0, Ordering::AcqRel);
-            if refused > 0 {
-                tracing::warn!(refused, "MCP over HTTP takes new sessions again");
-            }
-            let session = HttpSession::new(g.ending.clone());
             parts.extensions.insert(session.clone());
-            created = Some(session);
+            Some(session)
         }
-        _ => {}
-    }
-    let is_request = method.is_some() && message.get("id").is_some_and(|id| !id.is_null());
-    let guard = is_request.then(|| RequestGuard::new(g.api.clone()));
+        _ => None,
+    };
+    let guard = is_request.then(RequestGuard::new);
     if let Some(guard) = &guard {
         parts.extensions.insert(guard.clone());
     }
@@ -770,6 +676,140 @@ async fn post(
     }
 }
 
+/// The whole body of a POST, within `http.bodyLimit` and the body deadline.
+async fn read_body(g: &Guard, body: Body) -> Result<Bytes, Box<Response>> {
+    axum::body::to_bytes(body, g.body_limit).await.map_err(|e| {
+        Box::new(if crate::listener::BodyDeadline::is_cause_of(&e) {
+            refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "{}; send the whole body at once",
+                    crate::listener::BodyDeadline
+                ),
+            )
+        } else if e.to_string().contains("length limit exceeded") {
+            // http-body-util's `LengthLimitError`, which axum wraps.
+            refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!(
+                    "request body is larger than the limit of {} bytes (`http.bodyLimit`)",
+                    g.body_limit
+                ),
+            )
+        } else {
+            refuse(
+                StatusCode::BAD_REQUEST,
+                "unreadable_body",
+                format!("cannot read the request body: {e}"),
+            )
+        })
+    })
+}
+
+/// The body as JSON and as a JSON-RPC message. Malformed JSON-RPC gets the error the spec
+/// names, as on stdio: -32700 for a body that is not JSON, -32600 for JSON that is not one
+/// request (a batch, which 2025-11-25 dropped, or an object that is not a JSON-RPC message).
+fn parse_message(
+    bytes: &[u8],
+) -> Result<(Value, rmcp::model::ClientJsonRpcMessage), Box<Response>> {
+    let message: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Box::new(jsonrpc_error(
+            Value::Null,
+            -32700,
+            format!("Parse error: {e}"),
+        ))
+    })?;
+    if message.is_array() {
+        return Err(Box::new(jsonrpc_error(
+            Value::Null,
+            -32600,
+            "Invalid Request: JSON-RPC batches are not supported (protocol 2025-11-25); send one \
+             message per request"
+                .into(),
+        )));
+    }
+    match serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(message.clone()) {
+        Ok(parsed) => Ok((message, parsed)),
+        Err(_) => {
+            let id = message.get("id").cloned().unwrap_or(Value::Null);
+            Err(Box::new(jsonrpc_error(
+                id,
+                -32600,
+                "Invalid Request: not a JSON-RPC 2.0 request, notification or response".into(),
+            )))
+        }
+    }
+}
+
+/// The answer given here rather than by rmcp, if any: `server/discover` refused, a request
+/// before `initialize` (no session yet) told to initialize first, a known method with params
+/// that do not fit it.
+fn answer_early(
+    message: &Value,
+    parsed: &rmcp::model::ClientJsonRpcMessage,
+    has_session: bool,
+) -> Option<Response> {
+    let json = |status: StatusCode, body: String| {
+        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    };
+    if message.get("method").and_then(Value::as_str) == Some("server/discover") {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        return Some(json(StatusCode::OK, refusal_json(id).to_string()));
+    }
+    if !has_session
+        && let rmcp::model::JsonRpcMessage::Request(req) = parsed
+        && !matches!(
+            req.request,
+            rmcp::model::ClientRequest::InitializeRequest(_)
+                | rmcp::model::ClientRequest::PingRequest(_)
+        )
+    {
+        let body = not_initialized(json!(req.id)).to_string();
+        return Some(json(StatusCode::BAD_REQUEST, body));
+    }
+    super::invalid_params(parsed, message).map(|answer| json(StatusCode::OK, answer.to_string()))
+}
+
+impl Guard {
+    /// A new session for `initialize`, or 503 while `mcp.maxSessions` are open.
+    fn admit(&self, initialize: &Value) -> Result<Arc<HttpSession>, Box<Response>> {
+        let open = {
+            let mut all = self.sessions.lock().unwrap();
+            all.retain(|_, s| !s.closed.is_cancelled());
+            all.len() + self.ending.load(Ordering::Acquire)
+        };
+        if open >= self.max_sessions {
+            if self.refused.fetch_add(1, Ordering::AcqRel) == 0 {
+                tracing::warn!(
+                    open,
+                    "MCP over HTTP is refusing new sessions: `mcp.maxSessions` are open; \
+                     the end of this is logged with the number refused"
+                );
+            }
+            let id = initialize.get("id").cloned().unwrap_or(Value::Null);
+            let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32000,
+                "message": format!(
+                    "too many MCP sessions: {open} are open (`mcp.maxSessions`); end \
+                     sessions you do not use (HTTP DELETE), or wait for idle ones to expire"
+                ),
+            }});
+            let mut response = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return Err(Box::new(response));
+        }
+        let refused = self.refused.swap(0, Ordering::AcqRel);
+        if refused > 0 {
+            tracing::warn!(refused, "MCP over HTTP takes new sessions again");
+        }
+        Ok(HttpSession::new(self.ending.clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,8 +822,9 @@ mod tests {
     const PROGRESS: &str = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\
                             \"params\":{\"progressToken\":1,\"progress\":1}}\n\n";
 
-    /// A core with one auto item claimed by a session, and a request guard holding it.
-    async fn claimed() -> (Arc<Core>, Arc<RequestGuard>) {
+    /// A core with one auto item claimed by a session, the session's link holding it for
+    /// request 3, and that request's guard reporting to the link.
+    async fn claimed() -> (Arc<Core>, Arc<SessionLink>, Arc<RequestGuard>) {
         let rules = crate::rules::RuleSet::parse(
             r#"{"rules":[{"name":"r","mode":"auto","prompt":"p","tools":["view"]}]}"#,
         )
@@ -813,9 +854,17 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(took.items.len(), 1);
-        let guard = RequestGuard::new(Api::Local(local));
-        guard.hold(vec![took.items[0].action_id]);
-        (core, guard)
+        let link = SessionLink::new(
+            crate::backend::Api::Local(local),
+            &CancellationToken::new(),
+            tokio_util::task::TaskTracker::new(),
+        );
+        link.reports_sends();
+        let id = rmcp::model::RequestId::Number(3);
+        link.hold(id.clone(), vec![took.items[0].action_id]);
+        let guard = RequestGuard::new();
+        guard.report_to(&link, id);
+        (core, link, guard)
     }
 
     /// A body of `frames` that then stays open (the server has not ended the stream yet).
@@ -842,23 +891,30 @@ mod tests {
         (c.delivered, c.released)
     }
 
-    /// (delivered, released) once a body of `frames` that stays open was polled `n` times
-    /// and then dropped: the client went away.
+    /// Lets the grace of a result that left run out (the clock is paused).
+    async fn after_grace() {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+
+    /// (delivered, released) once a body of `frames` that stays open was polled `n` times and
+    /// then dropped (the client went away), and the grace ran out.
     async fn settled_after(frames: &[&'static str], n: usize) -> (u64, u64) {
-        let (lc, guard) = claimed().await;
+        let (core, _link, guard) = claimed().await;
         let mut b = body(frames, guard);
         poll(&mut b, n);
         drop(b);
-        settled(&lc)
+        after_grace().await;
+        settled(&core)
     }
 
-    #[tokio::test]
-    async fn a_client_closing_once_it_has_the_response_gets_its_claims_delivered() {
-        // hyper took the response frame and came back for more; then the client closed.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_closing_once_it_has_the_response_gets_its_claims_delivered_after_the_grace() {
+        // hyper took the response frame and came back for more; then the client closed. The
+        // session is still there at the end of the grace (no HTTP session says otherwise).
         assert_eq!(settled_after(&[PROGRESS, RESPONSE], 3).await, (1, 0));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_client_gone_before_the_response_was_taken_gets_its_claims_released() {
         // Only a progress notification went out.
         assert_eq!(settled_after(&[PROGRESS], 2).await, (0, 1));
@@ -866,14 +922,83 @@ mod tests {
         assert_eq!(settled_after(&[RESPONSE], 1).await, (0, 1));
     }
 
-    #[tokio::test]
-    async fn a_body_sent_to_its_end_delivers() {
-        let (lc, guard) = claimed().await;
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_ends_without_its_response_releases() {
+        // A cancelled request's stream: rmcp closes it without the response.
+        let (core, _link, guard) = claimed().await;
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(PROGRESS))]);
+        let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
+        poll(&mut b, 2);
+        assert_eq!(settled(&core), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_sent_to_its_end_delivers_once_the_grace_is_over() {
+        let (core, _link, guard) = claimed().await;
         let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
         let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
         poll(&mut b, 2);
         drop(b);
-        assert_eq!(settled(&lc), (1, 0));
+        assert_eq!(settled(&core), (0, 0), "claimed until the grace is over");
+        after_grace().await;
+        assert_eq!(settled(&core), (1, 0));
+    }
+
+    /// A claimed item whose result left on an HTTP session with no stream open and no call
+    /// since, once the grace ran out.
+    async fn quiet() -> (Arc<Core>, Arc<SessionLink>, Arc<HttpSession>) {
+        let session = HttpSession::new(Arc::default());
+        let (core, link, guard) = claimed().await;
+        session.attach(&link);
+        let mut b = body(&[RESPONSE], guard);
+        poll(&mut b, 2);
+        drop(b);
+        after_grace().await;
+        (core, link, session)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_http_session_keeps_its_claims_until_it_calls_or_ends() {
+        let (core, _link, session) = quiet().await;
+        assert_eq!(
+            settled(&core),
+            (0, 0),
+            "quiet: neither delivered nor released"
+        );
+        session.called();
+        assert_eq!(settled(&core), (1, 0), "its next call says it had it");
+
+        // Another session that ends quiet: its claims come back, marked.
+        let (core, link, _session) = quiet().await;
+        link.end();
+        assert_eq!(settled(&core), (0, 1));
+        let local = Local::bare(core.clone());
+        let again = local
+            .apply_now(Open {
+                spec: Default::default(),
+                handle: None,
+            })
+            .unwrap();
+        let took = local
+            .call(Wait {
+                session: again.id,
+                consumer: again.consumer,
+                max: 10,
+                timeout_ms: 0,
+            })
+            .await
+            .unwrap();
+        assert!(took.items[0].redelivered, "{:?}", took.items);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancel_after_the_result_left_gives_the_claims_back() {
+        let (core, link, guard) = claimed().await;
+        let mut b = body(&[RESPONSE], guard);
+        poll(&mut b, 2);
+        link.cancelled(&rmcp::model::RequestId::Number(3));
+        after_grace().await;
+        assert_eq!(settled(&core), (0, 1));
     }
 
     #[test]

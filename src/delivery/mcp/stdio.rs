@@ -6,8 +6,11 @@
 //! - `server/discover` is refused with -32601 before rmcp answers it (see the parent module);
 //! - stdin EOF ends the session at once ([`SessionLink::end`]): a wait in flight returns empty
 //!   before it takes anything, and the process exits within a second;
-//! - the result of a wait that claimed work is settled by what writing it to stdout did:
-//!   delivered when the line was written, released back to the queue when it failed.
+//! - the result of a wait that claimed work is settled by what writing it to stdout did: a
+//!   write that failed releases its claims back to the queue; a line written and flushed is
+//!   reported sent, and delivered once the session shows it is there (a later call, or stdin
+//!   still open after `mcp.deliveryGrace`; see [`SessionLink`]). Every request read counts as
+//!   a call.
 
 use std::sync::Arc;
 
@@ -38,7 +41,7 @@ where
 {
     /// Frames `reader`/`writer` for the session `link`.
     pub fn new(reader: R, writer: W, link: Arc<SessionLink>) -> LineTransport<R, W> {
-        link.settles_on_send();
+        link.reports_sends();
         LineTransport {
             reader: BufReader::new(reader),
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
@@ -170,9 +173,9 @@ where
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let writer = self.writer.clone();
-        let receipt = match &item {
-            JsonRpcMessage::Response(r) => self.link.take_receipt(&r.id),
-            JsonRpcMessage::Error(e) => e.id.as_ref().and_then(|id| self.link.take_receipt(id)),
+        let id = match &item {
+            JsonRpcMessage::Response(r) => Some(r.id.clone()),
+            JsonRpcMessage::Error(e) => e.id.clone(),
             _ => None,
         };
         let link = self.link.clone();
@@ -185,12 +188,11 @@ where
                 w.flush().await
             }
             .await;
-            if let Some(claims) = receipt {
-                link.settle(
-                    &claims,
-                    written.is_ok(),
-                    "the result could not be written to stdout",
-                );
+            if let Some(id) = id {
+                match &written {
+                    Ok(()) => link.written(&id),
+                    Err(_) => link.unwritten(&id, "the result could not be written to stdout"),
+                }
             }
             written
         }
@@ -260,10 +262,11 @@ where
                         }
                     }
                     None => {
-                        if let JsonRpcMessage::Request(req) = &msg
-                            && matches!(req.request, ClientRequest::InitializeRequest(_))
-                        {
-                            self.initialized = true;
+                        if let JsonRpcMessage::Request(req) = &msg {
+                            if matches!(req.request, ClientRequest::InitializeRequest(_)) {
+                                self.initialized = true;
+                            }
+                            self.link.called();
                         }
                         return Some(msg);
                     }
