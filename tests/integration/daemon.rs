@@ -617,6 +617,129 @@ fn a_home_another_user_can_write_is_refused_with_how_to_fix_it() {
     stop_daemon(&home);
 }
 
+/// Issue 46, finding 1: `triggers.json` links to a file in a directory that others can write;
+/// today the start looked only at the file and started.
+#[test]
+fn a_rules_link_into_a_directory_others_can_write_is_refused_at_start() {
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    chmod(&home, 0o700);
+    let _guard = DaemonGuard(home.clone());
+    let shared = base.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o777);
+    std::fs::write(shared.join("rules.json"), RULES).unwrap();
+    std::os::unix::fs::symlink(shared.join("rules.json"), home.join("triggers.json")).unwrap();
+    let real = std::fs::canonicalize(&shared).unwrap();
+    let err = refused(&home);
+    assert!(
+        err.contains(&format!(
+            "{}, the directory `triggers.json` leads to, is writable by its group and others \
+             (mode 0777)",
+            real.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("run `chmod go-w {}`", real.display())),
+        "{err}"
+    );
+    chmod(&shared, 0o755);
+    let out = cli_in(&home, &["start", "--no-listen"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stop_daemon(&home);
+}
+
+/// Issue 46: a `token` file that other users can read is refused at start, with the command
+/// that fixes it; today it was accepted at 0644.
+#[test]
+fn a_token_file_others_can_read_is_refused_at_start() {
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    chmod(&home, 0o700);
+    let _guard = DaemonGuard(home.clone());
+    let token = home.join("token");
+    std::fs::write(&token, "a-token-everyone-can-read\n").unwrap();
+    chmod(&token, 0o644);
+    let err = refused(&home);
+    assert!(
+        err.contains("`token` can be read by other users (mode 0644)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("run `chmod 600 {}`", token.display())),
+        "{err}"
+    );
+    chmod(&token, 0o600);
+    let out = cli_in(&home, &["start", "--no-listen"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stop_daemon(&home);
+}
+
+/// Issue 46: a front end whose environment has another `SWITCHBOARD_TOKEN` is refused with the
+/// reason, whether the daemon runs or the front end would start it; today it attached, and once
+/// it started the daemon (after a crash) its token won: senders using the old one got 401.
+#[test]
+fn a_front_end_with_another_token_is_refused_and_the_daemons_token_stays() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let started = std::process::Command::new(bin())
+        .arg("--home")
+        .arg(home)
+        .args(["start", "--listen", &addr])
+        .env("SWITCHBOARD_TOKEN", "from-the-operator")
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", stderr(&started));
+    let body = r#"{"server":"s","channel":"news/a","content":"one"}"#;
+    let front_end = |token: Option<&str>| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.arg("--home").arg(home).arg("serve");
+        match token {
+            Some(t) => cmd.env("SWITCHBOARD_TOKEN", t),
+            None => cmd.env_remove("SWITCHBOARD_TOKEN"),
+        };
+        // stdin is empty: a front end that is let through ends at once.
+        run_limited(&mut cmd, Duration::from_secs(30))
+    };
+    let refused_front_end = || {
+        let run = front_end(Some("from-the-front-end"));
+        assert_eq!(
+            run.status.and_then(|s| s.code()),
+            Some(2),
+            "{}: {}",
+            run.describe(),
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(
+                "`SWITCHBOARD_TOKEN` in this front end's environment is not the ingest token"
+            ) && run.stderr.contains("switchboard stop"),
+            "{}",
+            run.stderr
+        );
+    };
+    refused_front_end();
+    assert_eq!(try_post(&addr, "from-the-operator", body), Some(202));
+
+    // The daemon dies: the front end with the other token does not start one.
+    let first = daemon_pid(home).expect("a daemon");
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    eventually(Duration::from_secs(5), "the daemon is gone", || {
+        (!alive(first)).then_some(())
+    });
+    refused_front_end();
+    assert_eq!(try_post(&addr, "from-the-front-end", body), None, "no daemon");
+    // One without the variable (or with the same token) brings it back with its own token.
+    let run = front_end(Some("from-the-operator"));
+    assert!(run.status.is_some_and(|s| s.success()), "{}", run.stderr);
+    assert_eq!(try_post(&addr, "from-the-operator", body), Some(202));
+    assert_eq!(try_post(&addr, "from-the-front-end", body), Some(401));
+}
+
 #[test]
 fn a_home_switchboard_creates_is_0700_whatever_the_umask() {
     use std::os::unix::fs::PermissionsExt;
