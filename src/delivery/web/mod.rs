@@ -29,7 +29,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -102,16 +102,19 @@ fn refusal(status: StatusCode, code: &str, message: &str) -> Response {
     guarded((status, Json(json!({"error": code, "message": message}))).into_response())
 }
 
-/// The session the request's cookie names.
-fn session(web: &Web, headers: &HeaderMap) -> Option<WebSession> {
-    headers
+/// The session the request's cookie names; a request that has one is authenticated
+/// ([`crate::listener::Standing`]).
+fn session(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Option<WebSession> {
+    let session = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .filter(|(name, _)| *name == COOKIE)
-        .find_map(|(_, id)| web.access.session(id))
+        .find_map(|(_, id)| web.access.session(id))?;
+    crate::listener::authenticated(extensions);
+    Some(session)
 }
 
 /// Whether `origin` (`http://` or `https://`, then host and port) names one of `hosts` (a
@@ -147,8 +150,8 @@ fn signed_out() -> Response {
     )
 }
 
-async fn page(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    if session(&web, &headers).is_none() {
+async fn page(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) -> Response {
+    if session(&web, &headers, &ext).is_none() {
         return guarded(
             (
                 StatusCode::UNAUTHORIZED,
@@ -204,8 +207,8 @@ async fn login(State(web): State<Arc<Web>>, Query(q): Query<LoginQuery>) -> Resp
     guarded(response)
 }
 
-async fn state(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    let Some(session) = session(&web, &headers) else {
+async fn state(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) -> Response {
+    let Some(session) = session(&web, &headers, &ext) else {
         return signed_out();
     };
     let pending = web.api.call(Pending {}).await.unwrap_or_default();
@@ -235,8 +238,8 @@ async fn state(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
     )
 }
 
-async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    if session(&web, &headers).is_none() {
+async fn events(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) -> Response {
+    if session(&web, &headers, &ext).is_none() {
         return signed_out();
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
@@ -302,22 +305,47 @@ struct ConfirmBody {
     decision: String,
 }
 
-async fn confirm(
-    State(web): State<Arc<Web>>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let Some(session) = session(&web, &headers) else {
-        return signed_out();
+/// The largest body `POST /ui/api/confirm` reads: an id and a word.
+const CONFIRM_BODY_LIMIT: usize = 4096;
+
+/// `POST /ui/api/confirm`: the session, the site and the CSRF token are checked from the
+/// headers before the body is read.
+async fn confirm(State(web): State<Arc<Web>>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    if let Err(refused) = may_confirm(&web, &parts.headers, &parts.extensions) {
+        return refused;
+    }
+    let Ok(body) = axum::body::to_bytes(body, CONFIRM_BODY_LIMIT).await else {
+        return refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_body",
+            "the body did not arrive whole, or is larger than an answer can be",
+        );
+    };
+    let Ok(answer) = serde_json::from_slice::<ConfirmBody>(&body) else {
+        return refusal(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            "expected {\"id\": N, \"decision\": \"approve\" or \"deny\"}",
+        );
+    };
+    answer_confirm(&web, answer).await
+}
+
+/// What a request must carry, in its headers, to answer a confirm: a session, no other site's
+/// origin, the session's CSRF token, a JSON body.
+fn may_confirm(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Result<(), Response> {
+    let Some(session) = session(web, headers, extensions) else {
+        return Err(signed_out());
     };
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
         && site != "same-origin"
     {
-        return refusal(
+        return Err(refusal(
             StatusCode::FORBIDDEN,
             "cross_site",
             "a request from another site cannot answer a confirm",
-        );
+        ));
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         let header_of = |name| {
@@ -329,11 +357,11 @@ async fn confirm(
         let forwarded = header_of("x-forwarded-host").and_then(|v| v.split(',').next());
         let hosts = [header_of(header::HOST.as_str()), forwarded];
         if !same_host(origin, hosts.into_iter().flatten()) {
-            return refusal(
+            return Err(refusal(
                 StatusCode::FORBIDDEN,
                 "cross_site",
                 "a request from another site cannot answer a confirm",
-            );
+            ));
         }
     }
     let token = headers
@@ -341,30 +369,28 @@ async fn confirm(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if !access::same(token, &session.csrf) {
-        return refusal(
+        return Err(refusal(
             StatusCode::FORBIDDEN,
             "csrf",
             "missing or wrong `X-CSRF-Token`; reload the page",
-        );
+        ));
     }
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if !is_json {
-        return refusal(
+        return Err(refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             "send `Content-Type: application/json`",
-        );
+        ));
     }
-    let Ok(answer) = serde_json::from_slice::<ConfirmBody>(&body) else {
-        return refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_body",
-            "expected {\"id\": N, \"decision\": \"approve\" or \"deny\"}",
-        );
-    };
+    Ok(())
+}
+
+/// Records the answer of a confirm that [`may_confirm`] let through.
+async fn answer_confirm(web: &Web, answer: ConfirmBody) -> Response {
     let approve = match answer.decision.as_str() {
         "approve" => true,
         "deny" => false,
