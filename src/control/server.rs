@@ -6,7 +6,9 @@
 //! its sessions' lease: the sessions it opened close when it goes away, so that the work they
 //! claimed and did not settle goes back to the queue. Opening, closing and settling are applied
 //! in the order they arrive, so a `settle` that follows a wait's reply is never overtaken by the
-//! `close` after it.
+//! `close` after it. Every line gets an answer: a call its reply, anything else an error reply
+//! (with the line's id, or [`NO_ID`] when it names none: not JSON, or no `id`); a line that
+//! cannot be read (over [`super::wire::MAX_LINE`]) is answered, then the connection closed.
 //!
 //! Limits, so that neither a stuck client nor a crowd of front ends locks the operator out:
 //! at most [`MAX_HANDSHAKES`] connections may be between connect and hello, and each must say
@@ -59,6 +61,10 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The most lines a connection's writer puts in one write.
 const WRITE_BATCH: usize = 64;
+
+/// The id of the reply to a line that named none (it is not JSON, or has no `id`); clients
+/// number their calls from 1.
+pub const NO_ID: u64 = 0;
 
 /// How often the daemon checks that its socket file is still there.
 pub const SOCKET_CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -354,14 +360,20 @@ async fn connection(
             Ok(true) => {}
             Ok(false) => break,
             Err(e) => {
+                // Said (with the id of a line that named none), then the connection ends: the
+                // rest of an overlong line cannot be told from the next one.
                 tracing::debug!(cause = %e, "control connection: bad line; hanging up");
+                let error = ApiError::Protocol {
+                    message: format!("cannot read the line: {e}; closing"),
+                };
+                let _ = tx.send(refusal(NO_ID, error)).await;
                 break;
             }
         }
         let up: Up = match serde_json::from_slice(&line) {
             Ok(up) => up,
             Err(e) => {
-                // Answer with the id when there is one; without, there is nobody to answer.
+                // Answered with the line's id when it has one, else with `NO_ID`.
                 #[derive(Deserialize)]
                 struct JustId {
                     id: u64,
@@ -369,14 +381,9 @@ async fn connection(
                 let error = ApiError::Protocol {
                     message: format!("a line that is not a call: {e}"),
                 };
-                match serde_json::from_slice::<JustId>(&line) {
-                    Ok(JustId { id }) => {
-                        let _ = tx.send(refusal(id, error)).await;
-                    }
-                    Err(_) => {
-                        tracing::warn!(cause = %e, "control connection sent a line that is not a call; ignored")
-                    }
-                }
+                let id = serde_json::from_slice::<JustId>(&line).map_or(NO_ID, |j| j.id);
+                tracing::debug!(cause = %e, id, "control connection sent a line that is not a call");
+                let _ = tx.send(refusal(id, error)).await;
                 continue;
             }
         };
@@ -386,7 +393,13 @@ async fn connection(
             }
             continue;
         }
-        let Some(raw) = up.call else { continue };
+        let Some(raw) = up.call else {
+            let error = ApiError::Protocol {
+                message: "a line with neither a `call` nor `\"cancel\": true`".into(),
+            };
+            let _ = tx.send(refusal(up.id, error)).await;
+            continue;
+        };
         let call = match read_call(&raw) {
             Ok(call) => call,
             Err(error) => {
