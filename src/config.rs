@@ -92,6 +92,18 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
                     message: format!("invalid `http.rateLimit` \"{}\": {e}", c.http.rate_limit),
                 });
             }
+            if let Err(message) = crate::listener::TrustedProxies::parse(&c.http.trusted_proxies) {
+                let pos = crate::sources::upstream::locate::Locator::new(text)
+                    .value(&["http", "trustedProxies"]);
+                errors.push(ConfigError {
+                    code: ErrorCode::InvalidAddress,
+                    upstream: None,
+                    key: Some("http.trustedProxies".into()),
+                    line: pos.map(|p| p.line),
+                    column: pos.map(|p| p.column),
+                    message: format!("`http.trustedProxies`: {message}"),
+                });
+            }
             if let Some(js) = &c.jetstream {
                 for (key, message) in js.problems() {
                     let pos = crate::sources::upstream::locate::Locator::new(text)

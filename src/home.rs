@@ -648,7 +648,9 @@ mod tests {
         chmod(&shared, 0o757);
         let err = home.check_file(&rules).unwrap_err().to_string();
         assert!(
-            err.contains("the directory `triggers.json` leads to, is writable by others (mode 0757)"),
+            err.contains(
+                "the directory `triggers.json` leads to, is writable by others (mode 0757)"
+            ),
             "{err}"
         );
         chmod(&shared, 0o755);
@@ -670,7 +672,9 @@ mod tests {
         assert_eq!(read_regular(&file, 10).unwrap(), "0123456789");
         let err = read_regular(&file, 9).unwrap_err().to_string();
         assert_eq!(err, "it is larger than the limit of 9 bytes");
-        let err = read_regular(Path::new("/dev/zero"), 9).unwrap_err().to_string();
+        let err = read_regular(Path::new("/dev/zero"), 9)
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("it is not a regular file"), "{err}");
         let err = read_regular(dir.path(), 9).unwrap_err().to_string();
         assert_eq!(err, "it is a directory");
@@ -700,7 +704,10 @@ mod tests {
         std::os::unix::fs::symlink("real.json", &hop).unwrap();
         std::os::unix::fs::lchown(&hop, Some(65534), None).unwrap();
         std::os::unix::fs::symlink(&hop, home.config_file()).unwrap();
-        let err = home.check_file(&home.config_file()).unwrap_err().to_string();
+        let err = home
+            .check_file(&home.config_file())
+            .unwrap_err()
+            .to_string();
         let shown = fs::canonicalize(&shared).unwrap().join("hop.json");
         assert!(
             err.contains(&format!(

@@ -32,6 +32,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -187,6 +188,8 @@ struct Slot {
     slots: Arc<Slots>,
     id: u64,
     evicted: CancellationToken,
+    /// The address the connection came from.
+    peer: Option<SocketAddr>,
 }
 
 impl Slots {
@@ -214,6 +217,7 @@ impl Slots {
             slots: self.clone(),
             id,
             evicted,
+            peer: None,
         })
     }
 }
@@ -315,6 +319,11 @@ impl Standing {
         }
     }
 
+    /// The address the request's connection came from.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.0.slot.peer
+    }
+
     /// Whether the request authenticated.
     pub fn is_authenticated(&self) -> bool {
         self.0.authenticated.load(Ordering::Acquire)
@@ -372,12 +381,71 @@ pub fn anonymous_share_full() -> axum::response::Response {
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
-    h.insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    h.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
     h.insert(
         http::header::CONNECTION,
         http::HeaderValue::from_static("close"),
     );
     response
+}
+
+/// `http.trustedProxies`: the reverse proxies (addresses, or networks as `ADDR/BITS`) whose
+/// `X-Forwarded-*` headers are believed. A request from any other peer is judged by what it
+/// says itself: its `Host`, and plain HTTP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<(IpAddr, u8)>);
+
+impl TrustedProxies {
+    /// Parses the setting's entries (`"10.0.0.1"`, `"10.0.0.0/8"`, `"fd00::/8"`); the error
+    /// names the first bad one.
+    pub fn parse(entries: &[String]) -> Result<TrustedProxies, String> {
+        let mut nets = Vec::new();
+        for entry in entries {
+            let bad = |why: &str| format!("invalid proxy \"{entry}\": {why}");
+            let (addr, bits) = match entry.trim().split_once('/') {
+                Some((addr, bits)) => (addr, Some(bits)),
+                None => (entry.trim(), None),
+            };
+            let ip: IpAddr = addr
+                .parse()
+                .map_err(|_| bad("expected an IP address, or a network as ADDR/BITS"))?;
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            let bits = match bits {
+                None => max,
+                Some(b) => b
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|b| *b <= max)
+                    .ok_or_else(|| bad(&format!("the prefix length is 0 to {max}")))?,
+            };
+            nets.push((ip, bits));
+        }
+        Ok(TrustedProxies(nets))
+    }
+
+    /// Whether none is configured.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `peer` is one of the proxies.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.0.iter().any(|(net, bits)| match (net, peer) {
+            (IpAddr::V4(net), IpAddr::V4(peer)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(*bits)).unwrap_or(0);
+                u32::from(*net) & mask == u32::from(peer) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(peer)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(*bits)).unwrap_or(0);
+                u128::from(*net) & mask == u128::from(peer) & mask
+            }
+            _ => false,
+        })
+    }
 }
 
 /// Marks its connection's request done when dropped: held by the response body, which hyper
@@ -434,9 +502,9 @@ pub async fn serve(
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok(accepted) => {
                     backoff = Duration::from_millis(5);
-                    stream
+                    accepted
                 }
                 Err(err) => {
                     // Out of file descriptors or a transient network error: wait, then retry.
@@ -447,7 +515,8 @@ pub async fn serve(
                 }
             },
         };
-        let Some(slot) = slots.admit(MAX_CONNECTIONS) else {
+        let (stream, peer) = stream;
+        let Some(mut slot) = slots.admit(MAX_CONNECTIONS) else {
             match refusals.clone().try_acquire_owned() {
                 Ok(permit) => {
                     tasks.spawn(async move {
@@ -459,6 +528,7 @@ pub async fn serve(
             }
             continue;
         };
+        slot.peer = Some(peer);
         tasks.spawn(connection(stream, router.clone(), slot, shutdown.clone()));
     }
 }
@@ -633,7 +703,10 @@ mod tests {
         let cap = AUTHENTICATED_RESERVE + 2;
         let slots = Arc::new(Slots::default());
         let conns: Vec<Slot> = (0..4).map(|_| slots.admit(cap).unwrap()).collect();
-        assert!(!conns[0].busy(cap) && !conns[1].busy(cap), "within the share");
+        assert!(
+            !conns[0].busy(cap) && !conns[1].busy(cap),
+            "within the share"
+        );
         assert!(conns[2].busy(cap), "a third anonymous request is past it");
         // One authenticates: it leaves the anonymous count, so the next one is within.
         conns[0].authenticated();
@@ -643,6 +716,29 @@ mod tests {
         conns[3].done(true);
         conns[0].done(false);
         assert_eq!(slots.state.lock().unwrap().anonymous, 0);
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_networks() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let proxies =
+            TrustedProxies::parse(&list(&["10.1.2.3", "192.168.0.0/16", "fd00::/8"])).unwrap();
+        for yes in ["10.1.2.3", "192.168.7.9", "fd12::1", "::ffff:10.1.2.3"] {
+            assert!(proxies.trusts(yes.parse().unwrap()), "{yes}");
+        }
+        for no in ["10.1.2.4", "192.169.0.1", "fe80::1", "127.0.0.1"] {
+            assert!(!proxies.trusts(no.parse().unwrap()), "{no}");
+        }
+        let everything = TrustedProxies::parse(&list(&["0.0.0.0/0"])).unwrap();
+        assert!(everything.trusts("8.8.8.8".parse().unwrap()));
+        assert!(!TrustedProxies::default().trusts("127.0.0.1".parse().unwrap()));
+        for bad in ["proxy.example", "10.0.0.0/33", "10.0.0.0/x", "fd00::/129"] {
+            let err = TrustedProxies::parse(&list(&[bad])).unwrap_err();
+            assert!(
+                err.starts_with(&format!("invalid proxy \"{bad}\": ")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

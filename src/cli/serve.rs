@@ -124,13 +124,15 @@ pub async fn daemon(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode>
 pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     if let Ok(Some(status)) = status_of(&home).await {
-        writeln!(out, 
+        writeln!(
+            out,
             "switchboard daemon already running (pid {}) on {}",
             status.pid, status.home
         )?;
         let differs = args.frontend(None).differences(&status.asked);
         if !differs.is_empty() {
-            writeln!(out, 
+            writeln!(
+                out,
                 "  it keeps the settings it was started with ({}); to change them, run \
                  `switchboard stop`, then `switchboard start` with the new flags",
                 differs.join("; ")
@@ -158,7 +160,8 @@ pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> 
     let status = status_of(&home)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the daemon started but does not answer"))?;
-    writeln!(out, 
+    writeln!(
+        out,
         "switchboard daemon started (pid {}) on {}",
         status.pid, status.home
     )?;
@@ -213,7 +216,8 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
     let mut out = std::io::stdout();
     let Some(status) = status_of(&home).await? else {
         if args.json {
-            writeln!(out, 
+            writeln!(
+                out,
                 "{}",
                 serde_json::json!({"running": false, "home": home.display().to_string()})
             )?;
@@ -229,7 +233,8 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::SUCCESS);
     }
     let s = &status.stats.core;
-    writeln!(out, 
+    writeln!(
+        out,
         "switchboard daemon: running (pid {}, version {}) since {}",
         status.pid, status.version, status.started
     )?;
@@ -238,11 +243,13 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         writeln!(out, "  log: {log}")?;
     }
     print_listeners(&mut out, &status)?;
-    writeln!(out, 
+    writeln!(
+        out,
         "  inbox: last seq {}, {} in the ring; journal {}",
         s.inbox.last_seq, s.inbox.ring_depth, s.inbox.journal_status
     )?;
-    writeln!(out, 
+    writeln!(
+        out,
         "  rules: {} loaded{}",
         s.rules_loaded,
         if s.paused { ", evaluation PAUSED" } else { "" }
@@ -266,17 +273,23 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
             failed.at, failed.message
         )?;
     }
-    writeln!(out, 
+    writeln!(
+        out,
         "  sessions: {}; pending confirms: {}; queued work: {}; claimed: {}",
         s.delivery.sessions,
         s.delivery.pending_confirms,
         s.delivery.queued_work,
         s.delivery.claimed_work
     )?;
-    writeln!(out, "  stop hooks: {}", super::hook::duty_line(&s.hooks.duty))?;
+    writeln!(
+        out,
+        "  stop hooks: {}",
+        super::hook::duty_line(&s.hooks.duty)
+    )?;
     if let Some(exec) = status.stats.part::<ExecStats>("exec") {
         let failed: u64 = exec.failed.values().sum();
-        writeln!(out, 
+        writeln!(
+            out,
             "  exec: {} (preflight {}); {} running, {} queued, {} succeeded, {} not",
             exec.host, exec.preflight, exec.running, exec.queued, exec.succeeded, failed
         )?;

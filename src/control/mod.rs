@@ -38,7 +38,7 @@ use crate::inbox::SeqReceiver;
 
 use crate::inbox::{Appended, InboxError};
 
-pub use local::{Local, Parts, Relay, ToolHub, WebLinks};
+pub use local::{Local, Parts, Relay, ToolHub, WebLink, WebLinks};
 pub use ops::Call;
 pub use server::bind;
 pub use view::{ItemView, PendingView};

@@ -279,7 +279,9 @@ pub async fn run(
             ));
         }
         let bound = serve_http(&token, &tasks, listener, router, "ingest")?;
-        web.set_base(format!("http://{bound}"));
+        let proxies = crate::listener::TrustedProxies::parse(&config.http.trusted_proxies)
+            .map_err(anyhow::Error::msg)?;
+        web.serve_at(bound, proxies);
         listeners.push(ListenerState {
             what: "ingest".into(),
             address: ingest_addr.clone().unwrap_or_default(),

@@ -138,7 +138,9 @@ mod tests {
         // The `token` file, then `http.token`, then the last start's, each over the one before.
         write_atomic(&home.token(), b"from-the-file\n").unwrap();
         check_token_env(&home, Some(" from-the-file ")).unwrap();
-        let err = check_token_env(&home, Some("mine")).unwrap_err().to_string();
+        let err = check_token_env(&home, Some("mine"))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("`SWITCHBOARD_TOKEN` in this front end's environment is not"));
         write_atomic(&home.config_file(), br#"{"http": {"token": "configured"}}"#).unwrap();
         check_token_env(&home, Some("configured")).unwrap();

@@ -77,6 +77,10 @@ pub struct HttpSettings {
     pub body_limit: usize,
     /// Per-source rate limit, e.g. `"100/1s"`; `"0"` = none.
     pub rate_limit: String,
+    /// The reverse proxies whose `X-Forwarded-Host` and `X-Forwarded-Proto` are believed
+    /// (addresses, or networks as `ADDR/BITS`); none by default.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for HttpSettings {
@@ -88,6 +92,7 @@ impl Default for HttpSettings {
             github_secret: None,
             body_limit: 1024 * 1024,
             rate_limit: "200/1s".to_string(),
+            trusted_proxies: Vec::new(),
         }
     }
 }

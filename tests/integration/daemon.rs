@@ -732,7 +732,11 @@ fn a_front_end_with_another_token_is_refused_and_the_daemons_token_stays() {
         (!alive(first)).then_some(())
     });
     refused_front_end();
-    assert_eq!(try_post(&addr, "from-the-front-end", body), None, "no daemon");
+    assert_eq!(
+        try_post(&addr, "from-the-front-end", body),
+        None,
+        "no daemon"
+    );
     // One without the variable (or with the same token) brings it back with its own token.
     let run = front_end(Some("from-the-operator"));
     assert!(run.status.is_some_and(|s| s.success()), "{}", run.stderr);

@@ -234,7 +234,8 @@ fn a_rules_or_settings_file_another_user_can_replace_is_never_reloaded() {
     assert_eq!(live_rules(&sb), ["a"]);
 
     chmod(shared.path(), 0o777);
-    let evil = r#"{"rules":[{"name":"evil","channel":"*","mode":"auto","prompt":"x","tools":["bash"]}]}"#;
+    let evil =
+        r#"{"rules":[{"name":"evil","channel":"*","mode":"auto","prompt":"x","tools":["bash"]}]}"#;
     as_nobody(
         r#"printf %s "$1" > "$3/.r" && mv "$3/.r" "$3/rules.json" &&
            printf %s "$2" > "$3/.s" && mv "$3/.s" "$3/settings.json""#,
@@ -694,7 +695,10 @@ fn every_busy_connection_gets_a_clear_503() {
 #[test]
 fn slow_senders_without_credentials_do_not_lock_out_a_sender_with_the_token() {
     let mut sb = Switchboard::new();
-    sb.write("switchboard.json", r#"{"http": {"githubSecret": "hook-secret"}}"#);
+    sb.write(
+        "switchboard.json",
+        r#"{"http": {"githubSecret": "hook-secret"}}"#,
+    );
     sb.spawn();
     let addr = sb.ingest.clone().unwrap();
     let signature = format!("sha256={}", "0".repeat(64));

@@ -10,7 +10,11 @@
 //! Access ([`access`]): nothing under `/ui` but the static files and the login answers
 //! without the session cookie that a one-time link of `switchboard ui` sets; a state-changing
 //! request also needs the session's CSRF token in `X-CSRF-Token`, a JSON body, and no
-//! cross-site `Origin` or `Sec-Fetch-Site`.
+//! cross-site `Origin` or `Sec-Fetch-Site`, all checked from the headers before the body is
+//! read. `X-Forwarded-Host` and `X-Forwarded-Proto` count only from a proxy listed in
+//! `http.trustedProxies`; reached over https that way, the cookie is `Secure`. Served beyond
+//! this machine with no such proxy, the page is plain HTTP: `switchboard ui` then gives a link
+//! only with `--public`. `switchboard ui --revoke` ends every session and unused link.
 //!
 //! | route | needs | answers |
 //! | --- | --- | --- |
@@ -142,6 +146,22 @@ fn same_host<'a>(origin: &str, hosts: impl IntoIterator<Item = &'a str>) -> bool
         && hosts.into_iter().any(|host| bare(host) == authority)
 }
 
+/// The first value of the `X-Forwarded-*` header `name`, when the request came from a trusted
+/// proxy (`http.trustedProxies`); none from anyone else, whatever they send.
+fn forwarded<'a>(
+    web: &Web,
+    headers: &'a HeaderMap,
+    extensions: &Extensions,
+    name: &str,
+) -> Option<&'a str> {
+    let peer = crate::listener::Standing::of(extensions)?.peer()?;
+    if !web.access.trusts(peer.ip()) {
+        return None;
+    }
+    let value = headers.get(name)?.to_str().ok()?;
+    value.split(',').next().map(str::trim)
+}
+
 fn signed_out() -> Response {
     refusal(
         StatusCode::UNAUTHORIZED,
@@ -184,7 +204,12 @@ struct LoginQuery {
     code: String,
 }
 
-async fn login(State(web): State<Arc<Web>>, Query(q): Query<LoginQuery>) -> Response {
+async fn login(
+    State(web): State<Arc<Web>>,
+    Query(q): Query<LoginQuery>,
+    headers: HeaderMap,
+    ext: Extensions,
+) -> Response {
     let Some((id, _)) = web.access.redeem(&q.code) else {
         return guarded(
             (
@@ -196,9 +221,14 @@ async fn login(State(web): State<Arc<Web>>, Query(q): Query<LoginQuery>) -> Resp
                 .into_response(),
         );
     };
+    crate::listener::authenticated(&ext);
+    // Reached over https (through a trusted TLS proxy): the browser sends it over https only.
+    let https = forwarded(&web, &headers, &ext, "x-forwarded-proto")
+        .is_some_and(|proto| proto.eq_ignore_ascii_case("https"));
     let cookie = format!(
-        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}",
-        SESSION_TTL.as_secs()
+        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        if https { "; Secure" } else { "" }
     );
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/ui")]).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
@@ -353,8 +383,8 @@ fn may_confirm(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Resul
                 .get(name)
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
-        // Behind a reverse proxy the first `X-Forwarded-Host` names the host the browser used.
-        let forwarded = header_of("x-forwarded-host").and_then(|v| v.split(',').next());
+        // Behind a trusted reverse proxy, `X-Forwarded-Host` names the host the browser used.
+        let forwarded = forwarded(web, headers, extensions, "x-forwarded-host");
         let hosts = [header_of(header::HOST.as_str()), forwarded];
         if !same_host(origin, hosts.into_iter().flatten()) {
             return Err(refusal(
