@@ -370,40 +370,16 @@ async fn connection(
                 break;
             }
         }
-        let up: Up = match serde_json::from_slice(&line) {
-            Ok(up) => up,
-            Err(e) => {
-                // Answered with the line's id when it has one, else with `NO_ID`.
-                #[derive(Deserialize)]
-                struct JustId {
-                    id: u64,
+        let (id, call) = match read_up(&line) {
+            Ok(Line::Call(id, call)) => (id, *call),
+            Ok(Line::Cancel(id)) => {
+                if let Some(token) = in_flight.lock().unwrap().remove(&id) {
+                    token.cancel();
                 }
-                let error = ApiError::Protocol {
-                    message: format!("a line that is not a call: {e}"),
-                };
-                let id = serde_json::from_slice::<JustId>(&line).map_or(NO_ID, |j| j.id);
-                tracing::debug!(cause = %e, id, "control connection sent a line that is not a call");
-                let _ = tx.send(refusal(id, error)).await;
                 continue;
             }
-        };
-        if up.cancel {
-            if let Some(token) = in_flight.lock().unwrap().remove(&up.id) {
-                token.cancel();
-            }
-            continue;
-        }
-        let Some(raw) = up.call else {
-            let error = ApiError::Protocol {
-                message: "a line with neither a `call` nor `\"cancel\": true`".into(),
-            };
-            let _ = tx.send(refusal(up.id, error)).await;
-            continue;
-        };
-        let call = match read_call(&raw) {
-            Ok(call) => call,
-            Err(error) => {
-                let _ = tx.send(refusal(up.id, error)).await;
+            Err((id, error)) => {
+                let _ = tx.send(refusal(id, error)).await;
                 continue;
             }
         };
@@ -414,18 +390,17 @@ async fn connection(
                 sessions: Some(&sessions),
             };
             let done = call.apply(&cx).await;
-            let _ = tx.send(reply(up.id, done)).await;
+            let _ = tx.send(reply(id, done)).await;
             continue;
         }
         let cancel = CancellationToken::new();
-        in_flight.lock().unwrap().insert(up.id, cancel.clone());
+        in_flight.lock().unwrap().insert(id, cancel.clone());
         let (local, tx, in_flight, sessions) = (
             local.clone(),
             tx.clone(),
             in_flight.clone(),
             sessions.clone(),
         );
-        let id = up.id;
         calls.spawn(async move {
             let cx = Ctx {
                 local: &local,
@@ -457,6 +432,39 @@ async fn connection(
 /// Closes the core's session `id` (a connection that went away).
 fn local_close(local: &Local, id: u64) {
     let _ = local.apply_now(super::ops::Close { session: id });
+}
+
+/// What a line asks.
+enum Line {
+    /// Call `id`.
+    Call(u64, Box<Call>),
+    /// Cancel call `id`.
+    Cancel(u64),
+}
+
+/// Reads a line: a call or a cancel, or the error it gets, with its id ([`NO_ID`] when it names
+/// none).
+fn read_up(line: &[u8]) -> Result<Line, (u64, ApiError)> {
+    let up: Up = serde_json::from_slice(line).map_err(|e| {
+        #[derive(Deserialize)]
+        struct JustId {
+            id: u64,
+        }
+        let id = serde_json::from_slice::<JustId>(line).map_or(NO_ID, |j| j.id);
+        tracing::debug!(cause = %e, id, "control connection sent a line that is not a call");
+        let message = format!("a line that is not a call: {e}");
+        (id, ApiError::Protocol { message })
+    })?;
+    if up.cancel {
+        return Ok(Line::Cancel(up.id));
+    }
+    let Some(raw) = up.call else {
+        let message = "a line with neither a `call` nor `\"cancel\": true`".to_string();
+        return Err((up.id, ApiError::Protocol { message }));
+    };
+    read_call(&raw)
+        .map(|call| Line::Call(up.id, Box::new(call)))
+        .map_err(|error| (up.id, error))
 }
 
 /// Reads a call; a call this build does not know, or whose fields do not fit, is an error that

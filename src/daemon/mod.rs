@@ -279,9 +279,7 @@ pub async fn run(
             ));
         }
         let bound = serve_http(&token, &tasks, listener, router, "ingest")?;
-        let proxies = crate::listener::TrustedProxies::parse(&config.http.trusted_proxies)
-            .map_err(anyhow::Error::msg)?;
-        web.serve_at(bound, proxies);
+        web.serve_at(bound, &config.http.trusted_proxies)?;
         listeners.push(ListenerState {
             what: "ingest".into(),
             address: ingest_addr.clone().unwrap_or_default(),

@@ -55,10 +55,13 @@ struct Served {
 }
 
 impl WebAccess {
-    /// The page is served by the listener bound to `bound`, behind `proxies` (if any). A page
-    /// served beyond this machine with no proxy in front is reached over plain HTTP: that is
-    /// logged, and `switchboard ui` gives a link to it only with `--public`.
-    pub fn serve_at(&self, bound: SocketAddr, proxies: TrustedProxies) {
+    /// The page is served by the listener bound to `bound`, behind `proxies` (if any:
+    /// `http.trustedProxies`, an error when one is not an address or network). A page served
+    /// beyond this machine with no proxy in front is reached over plain HTTP: that is logged,
+    /// and `switchboard ui` gives a link to it only with `--public`.
+    pub fn serve_at(&self, bound: SocketAddr, proxies: &[String]) -> anyhow::Result<()> {
+        let proxies = TrustedProxies::parse(proxies)
+            .map_err(|e| anyhow::anyhow!("switchboard.json: `http.trustedProxies`: {e}"))?;
         let host = match bound.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
             IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
@@ -81,6 +84,7 @@ impl WebAccess {
             exposed,
         });
         *self.proxies.lock().unwrap() = proxies;
+        Ok(())
     }
 
     /// Whether `peer` is a trusted proxy, whose `X-Forwarded-*` headers are believed.
@@ -194,7 +198,9 @@ mod tests {
             access.link(false).is_err(),
             "no link before the listener is bound"
         );
-        access.serve_at("127.0.0.1:9".parse().unwrap(), TrustedProxies::default());
+        access
+            .serve_at("127.0.0.1:9".parse().unwrap(), &[])
+            .unwrap();
         let link = access.link(false).unwrap();
         assert_eq!(link.note, None);
         let code = link
@@ -213,7 +219,9 @@ mod tests {
     #[test]
     fn revoking_ends_every_session_and_unused_link() {
         let access = WebAccess::default();
-        access.serve_at("127.0.0.1:9".parse().unwrap(), TrustedProxies::default());
+        access
+            .serve_at("127.0.0.1:9".parse().unwrap(), &[])
+            .unwrap();
         let used = access.link(false).unwrap().url;
         let (id, _) = access.redeem(used.rsplit('=').next().unwrap()).unwrap();
         let unused = access.link(false).unwrap().url;
@@ -226,7 +234,9 @@ mod tests {
     #[test]
     fn a_page_beyond_this_machine_over_plain_http_needs_public_and_gets_a_usable_link() {
         let access = WebAccess::default();
-        access.serve_at("0.0.0.0:8787".parse().unwrap(), TrustedProxies::default());
+        access
+            .serve_at("0.0.0.0:8787".parse().unwrap(), &[])
+            .unwrap();
         let refused = access.link(false).unwrap_err();
         assert!(
             refused.starts_with("the approval page is served on 0.0.0.0:8787 over plain HTTP")
@@ -249,8 +259,10 @@ mod tests {
             "{note}"
         );
         // Behind a TLS proxy: no `--public` needed, no warning.
-        let proxies = TrustedProxies::parse(&["10.0.0.1".to_string()]).unwrap();
-        access.serve_at("[::]:8787".parse().unwrap(), proxies);
+        let proxies = ["10.0.0.1".to_string()];
+        access
+            .serve_at("[::]:8787".parse().unwrap(), &proxies)
+            .unwrap();
         let link = access.link(false).unwrap();
         assert!(
             link.url.starts_with("http://[::1]:8787/ui/login?code="),
@@ -258,7 +270,9 @@ mod tests {
             link.url
         );
         assert!(!link.note.unwrap().contains("warning"));
-        access.serve_at("192.0.2.7:8787".parse().unwrap(), TrustedProxies::default());
+        access
+            .serve_at("192.0.2.7:8787".parse().unwrap(), &[])
+            .unwrap();
         assert!(access.link(false).is_err());
         assert!(
             access

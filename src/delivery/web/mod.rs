@@ -342,7 +342,7 @@ const CONFIRM_BODY_LIMIT: usize = 4096;
 /// headers before the body is read.
 async fn confirm(State(web): State<Arc<Web>>, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
-    if let Err(refused) = may_confirm(&web, &parts.headers, &parts.extensions) {
+    if let Some(refused) = confirm_refusal(&web, &parts.headers, &parts.extensions) {
         return refused;
     }
     let Ok(body) = axum::body::to_bytes(body, CONFIRM_BODY_LIMIT).await else {
@@ -362,16 +362,17 @@ async fn confirm(State(web): State<Arc<Web>>, request: axum::extract::Request) -
     answer_confirm(&web, answer).await
 }
 
-/// What a request must carry, in its headers, to answer a confirm: a session, no other site's
-/// origin, the session's CSRF token, a JSON body.
-fn may_confirm(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Result<(), Response> {
+/// The refusal of a request that may not answer a confirm, from its headers alone; none when
+/// it carries what it must: a session, no other site's origin, the session's CSRF token, a JSON
+/// body.
+fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Option<Response> {
     let Some(session) = session(web, headers, extensions) else {
-        return Err(signed_out());
+        return Some(signed_out());
     };
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
         && site != "same-origin"
     {
-        return Err(refusal(
+        return Some(refusal(
             StatusCode::FORBIDDEN,
             "cross_site",
             "a request from another site cannot answer a confirm",
@@ -387,7 +388,7 @@ fn may_confirm(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Resul
         let forwarded = forwarded(web, headers, extensions, "x-forwarded-host");
         let hosts = [header_of(header::HOST.as_str()), forwarded];
         if !same_host(origin, hosts.into_iter().flatten()) {
-            return Err(refusal(
+            return Some(refusal(
                 StatusCode::FORBIDDEN,
                 "cross_site",
                 "a request from another site cannot answer a confirm",
@@ -399,7 +400,7 @@ fn may_confirm(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Resul
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if !access::same(token, &session.csrf) {
-        return Err(refusal(
+        return Some(refusal(
             StatusCode::FORBIDDEN,
             "csrf",
             "missing or wrong `X-CSRF-Token`; reload the page",
@@ -410,16 +411,16 @@ fn may_confirm(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Resul
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if !is_json {
-        return Err(refusal(
+        return Some(refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             "send `Content-Type: application/json`",
         ));
     }
-    Ok(())
+    None
 }
 
-/// Records the answer of a confirm that [`may_confirm`] let through.
+/// Records the answer of a confirm that [`confirm_refusal`] let through.
 async fn answer_confirm(web: &Web, answer: ConfirmBody) -> Response {
     let approve = match answer.decision.as_str() {
         "approve" => true,
