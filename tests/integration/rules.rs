@@ -686,8 +686,7 @@ fn rules_list_for_people_and_for_scripts() {
 /// FIFO that nobody writes, and read `/dev/zero` without end.
 #[test]
 fn test_refuses_a_fifo_or_a_device_at_once() {
-    use super::util::run_limited;
-    use std::time::Duration;
+    use super::util::exits_2;
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules.json");
     std::fs::write(
@@ -722,24 +721,16 @@ fn test_refuses_a_fifo_or_a_device_at_once() {
             "/dev/zero",
         ),
     ] {
-        let mut cmd = std::process::Command::new(super::util::bin());
-        cmd.arg("--home")
-            .arg(dir.path())
-            .args(["rules", "test"])
-            .args(&args);
-        let run = run_limited(&mut cmd, Duration::from_secs(20));
-        assert_eq!(
-            run.status.and_then(|s| s.code()),
-            Some(2),
-            "{args:?} ({}): {}",
-            run.describe(),
-            run.stderr
+        let err = exits_2(
+            std::process::Command::new(super::util::bin())
+                .arg("--home")
+                .arg(dir.path())
+                .args(["rules", "test"])
+                .args(&args),
         );
         assert!(
-            run.stderr.contains(&format!("cannot read {what}"))
-                && run.stderr.contains("not a regular file"),
-            "{args:?}: {}",
-            run.stderr
+            err.contains(&format!("cannot read {what}")) && err.contains("not a regular file"),
+            "{args:?}: {err}"
         );
     }
     // The replay itself still works.

@@ -569,6 +569,22 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `cmd` (killed after 20 s: a daemon that does not refuse runs until killed) and asserts
+/// that it exits with status 2, as a refused command does; its stderr.
+#[track_caller]
+pub fn exits_2(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let run = run_limited(cmd, Duration::from_secs(20));
+    assert_eq!(
+        run.status.and_then(|s| s.code()),
+        Some(2),
+        "{shown} ({}): {}",
+        run.describe(),
+        run.stderr
+    );
+    run.stderr
+}
+
 /// An HTTP response as a client sees it.
 #[derive(Debug)]
 pub struct Reply {
