@@ -361,6 +361,18 @@ impl Core {
         let path = home.triggers();
         let shown = path.display().to_string();
         let live = self.live_rules_phrase();
+        // A file that another user could have changed is not obeyed.
+        if let Err(refused) = home.check_file(&path) {
+            let report = self.report(
+                false,
+                "kept",
+                format!("rules not reloaded: {refused}; {live} stay live"),
+                vec![],
+            );
+            self.components.metrics.rule_reload(ReloadResult::Unsafe);
+            tracing::error!("{}", report.message);
+            return report;
+        }
         let (result, report) = match RuleSet::load(&path) {
             Ok(Some(rules)) => {
                 let n = rules.len();

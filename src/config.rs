@@ -23,10 +23,12 @@ pub use crate::sources::jetstream::JetStreamSettings;
 pub use crate::sources::schedule::ScheduleSettings;
 
 impl Home {
-    /// Loads `switchboard.json`, or the defaults when it does not exist.
+    /// Loads `switchboard.json`, or the defaults when it does not exist. Refused when another
+    /// user could have changed it ([`Home::check_file`]), as at every reload.
     pub fn load_config(&self) -> anyhow::Result<Config> {
         let path = self.config_file();
-        match fs::read_to_string(&path) {
+        self.check_file(&path)?;
+        match crate::home::read_regular(&path, crate::home::MAX_READ) {
             Ok(text) => check(&text).map_err(|errors| {
                 let shown = path.display().to_string();
                 let lines: Vec<_> = errors.iter().map(|e| e.render(&shown)).collect();
@@ -88,6 +90,18 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
                     line: pos.map(|p| p.line),
                     column: pos.map(|p| p.column),
                     message: format!("invalid `http.rateLimit` \"{}\": {e}", c.http.rate_limit),
+                });
+            }
+            if let Err(message) = crate::listener::TrustedProxies::parse(&c.http.trusted_proxies) {
+                let pos = crate::sources::upstream::locate::Locator::new(text)
+                    .value(&["http", "trustedProxies"]);
+                errors.push(ConfigError {
+                    code: ErrorCode::InvalidAddress,
+                    upstream: None,
+                    key: Some("http.trustedProxies".into()),
+                    line: pos.map(|p| p.line),
+                    column: pos.map(|p| p.column),
+                    message: format!("`http.trustedProxies`: {message}"),
                 });
             }
             if let Some(js) = &c.jetstream {
@@ -152,13 +166,12 @@ fn located_syntax(e: serde_json::Error) -> crate::sources::upstream::config::Con
 impl Home {
     /// The ingest bearer token kept in the `token` file: read it, or generate one (32 random
     /// bytes as 64 hex digits) and write it 0600 when the file is missing or empty. An existing
-    /// file is made 0600 again if its mode was widened.
+    /// file that other users can read is refused, with the command that fixes it.
     pub fn ensure_token(&self) -> anyhow::Result<String> {
         let path = self.token();
         match fs::read_to_string(&path) {
             Ok(text) if !text.trim().is_empty() => {
-                restrict(&path)
-                    .map_err(|e| anyhow::anyhow!("cannot restrict {}: {e}", path.display()))?;
+                self.check_token()?;
                 return Ok(text.trim().to_string());
             }
             Ok(_) => {}
@@ -453,14 +466,19 @@ mod tests {
     }
 
     #[test]
-    fn an_existing_token_file_is_read_and_restricted() {
+    fn an_existing_token_file_is_read_and_one_others_can_read_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::open(dir.path()).unwrap();
         fs::write(home.token(), "  my-token \n").unwrap();
         fs::set_permissions(home.token(), fs::Permissions::from_mode(0o644)).unwrap();
+        let err = home.ensure_token().unwrap_err().to_string();
+        assert!(
+            err.contains("`token` can be read by other users (mode 0644)")
+                && err.contains(&format!("run `chmod 600 {}`", home.token().display())),
+            "{err}"
+        );
+        fs::set_permissions(home.token(), fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(home.ensure_token().unwrap(), "my-token");
-        let mode = fs::metadata(home.token()).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
         fs::write(home.token(), "\n").unwrap();
         let fresh = home.ensure_token().unwrap();
         assert_eq!(fresh.len(), 64, "an empty file gets a new token");

@@ -94,6 +94,11 @@ pub async fn run(
     let stop = CancellationToken::new();
     let tasks = TaskTracker::new();
     let launch = Launch::current(home.clone(), opts.daemon_args())?;
+    // The daemon this front end may start gets its environment: never another token.
+    crate::daemon::start::check_token_env(
+        &crate::home::Home::existing(&home)?,
+        std::env::var(crate::home::TOKEN_ENV).ok().as_deref(),
+    )?;
     let remote = Remote::attach(
         home.clone(),
         connector(home, Some(launch)),

@@ -10,7 +10,11 @@
 //! A home that another user can change is refused ([`Home::check_private`]), as ssh's
 //! `StrictModes` refuses such a `~/.ssh`: whoever can write `switchboard.json` chooses the
 //! commands switchboard runs, and whoever can write `triggers.json` the prompts and tools of
-//! its auto rules, all as the user who runs it.
+//! its auto rules, all as the user who runs it. Those two are checked again every time they
+//! are read ([`Home::check_file`]: at start and at every reload), through every symlink to
+//! the directory of the real file, so that a file swapped later is never obeyed; and the
+//! `token` must be 0600 ([`Home::check_token`]). [`read_regular`] reads a file switchboard is
+//! given without waiting on a FIFO or reading a device without end.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -58,6 +62,20 @@ pub enum HomeError {
         runner: String,
         /// The command that fixes it.
         fix: String,
+    },
+    /// The `token` file can be read (or written) by a user other than the one running
+    /// switchboard.
+    #[error(
+        "refusing home {home}: `token` can be read by other users (mode {mode:04o}): whoever \
+         reads it can post messages and act as an agent; run `chmod 600 {path}`"
+    )]
+    Exposed {
+        /// The home directory.
+        home: String,
+        /// The token file's mode.
+        mode: u32,
+        /// The token file.
+        path: String,
     },
     /// The directory or a file in it could not be created or opened.
     #[error("cannot use home {home}: {source}")]
@@ -168,71 +186,72 @@ impl Home {
         ]
     }
 
-    /// Refuses a home that a user other than the one running switchboard could change: the
-    /// directory, and each of `switchboard.json`, `triggers.json` (the file a symlink points
-    /// to, when it is one), `token` and `actions.jsonl` that exists, must be owned by the
-    /// running user (or root) and not writable by group or others. The error says which and
-    /// the command that fixes it.
+    /// Refuses a home that a user other than the one running switchboard could change, or whose
+    /// token others can read: the directory, and each of `switchboard.json`, `triggers.json`,
+    /// `token` and `actions.jsonl` that exists, as [`Home::check_file`] checks one; and `token`
+    /// must be 0600 (or narrower). The error says which and the command that fixes it.
     pub fn check_private(&self) -> Result<(), HomeError> {
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid cannot fail and touches no memory.
-        let me = unsafe { libc::geteuid() };
-        let runner = user_label(me);
-        let home = self.dir.display().to_string();
-        let refuse = |problem: String, fix: String| HomeError::Unsafe {
-            home: home.clone(),
-            problem,
-            fix,
-            runner: runner.clone(),
-        };
-        let io = |source| HomeError::Io {
-            home: home.clone(),
-            source,
-        };
-        let dir = fs::metadata(&self.dir).map_err(io)?;
-        let files = self.guarded_files();
-        let checks = std::iter::once((self.dir.clone(), "it".to_string(), dir)).chain(
-            files.iter().filter_map(|path| {
-                // Follows a symlink: what counts is who can write what switchboard reads.
-                let meta = fs::metadata(path).ok()?;
-                let name = path.file_name()?.to_string_lossy().into_owned();
-                Some((path.clone(), format!("`{name}`"), meta))
-            }),
-        );
-        for (path, what, meta) in checks {
-            let shown = path.display();
-            if meta.uid() != me && meta.uid() != 0 {
-                return Err(refuse(
-                    format!(
-                        "{what} is owned by {}, not by {runner}",
-                        user_label(meta.uid())
-                    ),
-                    format!(
-                        "run `chown {} {shown}` if it is yours, or pass `--home` with a \
-                         directory of your own",
-                        user_name(me).unwrap_or_else(|| me.to_string())
-                    ),
-                ));
-            }
-            let mode = meta.mode() & 0o7777;
-            if mode & 0o022 != 0 {
-                let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
-                    (true, true) => "its group and others",
-                    (true, false) => "its group",
-                    _ => "others",
-                };
-                let fix = if meta.is_dir() {
-                    format!("run `chmod 700 {shown}`")
-                } else {
-                    format!("run `chmod go-w {shown}`")
-                };
-                return Err(refuse(
-                    format!("{what} is writable by {who} (mode {mode:04o})"),
-                    fix,
-                ));
-            }
+        let judge = Judge::new();
+        let dir = fs::metadata(&self.dir).map_err(|source| self.io(source))?;
+        judge
+            .judge(&self.dir, "it", &dir)
+            .map_err(|p| self.unsafe_home(&judge, p))?;
+        for path in self.guarded_files() {
+            judge
+                .chain(&path)
+                .map_err(|p| self.unsafe_home(&judge, p))?;
         }
-        Ok(())
+        self.check_token()
+    }
+
+    /// Refuses a `token` file that users other than its owner can read or write: it must be
+    /// 0600 (or narrower). A missing one passes.
+    pub fn check_token(&self) -> Result<(), HomeError> {
+        use std::os::unix::fs::MetadataExt;
+        let token = self.token();
+        let Ok(meta) = fs::metadata(&token) else {
+            return Ok(());
+        };
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o077 == 0 {
+            return Ok(());
+        }
+        Err(HomeError::Exposed {
+            home: self.dir.display().to_string(),
+            mode,
+            path: token.display().to_string(),
+        })
+    }
+
+    /// Refuses to read `path` (a file in the home: `triggers.json`, `switchboard.json`) when a
+    /// user other than the one running switchboard could have changed what it reads: the home
+    /// directory, the file, every symlink on the way to the real file and the directory of
+    /// each must be owned by the running user (or root) and not writable by group or others.
+    /// Checked at start and before every reload, so a file swapped in a shared directory is
+    /// never loaded. A missing file passes (reading it finds nothing).
+    pub fn check_file(&self, path: &Path) -> Result<(), HomeError> {
+        let judge = Judge::new();
+        let dir = fs::metadata(&self.dir).map_err(|source| self.io(source))?;
+        judge
+            .judge(&self.dir, "it", &dir)
+            .and_then(|()| judge.chain(path))
+            .map_err(|p| self.unsafe_home(&judge, p))
+    }
+
+    fn io(&self, source: std::io::Error) -> HomeError {
+        HomeError::Io {
+            home: self.dir.display().to_string(),
+            source,
+        }
+    }
+
+    fn unsafe_home(&self, judge: &Judge, problem: Problem) -> HomeError {
+        HomeError::Unsafe {
+            home: self.dir.display().to_string(),
+            problem: problem.problem,
+            runner: judge.runner.clone(),
+            fix: problem.fix,
+        }
     }
 
     /// Takes the exclusive lock, or fails at once naming the owner's pid.
@@ -349,6 +368,125 @@ fn user_label(uid: u32) -> String {
     }
 }
 
+/// The most symlinks followed from a file in the home to the real file (as the kernel's 40).
+const MAX_LINKS: usize = 40;
+
+/// What is wrong with one path of the home, and the command that fixes it.
+#[derive(Debug)]
+struct Problem {
+    problem: String,
+    fix: String,
+}
+
+/// Who may change what switchboard reads: the user running it, and root.
+struct Judge {
+    me: u32,
+    /// The running user, as the errors name them.
+    runner: String,
+}
+
+impl Judge {
+    fn new() -> Judge {
+        // SAFETY: geteuid cannot fail and touches no memory.
+        let me = unsafe { libc::geteuid() };
+        Judge {
+            me,
+            runner: user_label(me),
+        }
+    }
+
+    /// `path` (shown as `what`) is owned by the running user or root.
+    fn owner(&self, path: &Path, what: &str, meta: &fs::Metadata) -> Result<(), Problem> {
+        use std::os::unix::fs::MetadataExt;
+        if meta.uid() == self.me || meta.uid() == 0 {
+            return Ok(());
+        }
+        Err(Problem {
+            problem: format!(
+                "{what} is owned by {}, not by {}",
+                user_label(meta.uid()),
+                self.runner
+            ),
+            fix: format!(
+                "run `chown {} {}` if it is yours, or pass `--home` with a directory of your own",
+                user_name(self.me).unwrap_or_else(|| self.me.to_string()),
+                path.display()
+            ),
+        })
+    }
+
+    /// `path` is owned by the running user or root, and not writable by its group or others.
+    fn judge(&self, path: &Path, what: &str, meta: &fs::Metadata) -> Result<(), Problem> {
+        use std::os::unix::fs::MetadataExt;
+        self.owner(path, what, meta)?;
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o022 == 0 {
+            return Ok(());
+        }
+        let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+            (true, true) => "its group and others",
+            (true, false) => "its group",
+            _ => "others",
+        };
+        let shown = path.display();
+        let fix = if what == "it" {
+            format!("run `chmod 700 {shown}`")
+        } else {
+            format!("run `chmod go-w {shown}`")
+        };
+        Err(Problem {
+            problem: format!("{what} is writable by {who} (mode {mode:04o})"),
+            fix,
+        })
+    }
+
+    /// The file at `first` (in the home), every symlink on the way to the real file, and the
+    /// directory each of those is in, beyond the home (checked on its own). A missing file or
+    /// a dangling link passes: there is nothing to read.
+    fn chain(&self, first: &Path) -> Result<(), Problem> {
+        let name = first
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut path = first.to_path_buf();
+        for hop in 0..MAX_LINKS {
+            let what = if hop == 0 {
+                format!("`{name}`")
+            } else {
+                format!("{}, where `{name}` leads,", path.display())
+            };
+            // Whoever can write the directory an entry is in can replace the entry.
+            let dir = match path.parent().map(fs::canonicalize) {
+                Some(Ok(dir)) => dir,
+                _ => return Ok(()),
+            };
+            if hop > 0 {
+                let Ok(meta) = fs::metadata(&dir) else {
+                    return Ok(());
+                };
+                let of = format!("{}, the directory `{name}` leads to,", dir.display());
+                self.judge(&dir, &of, &meta)?;
+            }
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                return Ok(());
+            };
+            if !meta.file_type().is_symlink() {
+                return self.judge(&path, &what, &meta);
+            }
+            // A link's own mode means nothing; its owner can point it elsewhere.
+            self.owner(&path, &what, &meta)?;
+            let Ok(target) = fs::read_link(&path) else {
+                return Ok(());
+            };
+            path = dir.join(target);
+        }
+        Err(Problem {
+            problem: format!("`{name}` leads through more than {MAX_LINKS} symlinks"),
+            fix: format!("point `{name}` at the real file"),
+        })
+    }
+}
+
 /// When the journal writer calls fsync.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -384,6 +522,45 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = dir.sync_all();
     }
     Ok(())
+}
+
+/// The most bytes switchboard reads from a file it is given to read whole: the rules, the
+/// settings, a rules test and its messages.
+pub const MAX_READ: u64 = 64 << 20;
+
+/// Reads the regular file at `path` as text, at most `limit` bytes. Anything else is refused
+/// at once, without waiting on it or reading it: a FIFO (opened without blocking), a device
+/// such as `/dev/zero`, a directory.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind};
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a FIFO, a socket or a device)"
+        };
+        return Err(Error::new(ErrorKind::InvalidInput, format!("it is {kind}")));
+    }
+    let too_large = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("it is larger than the limit of {limit} bytes"),
+        )
+    };
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    file.take(limit + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 /// Makes an existing file 0600.
@@ -438,6 +615,108 @@ mod tests {
         fs::write(&notes, "").unwrap();
         chmod(&notes, 0o666);
         home.check_private().unwrap();
+    }
+
+    #[test]
+    fn a_file_is_checked_through_every_link_to_the_directory_of_the_real_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path().join("home")).unwrap();
+        let shared = dir.path().join("shared");
+        fs::create_dir(&shared).unwrap();
+        chmod(&shared, 0o755);
+        let rules = home.triggers();
+        // Missing, or a link to nothing: nothing to read, nothing to refuse.
+        home.check_file(&rules).unwrap();
+        std::os::unix::fs::symlink(shared.join("hop.json"), &rules).unwrap();
+        home.check_file(&rules).unwrap();
+        // Through a second link to the real file, all in a directory only we can write.
+        std::os::unix::fs::symlink("real.json", shared.join("hop.json")).unwrap();
+        fs::write(shared.join("real.json"), "{}").unwrap();
+        home.check_file(&rules).unwrap();
+        // The real file writable by others; then its directory.
+        chmod(&shared.join("real.json"), 0o666);
+        let err = home.check_file(&rules).unwrap_err().to_string();
+        let real = fs::canonicalize(&shared).unwrap().join("real.json");
+        assert!(
+            err.contains(&format!(
+                "{}, where `triggers.json` leads, is writable by its group and others (mode 0666)",
+                real.display()
+            )),
+            "{err}"
+        );
+        chmod(&shared.join("real.json"), 0o644);
+        chmod(&shared, 0o757);
+        let err = home.check_file(&rules).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "the directory `triggers.json` leads to, is writable by others (mode 0757)"
+            ),
+            "{err}"
+        );
+        chmod(&shared, 0o755);
+        // A loop of links.
+        fs::remove_file(shared.join("real.json")).unwrap();
+        std::os::unix::fs::symlink("hop.json", shared.join("real.json")).unwrap();
+        let err = home.check_file(&rules).unwrap_err().to_string();
+        assert!(
+            err.contains("`triggers.json` leads through more than 40 symlinks"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_a_regular_file_within_the_limit_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rules.json");
+        fs::write(&file, "0123456789").unwrap();
+        assert_eq!(read_regular(&file, 10).unwrap(), "0123456789");
+        let err = read_regular(&file, 9).unwrap_err().to_string();
+        assert_eq!(err, "it is larger than the limit of 9 bytes");
+        let err = read_regular(Path::new("/dev/zero"), 9)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("it is not a regular file"), "{err}");
+        let err = read_regular(dir.path(), 9).unwrap_err().to_string();
+        assert_eq!(err, "it is a directory");
+        // A FIFO nobody writes to: refused at once, not waited on.
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid C string that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read_regular(&fifo, 9).unwrap_err().to_string();
+        assert!(err.starts_with("it is not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn a_link_of_another_user_on_the_way_is_refused_as_root() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("*** SKIPPED: changing a link's owner needs root ***");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path().join("home")).unwrap();
+        let shared = dir.path().join("shared");
+        fs::create_dir(&shared).unwrap();
+        chmod(&shared, 0o755);
+        fs::write(shared.join("real.json"), "{}").unwrap();
+        let hop = shared.join("hop.json");
+        std::os::unix::fs::symlink("real.json", &hop).unwrap();
+        std::os::unix::fs::lchown(&hop, Some(65534), None).unwrap();
+        std::os::unix::fs::symlink(&hop, home.config_file()).unwrap();
+        let err = home
+            .check_file(&home.config_file())
+            .unwrap_err()
+            .to_string();
+        let shown = fs::canonicalize(&shared).unwrap().join("hop.json");
+        assert!(
+            err.contains(&format!(
+                "{}, where `switchboard.json` leads, is owned by ",
+                shown.display()
+            )) && err.contains("(uid 65534)"),
+            "{err}"
+        );
+        assert!(home.check_private().is_err(), "and at start");
     }
 
     #[test]

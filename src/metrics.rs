@@ -106,15 +106,19 @@ pub enum ReloadResult {
     Missing,
     /// The file cannot be read: the live rules stay.
     Unreadable,
+    /// The file, a link to it or its directory can be changed by another user: the live rules
+    /// stay.
+    Unsafe,
 }
 
 impl ReloadResult {
     /// Every result, in the order `/metrics` lists them.
-    pub const ALL: [ReloadResult; 4] = [
+    pub const ALL: [ReloadResult; 5] = [
         ReloadResult::Ok,
         ReloadResult::Invalid,
         ReloadResult::Missing,
         ReloadResult::Unreadable,
+        ReloadResult::Unsafe,
     ];
 
     /// The `result` label.
@@ -124,6 +128,7 @@ impl ReloadResult {
             ReloadResult::Invalid => "invalid",
             ReloadResult::Missing => "missing",
             ReloadResult::Unreadable => "unreadable",
+            ReloadResult::Unsafe => "unsafe",
         }
     }
 }

@@ -10,7 +10,7 @@
 //! "reason"}`) must hold, rules not named are not checked, and a failed expectation says what
 //! happened instead and what held the rule back (which matcher, which time interval).
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -26,6 +26,7 @@ use crate::actions::Mode;
 use crate::backend::Client;
 use crate::control::ops::Rules;
 use crate::engine::{Decision, Engine};
+use crate::home::{MAX_READ, read_regular};
 use crate::message::{Message, Metadata, NewMessage, format_timestamp};
 use crate::rules::{LoadError, RuleSet};
 
@@ -275,12 +276,11 @@ fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    let file = std::fs::File::open(&args.messages)
-        .with_context(|| format!("cannot read {}", args.messages.display()))?;
-    let lines = std::io::BufReader::new(file)
+    let lines: Vec<String> = read_regular(&args.messages, MAX_READ)
+        .with_context(|| format!("cannot read {}", args.messages.display()))?
         .lines()
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("cannot read {}", args.messages.display()))?;
+        .map(String::from)
+        .collect();
     let out_lines = match replay(rules, &lines, args.explain) {
         Ok(out) => out,
         Err(bad) => {
@@ -519,7 +519,7 @@ impl Outcome {
 /// `rules test FILE.json`: every test, passed or failed; exit 1 on any failure.
 fn test_file(path: &Path) -> anyhow::Result<ExitCode> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {shown}"))?;
+    let text = read_regular(path, MAX_READ).with_context(|| format!("cannot read {shown}"))?;
     let file: TestFile = serde_json::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "{shown}:{}:{}: not a rules test file: {e}",
@@ -630,7 +630,7 @@ fn load_rule_files(base: &Path, files: &[PathBuf]) -> Result<RuleSet, Vec<String
     for file in files {
         let path = base.join(file);
         let shown = path.display().to_string();
-        match std::fs::read_to_string(&path) {
+        match read_regular(&path, MAX_READ) {
             Ok(text) => {
                 let value: Value = serde_json::from_str(&text).unwrap_or_default();
                 for (name, list) in value["timeIntervals"].as_object().into_iter().flatten() {

@@ -1,6 +1,7 @@
 //! `switchboard serve` (an MCP front end on stdio), `switchboard daemon` (the daemon in the
 //! foreground), and `start`, `stop`, `status` (the daemon in the background).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -121,18 +122,21 @@ pub async fn daemon(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode>
 
 /// `start`: the daemon in the background, unless one runs.
 pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
     if let Ok(Some(status)) = status_of(&home).await {
-        println!(
+        writeln!(
+            out,
             "switchboard daemon already running (pid {}) on {}",
             status.pid, status.home
-        );
+        )?;
         let differs = args.frontend(None).differences(&status.asked);
         if !differs.is_empty() {
-            println!(
+            writeln!(
+                out,
                 "  it keeps the settings it was started with ({}); to change them, run \
                  `switchboard stop`, then `switchboard start` with the new flags",
                 differs.join("; ")
-            );
+            )?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -156,13 +160,14 @@ pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> 
     let status = status_of(&home)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the daemon started but does not answer"))?;
-    println!(
+    writeln!(
+        out,
         "switchboard daemon started (pid {}) on {}",
         status.pid, status.home
-    );
-    print_listeners(&status);
+    )?;
+    print_listeners(&mut out, &status)?;
     if let Some(log) = &status.log {
-        println!("  log: {log}");
+        writeln!(out, "  log: {log}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -172,8 +177,9 @@ const STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// `stop`: asks the daemon to stop and waits until it has.
 pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
     let Some(status) = status_of(&home).await? else {
-        println!("no switchboard daemon runs on {}", home.display());
+        writeln!(out, "no switchboard daemon runs on {}", home.display())?;
         return Ok(ExitCode::SUCCESS);
     };
     let mut client = Client::connect(&home).await?;
@@ -193,7 +199,7 @@ pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!("switchboard daemon stopped (pid {})", status.pid);
+    writeln!(out, "switchboard daemon stopped (pid {})", status.pid)?;
     if stopping.unsaved > 0 {
         eprintln!(
             "error: {} changes of state were not saved: the actions journal cannot be written \
@@ -221,82 +227,113 @@ pub struct StatusArgs {
 
 /// `status`: whether the daemon runs, and how it is doing. Exit 3 when none runs.
 pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
     let Some(status) = status_of(&home).await? else {
         if args.json {
-            println!(
+            writeln!(
+                out,
                 "{}",
                 serde_json::json!({"running": false, "home": home.display().to_string()})
-            );
+            )?;
         } else {
-            println!("switchboard daemon: not running on {}", home.display());
+            writeln!(out, "switchboard daemon: not running on {}", home.display())?;
         }
         return Ok(ExitCode::from(3));
     };
     if args.json {
         let mut v = serde_json::to_value(&status)?;
         v["running"] = true.into();
-        println!("{v}");
+        writeln!(out, "{v}")?;
         return Ok(ExitCode::SUCCESS);
     }
     let s = &status.stats.core;
-    println!(
+    writeln!(
+        out,
         "switchboard daemon: running (pid {}, version {}) since {}",
         status.pid, status.version, status.started
-    );
-    println!("  home: {}", status.home);
+    )?;
+    writeln!(out, "  home: {}", status.home)?;
     if let Some(log) = &status.log {
-        println!("  log: {log}");
+        writeln!(out, "  log: {log}")?;
     }
-    print_listeners(&status);
-    println!(
+    print_listeners(&mut out, &status)?;
+    writeln!(
+        out,
         "  inbox: last seq {}, {} in the ring; journal {}",
         s.inbox.last_seq, s.inbox.ring_depth, s.inbox.journal_status
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  rules: {} loaded{}",
         s.rules_loaded,
         if s.paused { ", evaluation PAUSED" } else { "" }
-    );
-    println!(
+    )?;
+    if let Some(failed) = s.last_reload.as_ref().filter(|r| !r.ok) {
+        writeln!(
+            out,
+            "  last rules reload FAILED at {}: {}",
+            failed.at.format("%H:%M:%S UTC"),
+            failed.message
+        )?;
+    }
+    if let Some(failed) = status
+        .stats
+        .part::<crate::config::ConfigReload>("config_reload")
+        .filter(|r| !r.ok)
+    {
+        writeln!(
+            out,
+            "  last switchboard.json change NOT APPLIED ({}): {}",
+            failed.at, failed.message
+        )?;
+    }
+    writeln!(
+        out,
         "  sessions: {}; pending confirms: {}; queued work: {}; claimed: {}",
         s.delivery.sessions,
         s.delivery.pending_confirms,
         s.delivery.queued_work,
         s.delivery.claimed_work
-    );
-    println!("  stop hooks: {}", super::hook::duty_line(&s.hooks.duty));
+    )?;
+    writeln!(
+        out,
+        "  stop hooks: {}",
+        super::hook::duty_line(&s.hooks.duty)
+    )?;
     if let Some(exec) = status.stats.part::<ExecStats>("exec") {
         let failed: u64 = exec.failed.values().sum();
-        println!(
+        writeln!(
+            out,
             "  exec: {} (preflight {}); {} running, {} queued, {} succeeded, {} not",
             exec.host, exec.preflight, exec.running, exec.queued, exec.succeeded, failed
-        );
+        )?;
     }
     let upstreams: Vec<UpstreamState> = status.stats.part("upstreams").unwrap_or_default();
     for u in &upstreams {
-        println!("  upstream {}", super::show::upstream_line(u));
+        writeln!(out, "  upstream {}", super::show::upstream_line(u))?;
     }
     if let Some(js) = status
         .stats
         .part::<crate::sources::jetstream::JetStreamState>("jetstream")
     {
-        println!("  jetstream: {}", js.line());
+        writeln!(out, "  jetstream: {}", js.line())?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_listeners(status: &Status) {
+fn print_listeners(out: &mut impl Write, status: &Status) -> std::io::Result<()> {
     let listeners: Vec<ListenerState> = status.stats.part("listeners").unwrap_or_default();
     for l in &listeners {
         match (&l.bound, &l.error) {
-            (Some(bound), _) => println!("  {}: listening on {bound}", l.what),
-            (None, Some(error)) => println!("  {}: WARNING not listening: {error}", l.what),
-            (None, None) => println!("  {}: not listening", l.what),
+            (Some(bound), _) => writeln!(out, "  {}: listening on {bound}", l.what)?,
+            (None, Some(error)) => writeln!(out, "  {}: WARNING not listening: {error}", l.what)?,
+            (None, None) => writeln!(out, "  {}: not listening", l.what)?,
         }
     }
     if status.asked.ingest.is_none() {
-        println!("  ingest: off");
+        writeln!(out, "  ingest: off")?;
     }
+    Ok(())
 }
 
 /// The running daemon's status; `None` when none answers.

@@ -7,7 +7,7 @@ use std::process::{ExitCode, Stdio};
 use clap::Args;
 
 use crate::backend::Client;
-use crate::control::ops::UiLink;
+use crate::control::ops::{UiLink, UiRevoke};
 
 /// Options of `ui`.
 #[derive(Debug, Args)]
@@ -15,16 +15,45 @@ pub struct UiArgs {
     /// Print the link only; do not open a browser.
     #[arg(long)]
     pub no_open: bool,
+    /// Give a link even when the page is served beyond this machine over plain HTTP (anyone
+    /// on the network path can read the link and the session cookie).
+    #[arg(long)]
+    pub public: bool,
+    /// Sign every browser out of the page and forget every link not opened yet.
+    #[arg(long, conflicts_with_all = ["no_open", "public"])]
+    pub revoke: bool,
 }
 
-/// Prints a fresh one-time link to the page (it works once, for two minutes) and opens it.
+/// Prints a fresh one-time link to the page (it works once, for two minutes) and opens it; or,
+/// with `--revoke`, ends every session and unused link.
 pub async fn run(home: PathBuf, args: UiArgs) -> anyhow::Result<ExitCode> {
-    let link = Client::connect(&home).await?.call(UiLink {}).await?;
+    let mut client = Client::connect(&home).await?;
+    let mut out = std::io::stdout();
+    if args.revoke {
+        let revoked = client.call(UiRevoke {}).await?;
+        writeln!(
+            out,
+            "revoked {} page session{} and {} unused link{}; run `switchboard ui` for a new link",
+            revoked.sessions,
+            if revoked.sessions == 1 { "" } else { "s" },
+            revoked.links,
+            if revoked.links == 1 { "" } else { "s" },
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let link = client
+        .call(UiLink {
+            public: args.public,
+        })
+        .await?;
     writeln!(
-        std::io::stdout().lock(),
+        out,
         "{}\nthis link works once, for two minutes; run `switchboard ui` again for another",
         link.url
     )?;
+    if let Some(note) = &link.note {
+        writeln!(out, "{note}")?;
+    }
     if !args.no_open {
         let opener = if cfg!(target_os = "macos") {
             "open"

@@ -41,8 +41,21 @@ pub trait ToolHub: Send + Sync + 'static {
 
 /// The approval page's one-time links (`switchboard ui`).
 pub trait WebLinks: Send + Sync + 'static {
-    /// A fresh one-time link to the page, or why there is none (the page is not served).
-    fn link(&self) -> Result<String, String>;
+    /// A fresh one-time link to the page, or why there is none: the page is not served, or
+    /// is served beyond this machine over plain HTTP and `public` does not accept that.
+    fn link(&self, public: bool) -> Result<WebLink, String>;
+    /// Ends every page session and forgets every unused link: how many of each.
+    fn revoke(&self) -> (usize, usize);
+}
+
+/// A one-time link to the approval page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebLink {
+    /// `http://HOST:PORT/ui/login?code=...`.
+    pub url: String,
+    /// What the person opening it should know (how to reach it from another machine, that it
+    /// travels over plain HTTP).
+    pub note: Option<String>,
 }
 
 /// Where appends go instead of the local inbox when the daemon shares a stream with other

@@ -6,7 +6,9 @@
 //! its sessions' lease: the sessions it opened close when it goes away, so that the work they
 //! claimed and did not settle goes back to the queue. Opening, closing and settling are applied
 //! in the order they arrive, so a `settle` that follows a wait's reply is never overtaken by the
-//! `close` after it.
+//! `close` after it. Every line gets an answer: a call its reply, anything else an error reply
+//! (with the line's id, or [`NO_ID`] when it names none: not JSON, or no `id`); a line that
+//! cannot be read (over [`super::wire::MAX_LINE`]) is answered, then the connection closed.
 //!
 //! Limits, so that neither a stuck client nor a crowd of front ends locks the operator out:
 //! at most [`MAX_HANDSHAKES`] connections may be between connect and hello, and each must say
@@ -59,6 +61,10 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The most lines a connection's writer puts in one write.
 const WRITE_BATCH: usize = 64;
+
+/// The id of the reply to a line that named none (it is not JSON, or has no `id`); clients
+/// number their calls from 1.
+pub const NO_ID: u64 = 0;
 
 /// How often the daemon checks that its socket file is still there.
 pub const SOCKET_CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -334,28 +340,26 @@ async fn connection(
             Ok(true) => {}
             Ok(false) => break,
             Err(e) => {
+                // Said (with the id of a line that named none), then the connection ends: the
+                // rest of an overlong line cannot be told from the next one.
                 tracing::debug!(cause = %e, "control connection: bad line; hanging up");
+                let error = ApiError::Protocol {
+                    message: format!("cannot read the line: {e}; closing"),
+                };
+                let _ = tx.send(refusal(NO_ID, error)).await;
                 break;
             }
         }
-        let up: Up = match serde_json::from_slice(&line) {
-            Ok(up) => up,
-            Err(e) => {
-                not_a_call(&tx, &line, e).await;
+        let (id, call) = match read_up(&line) {
+            Ok(Line::Call(id, call)) => (id, *call),
+            Ok(Line::Cancel(id)) => {
+                if let Some(token) = in_flight.lock().unwrap().remove(&id) {
+                    token.cancel();
+                }
                 continue;
             }
-        };
-        if up.cancel {
-            if let Some(token) = in_flight.lock().unwrap().remove(&up.id) {
-                token.cancel();
-            }
-            continue;
-        }
-        let Some(raw) = up.call else { continue };
-        let call = match read_call(&raw) {
-            Ok(call) => call,
-            Err(error) => {
-                let _ = tx.send(refusal(up.id, error)).await;
+            Err((id, error)) => {
+                let _ = tx.send(refusal(id, error)).await;
                 continue;
             }
         };
@@ -366,18 +370,17 @@ async fn connection(
                 sessions: Some(&sessions),
             };
             let done = call.apply(&cx).await;
-            let _ = tx.send(reply(up.id, done)).await;
+            let _ = tx.send(reply(id, done)).await;
             continue;
         }
         let cancel = CancellationToken::new();
-        in_flight.lock().unwrap().insert(up.id, cancel.clone());
+        in_flight.lock().unwrap().insert(id, cancel.clone());
         let (local, tx, in_flight, sessions) = (
             local.clone(),
             tx.clone(),
             in_flight.clone(),
             sessions.clone(),
         );
-        let id = up.id;
         calls.spawn(async move {
             let cx = Ctx {
                 local: &local,
@@ -430,29 +433,42 @@ async fn write_all(
     gone.cancel();
 }
 
-/// A line that is not a call (`e`): refused with its id when it has one; without, there is
-/// nobody to answer.
-async fn not_a_call(tx: &mpsc::Sender<Down>, line: &[u8], e: serde_json::Error) {
-    #[derive(Deserialize)]
-    struct JustId {
-        id: u64,
-    }
-    let error = ApiError::Protocol {
-        message: format!("a line that is not a call: {e}"),
-    };
-    match serde_json::from_slice::<JustId>(line) {
-        Ok(JustId { id }) => {
-            let _ = tx.send(refusal(id, error)).await;
-        }
-        Err(_) => {
-            tracing::warn!(cause = %e, "control connection sent a line that is not a call; ignored")
-        }
-    }
-}
-
 /// Closes the core's session `id` (a connection that went away).
 fn local_close(local: &Local, id: u64) {
     let _ = local.apply_now(super::ops::Close { session: id });
+}
+
+/// What a line asks.
+enum Line {
+    /// Call `id`.
+    Call(u64, Box<Call>),
+    /// Cancel call `id`.
+    Cancel(u64),
+}
+
+/// Reads a line: a call or a cancel, or the error it gets, with its id ([`NO_ID`] when it names
+/// none).
+fn read_up(line: &[u8]) -> Result<Line, (u64, ApiError)> {
+    let up: Up = serde_json::from_slice(line).map_err(|e| {
+        #[derive(Deserialize)]
+        struct JustId {
+            id: u64,
+        }
+        let id = serde_json::from_slice::<JustId>(line).map_or(NO_ID, |j| j.id);
+        tracing::debug!(cause = %e, id, "control connection sent a line that is not a call");
+        let message = format!("a line that is not a call: {e}");
+        (id, ApiError::Protocol { message })
+    })?;
+    if up.cancel {
+        return Ok(Line::Cancel(up.id));
+    }
+    let Some(raw) = up.call else {
+        let message = "a line with neither a `call` nor `\"cancel\": true`".to_string();
+        return Err((up.id, ApiError::Protocol { message }));
+    };
+    read_call(&raw)
+        .map(|call| Line::Call(up.id, Box::new(call)))
+        .map_err(|error| (up.id, error))
 }
 
 /// Reads a call; a call this build does not know, or whose fields do not fit, is an error that

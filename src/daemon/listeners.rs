@@ -225,7 +225,7 @@ impl Component for Arc<Listeners> {
                 ));
             }
             let bound = serve(cx, listener, router, "ingest")?;
-            self.web.set_base(format!("http://{bound}"));
+            self.web.serve_at(bound, &http.trusted_proxies)?;
             states[0] = Some(ListenerState::listening("ingest", address, bound));
             endpoint["ingest"] = bound.to_string().into();
             if self.shared {

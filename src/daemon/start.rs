@@ -93,9 +93,67 @@ impl StartSettings {
     }
 }
 
+/// Refuses a front end whose environment gives another ingest token (`env`, its
+/// `SWITCHBOARD_TOKEN`) than the one the daemon of `home` has: the token of its last start,
+/// else `http.token`, else the `token` file. A front end that starts the daemon passes its
+/// environment on, and the token there would win: senders using the daemon's token would get
+/// 401, with nothing said. A home whose daemon has no token yet takes this one.
+pub fn check_token_env(home: &Home, env: Option<&str>) -> anyhow::Result<()> {
+    let given = |t: &str| Some(t.trim().to_string()).filter(|t| !t.is_empty());
+    let Some(asked) = env.and_then(given) else {
+        return Ok(());
+    };
+    let current = StartSettings::load(home)
+        .token
+        .and_then(|t| given(&t))
+        .or_else(|| {
+            let config = home.load_config().ok()?;
+            config.http.token.as_deref().and_then(given)
+        })
+        .or_else(|| given(&std::fs::read_to_string(home.token()).ok()?));
+    match current {
+        Some(current) if current != asked => anyhow::bail!(
+            "`SWITCHBOARD_TOKEN` in this front end's environment is not the ingest token of the \
+             daemon of {}: a front end does not change the daemon's token (senders using it \
+             would get 401); remove `SWITCHBOARD_TOKEN` from the MCP host's entry for \
+             switchboard, or change the token on purpose with `switchboard stop`, then \
+             `SWITCHBOARD_TOKEN=... switchboard start`",
+            home.dir().display()
+        ),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_front_end_may_not_give_the_daemon_another_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path()).unwrap();
+        // No token yet: the front end's becomes the daemon's.
+        check_token_env(&home, Some("mine")).unwrap();
+        check_token_env(&home, None).unwrap();
+        // The `token` file, then `http.token`, then the last start's, each over the one before.
+        write_atomic(&home.token(), b"from-the-file\n").unwrap();
+        check_token_env(&home, Some(" from-the-file ")).unwrap();
+        let err = check_token_env(&home, Some("mine"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("`SWITCHBOARD_TOKEN` in this front end's environment is not"));
+        write_atomic(&home.config_file(), br#"{"http": {"token": "configured"}}"#).unwrap();
+        check_token_env(&home, Some("configured")).unwrap();
+        assert!(check_token_env(&home, Some("from-the-file")).is_err());
+        let started = StartSettings {
+            token: Some("from-env".into()),
+            ..Default::default()
+        };
+        started.save(&home).unwrap();
+        check_token_env(&home, Some("from-env")).unwrap();
+        assert!(check_token_env(&home, Some("configured")).is_err());
+        check_token_env(&home, Some("  ")).unwrap();
+    }
 
     #[test]
     fn what_a_start_leaves_out_comes_from_the_last_one_and_what_it_gives_wins() {

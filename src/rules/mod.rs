@@ -185,7 +185,7 @@ impl RuleSet {
 
     /// Loads `path`: `Ok(None)` when it does not exist.
     pub fn load(path: &Path) -> Result<Option<RuleSet>, LoadError> {
-        match std::fs::read_to_string(path) {
+        match crate::home::read_regular(path, crate::home::MAX_READ) {
             Ok(text) => RuleSet::parse(&text)
                 .map(Some)
                 .map_err(|errors| LoadError::Invalid {

@@ -43,6 +43,15 @@ pub const META_KEYS: &[&str] = &[
     "url",
 ];
 
+/// Whether an `X-Hub-Signature-256` value has the shape of one (`sha256=` and 64 hex digits),
+/// before the body it signs is read.
+pub fn signature_shaped(header: &str) -> bool {
+    header
+        .trim()
+        .strip_prefix("sha256=")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Whether `header` (the `X-Hub-Signature-256` value, `sha256=<hex>`) is the HMAC-SHA256 of
 /// `body` under `secret`. The comparison takes the same time wherever the first difference is.
 pub fn signature_matches(secret: &[u8], body: &[u8], header: &str) -> bool {

@@ -18,8 +18,13 @@
 //! bearer token (401), method (405), rate limit (429), body size (413), content type (415),
 //! JSON syntax (400), shape (422), then the inbox (202, or 503 when it cannot promise
 //! durability). A body that has not arrived [`crate::listener::BODY_READ_TIMEOUT`] after its
-//! header gets 408 `body_timeout`. `/v1/github` checks its secret (403) first and its signature (401) once the
-//! body is read (413), then the rest. Only authenticated requests spend the quota.
+//! header gets 408 `body_timeout`. Every route authenticates from the headers before it reads
+//! a body, and a refusal closes the connection ([`crate::listener`]). `/v1/github`, whose
+//! signature is over the body, checks from the headers that a secret is set (403), that the
+//! delivery is signed (401) and names its event and delivery (400), and that requests without
+//! credentials have room left (503, [`crate::listener::AUTHENTICATED_RESERVE`]); then it reads
+//! the body (413) and checks the signature (401), then the rest. Only authenticated requests
+//! spend the quota.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -72,6 +77,10 @@ pub struct HttpSettings {
     pub body_limit: usize,
     /// Per-source rate limit, e.g. `"100/1s"`; `"0"` = none.
     pub rate_limit: String,
+    /// The reverse proxies whose `X-Forwarded-Host` and `X-Forwarded-Proto` are believed
+    /// (addresses, or networks as `ADDR/BITS`); none by default.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for HttpSettings {
@@ -83,6 +92,7 @@ impl Default for HttpSettings {
             github_secret: None,
             body_limit: 1024 * 1024,
             rate_limit: "200/1s".to_string(),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -150,8 +160,11 @@ pub fn router(cx: SourceContext, live: Arc<LiveHttp>) -> Router {
             ingest.clone(),
             require_bearer,
         ));
-    Router::new()
+    let github = Router::new()
         .route("/v1/github", post(post_github))
+        .route_layer(middleware::from_fn_with_state(ingest.clone(), github_gate));
+    Router::new()
+        .merge(github)
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(bearer)
         .fallback(not_found)
@@ -471,7 +484,10 @@ async fn require_bearer(
     next: Next,
 ) -> Response {
     match ingest.authorize(request.headers()) {
-        Ok(()) => next.run(request).await,
+        Ok(()) => {
+            crate::listener::authenticated(request.extensions());
+            next.run(request).await
+        }
         Err(err) => err.into_response(),
     }
 }
@@ -515,14 +531,27 @@ async fn post_alertmanager(
     ingest.store(Source::Alertmanager, batch).await
 }
 
-/// `POST /v1/github`: a GitHub webhook delivery, authenticated by its signature.
-async fn post_github(
-    State(ingest): State<Arc<Ingest>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let secret = ingest.live().github_secret.clone();
-    let Some(secret) = &secret else {
+/// What `/v1/github` checks before it reads a body, from the headers alone: a secret is set
+/// (403), the delivery is signed (`X-Hub-Signature-256: sha256=` and 64 hex digits, 401), it
+/// names its event and delivery (400), and requests without credentials have room left
+/// (503): the body is read, within the anonymous share of the connections, only for a
+/// delivery that can be authentic. The signature itself is checked once the body is read.
+async fn github_gate(State(ingest): State<Arc<Ingest>>, request: Request, next: Next) -> Response {
+    match github_headers(&ingest, request.headers()) {
+        Ok(()) => {}
+        Err(err) => return err.into_response(),
+    }
+    if let Some(standing) = crate::listener::Standing::of(request.extensions())
+        && standing.may_read_anonymously().is_err()
+    {
+        return crate::listener::anonymous_share_full();
+    }
+    next.run(request).await
+}
+
+/// The header checks of [`github_gate`].
+fn github_headers(ingest: &Ingest, headers: &HeaderMap) -> Result<(), ApiError> {
+    if ingest.live().github_secret.is_none() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "github_secret_missing",
@@ -530,9 +559,8 @@ async fn post_github(
              and unsigned deliveries are never accepted"
                 .into(),
         ));
-    };
-    let body = ingest.body(body)?;
-    let Some(signature) = header_text(&headers, "x-hub-signature-256") else {
+    }
+    let Some(signature) = header_text(headers, "x-hub-signature-256") else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing_signature",
@@ -540,18 +568,14 @@ async fn post_github(
                 .into(),
         ));
     };
-    if !github::signature_matches(secret, &body, signature) {
+    if !github::signature_shaped(signature) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_signature",
-            "`X-Hub-Signature-256` does not match the body; check that the webhook's secret is \
-             `http.githubSecret`"
-                .into(),
+            "`X-Hub-Signature-256` is not `sha256=` and 64 hex digits".into(),
         ));
     }
-    ingest.admit(Source::Github)?;
-    json_content_type(&headers)?;
-    let event = required_header(&headers, "X-GitHub-Event")?;
+    let event = required_header(headers, "X-GitHub-Event")?;
     if !event
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
@@ -562,6 +586,37 @@ async fn post_github(
             format!("`X-GitHub-Event` \"{event}\" is not an event name"),
         ));
     }
+    required_header(headers, "X-GitHub-Delivery")?;
+    Ok(())
+}
+
+/// `POST /v1/github`: a GitHub webhook delivery, authenticated by its signature (the headers
+/// were checked by [`github_gate`]).
+async fn post_github(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    extensions: http::Extensions,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let secret = ingest.live().github_secret.clone();
+    let body = ingest.body(body)?;
+    let signature = header_text(&headers, "x-hub-signature-256").unwrap_or_default();
+    let signed = secret
+        .as_deref()
+        .is_some_and(|secret| github::signature_matches(secret, &body, signature));
+    if !signed {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_signature",
+            "`X-Hub-Signature-256` does not match the body; check that the webhook's secret is \
+             `http.githubSecret`"
+                .into(),
+        ));
+    }
+    crate::listener::authenticated(&extensions);
+    ingest.admit(Source::Github)?;
+    json_content_type(&headers)?;
+    let event = required_header(&headers, "X-GitHub-Event")?;
     let delivery = required_header(&headers, "X-GitHub-Delivery")?;
     let payload = parse_json(&body)?;
     let batch = github::messages(event, delivery, &payload)?;

@@ -264,6 +264,148 @@ fn ui_session(sb: &Switchboard) -> String {
     cookie.split(';').next().unwrap().to_string()
 }
 
+/// Issue 46: `X-Forwarded-Host` (the page's own host, for the `Origin` check) and
+/// `X-Forwarded-Proto` (https: a `Secure` cookie) count only from a proxy listed in
+/// `http.trustedProxies`. Today any client's `X-Forwarded-Host` passed the check, and the
+/// cookie was never `Secure`.
+#[test]
+fn forwarded_headers_count_only_from_a_trusted_proxy() {
+    for trusted in [false, true] {
+        let mut sb = Switchboard::new();
+        sb.write("triggers.json", ASK);
+        if trusted {
+            sb.write(
+                "switchboard.json",
+                r#"{"http": {"trustedProxies": ["127.0.0.1", "10.0.0.0/8"]}}"#,
+            );
+        }
+        sb.spawn();
+        let ingest = sb.ingest.clone().unwrap();
+        send_messages(sb.home.path(), &[("alerts/db", "db down")]);
+        eventually(Duration::from_secs(5), "a pending confirm", || {
+            (pending_ids(sb.home.path()) == [1]).then_some(())
+        });
+        let (login, _) = ui_link(&sb);
+        let r = http_request(
+            &ingest,
+            "GET",
+            &login,
+            &[("X-Forwarded-Proto", "https")],
+            b"",
+        );
+        assert_eq!(r.status, 303, "{}", r.body);
+        let cookie = r.header("set-cookie").unwrap().to_string();
+        assert_eq!(cookie.contains("; Secure"), trusted, "{cookie}");
+        let session = cookie.split(';').next().unwrap().to_string();
+        let state = http_request(
+            &ingest,
+            "GET",
+            "/ui/api/state",
+            &[("Cookie", &session)],
+            b"",
+        );
+        let csrf = state.json()["csrf"].as_str().unwrap().to_string();
+        // A browser on https://approvals.example, through the proxy.
+        let r = http_request(
+            &ingest,
+            "POST",
+            "/ui/api/confirm",
+            &[
+                ("Cookie", &session),
+                ("Content-Type", "application/json"),
+                ("X-CSRF-Token", &csrf),
+                ("Origin", "https://approvals.example"),
+                ("X-Forwarded-Host", "approvals.example"),
+                ("Sec-Fetch-Site", "same-origin"),
+            ],
+            br#"{"id": 1, "decision": "approve"}"#,
+        );
+        if trusted {
+            assert_eq!(r.status, 200, "{}", r.body);
+        } else {
+            r.assert_error(403, "cross_site");
+            assert_eq!(pending_ids(sb.home.path()), [1]);
+        }
+        sb.terminate();
+    }
+}
+
+/// Issue 46: a page served on every address over plain HTTP gets a link only with `--public`,
+/// and a usable one (today: `http://0.0.0.0:PORT/...`, with no word of warning); `ui --revoke`
+/// signs every browser out and voids the links not opened yet.
+#[test]
+fn a_page_served_beyond_loopback_needs_public_and_revoke_signs_everyone_out() {
+    let mut sb = Switchboard::new();
+    sb.spawn_with(&["serve", "--no-stdio", "--listen", "0.0.0.0:0"]);
+    let port = sb
+        .ingest
+        .clone()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(sb.log().contains("over plain HTTP"), "{}", sb.log());
+
+    let out = sb.cli(&["ui", "--no-open"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "the approval page is served on 0.0.0.0:{port} over plain HTTP, beyond this machine"
+        )) && err.contains("`switchboard ui --public`"),
+        "{err}"
+    );
+    let out = sb.cli(&["ui", "--no-open", "--public"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let url = text.lines().next().unwrap();
+    let local = format!("http://127.0.0.1:{port}");
+    let login = url
+        .strip_prefix(&local)
+        .unwrap_or_else(|| panic!("a link on loopback, not on 0.0.0.0: {text}"));
+    assert!(
+        text.contains("use this machine's name or address"),
+        "{text}"
+    );
+    assert!(
+        text.contains("warning: the page is served over plain HTTP"),
+        "{text}"
+    );
+    let addr = format!("127.0.0.1:{port}");
+    let r = http_request(&addr, "GET", login, &[], b"");
+    assert_eq!(r.status, 303, "the link works: {}", r.body);
+    let session = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let state = http_request(&addr, "GET", "/ui/api/state", &[("Cookie", &session)], b"");
+    assert_eq!(state.status, 200, "{}", state.body);
+
+    // One more link, never opened; then everything is revoked.
+    let unused = stdout(&sb.cli(&["ui", "--no-open", "--public"]));
+    let unused = unused
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix(&local)
+        .unwrap()
+        .to_string();
+    let out = sb.cli(&["ui", "--revoke"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "revoked 1 page session and 1 unused link; run `switchboard ui` for a new link"
+    );
+    let state = http_request(&addr, "GET", "/ui/api/state", &[("Cookie", &session)], b"");
+    state.assert_error(401, "no_session");
+    assert_eq!(http_request(&addr, "GET", &unused, &[], b"").status, 403);
+    sb.terminate();
+}
+
 #[test]
 fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
     let mut sb = Switchboard::new();

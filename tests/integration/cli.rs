@@ -504,3 +504,54 @@ fn the_readme_quick_start_runs_as_written() {
     });
     drop(watch);
 }
+
+/// A pipe whose reader is already gone: what `switchboard status | true` writes into.
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: pipe() just made both descriptors, and nothing else owns them.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Stdio::from(write)
+}
+
+/// Issue 46: every command whose reader goes away exits quietly, as a pipe ends; today
+/// `switchboard status | true` panicked on the broken pipe.
+#[test]
+fn every_command_exits_quietly_when_its_reader_is_gone() {
+    let mut sb = Switchboard::start();
+    send_messages(sb.home.path(), &[("news/a", "one")]);
+    let commands: &[&[&str]] = &[
+        &["status"],
+        &["status", "--json"],
+        &["start", "--no-listen"],
+        &["stats"],
+        &["list"],
+        &["list", "--json"],
+        &["pending"],
+        &["rules", "list"],
+        &["rules", "check"],
+        &["rules", "schema"],
+        &["config", "check"],
+        &["ui", "--no-open"],
+        &["completions", "bash"],
+        &["man"],
+        &["--version"],
+        &["--help"],
+    ];
+    for args in commands {
+        let out = Command::new(bin())
+            .arg("--home")
+            .arg(sb.home.path())
+            .args(*args)
+            .stdin(Stdio::null())
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}");
+    }
+    sb.terminate();
+}

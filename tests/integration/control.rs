@@ -122,6 +122,33 @@ fn a_call_the_daemon_does_not_know_gets_an_error_reply_within_a_second() {
     assert_eq!(answer["reply"]["error"]["type"], "refused", "{answer}");
     assert_eq!(answer["reply"]["error"]["code"], "not_allowed", "{answer}");
 
+    // Issue 46: a line that is not JSON, or names no call, is answered too (today: silence).
+    // Without an id of its own the reply's is 0 (clients number their calls from 1).
+    for (line, id, says) in [
+        ("this is not json", 0, "a line that is not a call"),
+        (
+            r#"{"call": {"op": "stats"}}"#,
+            0,
+            "a line that is not a call",
+        ),
+        (r#"{"id": 11}"#, 11, "neither a `call` nor"),
+        (r#"{"id": 12, "call": null}"#, 12, "neither a `call` nor"),
+    ] {
+        writeln!(stream, "{line}").unwrap();
+        let answer = read_json(&mut reader);
+        assert_eq!(answer["reply"]["id"], id, "{line}: {answer}");
+        assert_eq!(
+            answer["reply"]["error"]["code"], "protocol",
+            "{line}: {answer}"
+        );
+        assert!(
+            answer["reply"]["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(says)),
+            "{line}: {answer}"
+        );
+    }
+
     // And the connection still works.
     writeln!(stream, r#"{{"id": 10, "call": {{"op": "stats"}}}}"#).unwrap();
     let answer = read_json(&mut reader);

@@ -444,15 +444,10 @@ async fn a_front_end_with_other_flags_says_so_once_and_works() {
     second.cancel().await.unwrap();
 }
 
-/// Issue 26, item 12: a daemon an operator started with `--listen` and `SWITCHBOARD_TOKEN`
-/// keeps both when a front end (without that variable) restarts it after a crash; and
-/// `start` with other flags says the running daemon keeps its own.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_restart_by_a_front_end_keeps_the_daemons_start_settings() {
-    let (home, _guard) = home_with_rules();
-    let home = home.path();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
+/// `start --listen 127.0.0.1:PORT` on `home` with `SWITCHBOARD_TOKEN=from-the-operator`, as an
+/// operator starts the daemon; the ingest address.
+fn started_by_the_operator(home: &std::path::Path) -> String {
+    let addr = format!("127.0.0.1:{}", free_port());
     let started = std::process::Command::new(bin())
         .arg("--home")
         .arg(home)
@@ -461,6 +456,17 @@ async fn a_restart_by_a_front_end_keeps_the_daemons_start_settings() {
         .output()
         .unwrap();
     assert!(started.status.success(), "{}", stderr(&started));
+    addr
+}
+
+/// Issue 26, item 12: a daemon an operator started with `--listen` and `SWITCHBOARD_TOKEN`
+/// keeps both when a front end (without that variable) restarts it after a crash; and
+/// `start` with other flags says the running daemon keeps its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_by_a_front_end_keeps_the_daemons_start_settings() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path();
+    let addr = started_by_the_operator(home);
     let body = r#"{"server":"s","channel":"news/a","content":"one"}"#;
     assert_eq!(try_post(&addr, "from-the-operator", body), Some(202));
 
@@ -513,21 +519,22 @@ fn chown(path: &std::path::Path, uid: u32) {
 fn refused(home: &std::path::Path) -> String {
     let mut said = Vec::new();
     for args in [&["daemon", "--no-listen"][..], &["start", "--no-listen"]] {
-        let mut cmd = std::process::Command::new(bin());
-        cmd.arg("--home").arg(home).args(args);
-        // A daemon that does not refuse runs until killed.
-        let run = run_limited(&mut cmd, Duration::from_secs(20));
-        assert_eq!(
-            run.status.and_then(|s| s.code()),
-            Some(2),
-            "{args:?} ({}): {}",
-            run.describe(),
-            run.stderr
-        );
-        said.push(run.stderr);
+        said.push(exits_2(
+            std::process::Command::new(bin())
+                .arg("--home")
+                .arg(home)
+                .args(args),
+        ));
     }
     assert_eq!(said[0], said[1], "the same refusal");
     said.remove(0)
+}
+
+/// `daemon` and `start` refuse `home` saying `problem`, and `run` the command `fix`.
+fn refused_saying(home: &std::path::Path, problem: &str, fix: &str) {
+    let err = refused(home);
+    assert!(err.contains(problem), "{err}");
+    assert!(err.contains(&format!("run `{fix}`")), "{err}");
 }
 
 #[test]
@@ -590,14 +597,10 @@ fn a_home_another_user_can_write_is_refused_with_how_to_fix_it() {
     );
     chown(&config, 0);
     chmod(&config, 0o664);
-    let err = refused(&home);
-    assert!(
-        err.contains("`switchboard.json` is writable by its group (mode 0664)"),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("run `chmod go-w {}`", config.display())),
-        "{err}"
+    refused_saying(
+        &home,
+        "`switchboard.json` is writable by its group (mode 0664)",
+        &format!("chmod go-w {}", config.display()),
     );
     assert!(!marker.exists(), "the upstream command ran");
     let names: Vec<_> = std::fs::read_dir(&home)
@@ -615,6 +618,117 @@ fn a_home_another_user_can_write_is_refused_with_how_to_fix_it() {
     let out = cli_in(&home, &["start", "--no-listen"]);
     assert!(out.status.success(), "{}", stderr(&out));
     stop_daemon(&home);
+}
+
+/// Issue 46, finding 1: `triggers.json` links to a file in a directory that others can write;
+/// today the start looked only at the file and started.
+#[test]
+fn a_rules_link_into_a_directory_others_can_write_is_refused_at_start() {
+    let base = tempfile::tempdir().unwrap();
+    let (home, _guard) = private_home(base.path());
+    let shared = base.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o777);
+    std::fs::write(shared.join("rules.json"), RULES).unwrap();
+    std::os::unix::fs::symlink(shared.join("rules.json"), home.join("triggers.json")).unwrap();
+    let real = std::fs::canonicalize(&shared).unwrap();
+    refused_saying(
+        &home,
+        &format!(
+            "{}, the directory `triggers.json` leads to, is writable by its group and others \
+             (mode 0777)",
+            real.display()
+        ),
+        &format!("chmod go-w {}", real.display()),
+    );
+    chmod(&shared, 0o755);
+    starts(&home);
+}
+
+/// A new home `home` in `base`, 0700; its daemon is stopped when the guard goes.
+fn private_home(base: &std::path::Path) -> (std::path::PathBuf, DaemonGuard) {
+    let home = base.join("home");
+    std::fs::create_dir(&home).unwrap();
+    chmod(&home, 0o700);
+    (home.clone(), DaemonGuard(home))
+}
+
+/// `start` succeeds on `home` (fixed as it was told); then its daemon is stopped.
+fn starts(home: &std::path::Path) {
+    let out = cli_in(home, &["start", "--no-listen"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stop_daemon(home);
+}
+
+/// Issue 46: a `token` file that other users can read is refused at start, with the command
+/// that fixes it; today it was accepted at 0644.
+#[test]
+fn a_token_file_others_can_read_is_refused_at_start() {
+    let base = tempfile::tempdir().unwrap();
+    let (home, _guard) = private_home(base.path());
+    let token = home.join("token");
+    std::fs::write(&token, "a-token-everyone-can-read\n").unwrap();
+    chmod(&token, 0o644);
+    refused_saying(
+        &home,
+        "`token` can be read by other users (mode 0644)",
+        &format!("chmod 600 {}", token.display()),
+    );
+    chmod(&token, 0o600);
+    starts(&home);
+}
+
+/// Issue 46: a front end whose environment has another `SWITCHBOARD_TOKEN` is refused with the
+/// reason, whether the daemon runs or the front end would start it; today it attached, and once
+/// it started the daemon (after a crash) its token won: senders using the old one got 401.
+#[test]
+fn a_front_end_with_another_token_is_refused_and_the_daemons_token_stays() {
+    let (home, _guard) = home_with_rules();
+    let home = home.path();
+    let addr = started_by_the_operator(home);
+    let body = r#"{"server":"s","channel":"news/a","content":"one"}"#;
+    // stdin is empty: a front end that is let through ends at once.
+    let front_end = |token: Option<&str>| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.arg("--home").arg(home).arg("serve");
+        match token {
+            Some(t) => cmd.env("SWITCHBOARD_TOKEN", t),
+            None => cmd.env_remove("SWITCHBOARD_TOKEN"),
+        };
+        cmd
+    };
+    let refused_front_end = || {
+        let err = exits_2(&mut front_end(Some("from-the-front-end")));
+        assert!(
+            err.contains(
+                "`SWITCHBOARD_TOKEN` in this front end's environment is not the ingest token"
+            ) && err.contains("switchboard stop"),
+            "{err}"
+        );
+    };
+    refused_front_end();
+    assert_eq!(try_post(&addr, "from-the-operator", body), Some(202));
+
+    // The daemon dies: the front end with the other token does not start one.
+    let first = daemon_pid(home).expect("a daemon");
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    eventually(Duration::from_secs(5), "the daemon is gone", || {
+        (!alive(first)).then_some(())
+    });
+    refused_front_end();
+    assert_eq!(
+        try_post(&addr, "from-the-front-end", body),
+        None,
+        "no daemon"
+    );
+    // One without the variable (or with the same token) brings it back with its own token.
+    let run = run_limited(
+        &mut front_end(Some("from-the-operator")),
+        Duration::from_secs(30),
+    );
+    assert!(run.status.is_some_and(|s| s.success()), "{}", run.stderr);
+    assert_eq!(try_post(&addr, "from-the-operator", body), Some(202));
+    assert_eq!(try_post(&addr, "from-the-front-end", body), Some(401));
 }
 
 #[test]

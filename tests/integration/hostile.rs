@@ -212,6 +212,89 @@ fn edits_to_the_target_of_a_symlinked_triggers_json_are_reloaded() {
     sb.terminate();
 }
 
+/// Issue 46, finding 1: the rules and the settings are links into a directory that becomes
+/// writable by others (a shared checkout, a careless `chmod`); another local user replaces
+/// both by rename, the rules with an `auto` rule that runs `bash`. Today the live reload loaded
+/// it at once (the start check looked only at the target file, and a reload checked nothing).
+#[test]
+fn a_rules_or_settings_file_another_user_can_replace_is_never_reloaded() {
+    if !running_as_root("a_rules_or_settings_file_another_user_can_replace_is_never_reloaded") {
+        return;
+    }
+    let shared = tempfile::tempdir().unwrap();
+    chmod(shared.path(), 0o755);
+    let rules = shared.path().join("rules.json");
+    let settings = shared.path().join("settings.json");
+    std::fs::write(&rules, RULES_A).unwrap();
+    std::fs::write(&settings, r#"{"http": {"rateLimit": "100/1s"}}"#).unwrap();
+    let mut sb = Switchboard::new();
+    std::os::unix::fs::symlink(&rules, sb.home.path().join("triggers.json")).unwrap();
+    std::os::unix::fs::symlink(&settings, sb.home.path().join("switchboard.json")).unwrap();
+    sb.spawn();
+    assert_eq!(live_rules(&sb), ["a"]);
+
+    chmod(shared.path(), 0o777);
+    let evil =
+        r#"{"rules":[{"name":"evil","channel":"*","mode":"auto","prompt":"x","tools":["bash"]}]}"#;
+    as_nobody(
+        r#"printf %s "$1" > "$3/.r" && mv "$3/.r" "$3/rules.json" &&
+           printf %s "$2" > "$3/.s" && mv "$3/.s" "$3/settings.json""#,
+        &[
+            Path::new(evil),
+            Path::new(r#"{"http": {"rateLimit": "0"}}"#),
+            shared.path(),
+        ],
+    );
+    eventually(Duration::from_secs(10), "the reload is refused", || {
+        (reloads(&sb, "unsafe") >= 1.0).then_some(())
+    });
+    assert_eq!(live_rules(&sb), ["a"], "the live rules stay");
+    let dir = std::fs::canonicalize(shared.path()).unwrap();
+    let why = format!(
+        "{}, the directory `triggers.json` leads to, is writable by its group and others (mode 0777)",
+        dir.display()
+    );
+    let stats = control(sb.home.path(), json!({"op": "stats"}));
+    let last = &stats["result"]["last_reload"];
+    assert_eq!(last["ok"], false, "{last}");
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("rules not reloaded: refusing home ")
+            && message.contains(&why)
+            && message.contains(&format!("run `chmod go-w {}`", dir.display()))
+            && message.contains("; the 1 rule loaded at ")
+            && message.ends_with("UTC stay live"),
+        "{message}"
+    );
+    assert!(sb.log().contains(&why), "{}", sb.log());
+    let status = stdout(&sb.cli(&["status"]));
+    assert!(status.contains("last rules reload FAILED at "), "{status}");
+    assert!(status.contains(&why), "{status}");
+    // An explicit reload says the same, and fails.
+    let out = sb.cli(&["rules", "reload"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(&why), "{}", stderr(&out));
+    // The settings: not applied either, and `status` says why.
+    let config_why = format!(
+        "{}, the directory `switchboard.json` leads to, is writable",
+        dir.display()
+    );
+    let status = eventually(Duration::from_secs(10), "the settings are refused", || {
+        let status = stdout(&sb.cli(&["status"]));
+        status.contains(&config_why).then_some(status)
+    });
+    assert!(
+        status.contains("switchboard.json not reloaded: refusing home"),
+        "{status}"
+    );
+    sb.terminate();
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
 #[test]
 fn a_kept_reload_says_when_the_live_rules_were_really_loaded() {
     let mut sb = Switchboard::new();
@@ -604,11 +687,90 @@ fn every_busy_connection_gets_a_clear_503() {
     sb.terminate();
 }
 
-/// A connection that sent one request (no token needed: `GET /healthz`, or `GET /mcp` for a
-/// 401), read its whole answer, and stays open, as an HTTP client's keep-alive pool leaves it.
-fn kept_alive(addr: &str, path: &str) -> TcpStream {
+/// Issue 46, finding 2: clients without credentials, however many and however slow, never take
+/// the connections a sender with the token needs. Today's answer to the page (`POST
+/// /ui/api/confirm`, always served) and to `/v1/github` (with a secret set) read the whole body
+/// before any credential is checked, so 256 slow senders held every connection for 30 s and the
+/// sender with the token got 503.
+#[test]
+fn slow_senders_without_credentials_do_not_lock_out_a_sender_with_the_token() {
+    let mut sb = Switchboard::new();
+    sb.write(
+        "switchboard.json",
+        r#"{"http": {"githubSecret": "hook-secret"}}"#,
+    );
+    sb.spawn();
+    let addr = sb.ingest.clone().unwrap();
+    let signature = format!("sha256={}", "0".repeat(64));
+    // 256 GitHub deliveries whose bodies trickle (they look signed: the signature is over the
+    // body, so only reading it tells).
+    let mut github = Vec::new();
+    for i in 0..256 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "POST /v1/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: {signature}\r\n\
+             X-GitHub-Event: push\r\nX-GitHub-Delivery: d-{i}\r\n\
+             Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{"
+        )
+        .unwrap();
+        github.push(s);
+    }
+    // Requests without credentials hold at most 256 - 64 connections: the other deliveries
+    // are told so at once, and closed.
+    let mut answers = vec![String::new(); github.len()];
+    let refused = eventually(Duration::from_secs(10), "64 deliveries refused", || {
+        for (s, got) in github.iter_mut().zip(answers.iter_mut()) {
+            s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = s.read(&mut buf) {
+                got.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+        let refused = answers.iter().filter(|a| !a.is_empty()).count();
+        (refused >= 64).then_some(refused)
+    });
+    assert_eq!(refused, 64, "{answers:?}");
+    for answer in answers.iter().filter(|a| !a.is_empty()) {
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+        assert!(
+            answer.contains(r#""error":"too_many_connections""#),
+            "{answer:?}"
+        );
+    }
+    // Answers to the page with no session: each refused at once, from its headers, and closed.
+    for _ in 0..64 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(
+            b"POST /ui/api/confirm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              X-CSRF-Token: guess\r\nContent-Length: 100000\r\n\r\n{",
+        )
+        .unwrap();
+        let (answer, took) = until_closed(&mut s, Duration::from_secs(10));
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer:?}");
+        assert!(answer.contains(r#""error":"no_session""#), "{answer:?}");
+        assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    }
+    // With 192 slow deliveries still being read, the sender with the token gets through.
+    let acked = accepted(&post(
+        &sb,
+        br#"{"server":"s","channel":"c","content":"with the token"}"#,
+    ));
+    assert_eq!(acked.len(), 1);
+    drop(github);
+    sb.terminate();
+}
+
+/// A connection that sent one request (`GET /healthz`, or `GET /mcp` with the token and no
+/// session, for a 4xx: a refusal without a credential would close it), read its whole answer,
+/// and stays open, as an HTTP client's keep-alive pool leaves it.
+fn kept_alive(addr: &str, path: &str, token: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).expect("connect");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -663,12 +825,13 @@ fn kept_alive_connections_between_requests_make_room_for_real_senders() {
     let shared = mcp_addr == ingest;
     let started = Instant::now();
     let mut held = Vec::new();
+    let secret = sb.token();
     for i in 0..256 {
         if shared {
-            held.push(kept_alive(&ingest, ["/healthz", "/mcp"][i % 2]));
+            held.push(kept_alive(&ingest, ["/healthz", "/mcp"][i % 2], &secret));
         } else {
-            held.push(kept_alive(&ingest, "/healthz"));
-            held.push(kept_alive(&mcp_addr, "/mcp"));
+            held.push(kept_alive(&ingest, "/healthz", &secret));
+            held.push(kept_alive(&mcp_addr, "/mcp", &secret));
         }
     }
     // A sender with the token gets through at once: an idle connection makes room.

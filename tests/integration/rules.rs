@@ -681,3 +681,63 @@ fn rules_list_for_people_and_for_scripts() {
     assert_eq!(rules[2]["matchers"][1], "labels.team!=\"\"");
     assert!(sb.terminate().success());
 }
+
+/// Issue 46: `rules test` reads regular files only, and within a size cap. Today it hung on a
+/// FIFO that nobody writes, and read `/dev/zero` without end.
+#[test]
+fn test_refuses_a_fifo_or_a_device_at_once() {
+    use super::util::exits_2;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.json");
+    std::fs::write(
+        &rules,
+        r#"{"rules":[{"name":"a","channel":"*","mode":"notify"}]}"#,
+    )
+    .unwrap();
+    let messages = dir.path().join("messages.jsonl");
+    std::fs::write(
+        &messages,
+        r#"{"server":"s","channel":"c","content":"x","timestamp":"2026-01-01T00:00:00Z"}"#,
+    )
+    .unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (rules, messages, fifo) = (
+        rules.to_str().unwrap(),
+        messages.to_str().unwrap(),
+        fifo.to_str().unwrap(),
+    );
+    for (args, what) in [
+        (vec!["--rules", rules, "--messages", fifo], fifo),
+        (
+            vec!["--rules", "/dev/zero", "--messages", messages],
+            "/dev/zero",
+        ),
+        (vec!["--rules", fifo, "--messages", messages], fifo),
+        (vec![fifo], fifo),
+        (
+            vec!["--rules", rules, "--messages", "/dev/zero"],
+            "/dev/zero",
+        ),
+    ] {
+        let err = exits_2(
+            std::process::Command::new(super::util::bin())
+                .arg("--home")
+                .arg(dir.path())
+                .args(["rules", "test"])
+                .args(&args),
+        );
+        assert!(
+            err.contains(&format!("cannot read {what}")) && err.contains("not a regular file"),
+            "{args:?}: {err}"
+        );
+    }
+    // The replay itself still works.
+    let out = cli_in(
+        dir.path(),
+        &["rules", "test", "--rules", rules, "--messages", messages],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(r#""rule":"a""#), "{}", stdout(&out));
+}

@@ -268,6 +268,38 @@ pub fn processes_of(home: &Path, word: &str) -> Vec<u32> {
     out
 }
 
+/// The uid and gid of `nobody`: the other local user of the tests that need one.
+pub const NOBODY: u32 = 65534;
+
+/// Whether this test runs as root, which the tests that act as another user need (to switch to
+/// `nobody`, or to give a file away); they say they are skipped otherwise.
+pub fn running_as_root(test: &str) -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("*** SKIPPED {test}: acting as another user needs root ***");
+    }
+    root
+}
+
+/// Runs `sh -c script` with `args` as `$1`... as `nobody` (with no supplementary groups), as
+/// another local user of the machine would; panics when it fails.
+pub fn as_nobody(script: &str, args: &[&Path]) {
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .args(["--clear-groups", "sh", "-c", script, "sh"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run setpriv");
+    assert!(
+        out.status.success(),
+        "as nobody: {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Stops the daemon of a home when dropped (tests whose front ends start one).
 pub struct DaemonGuard(pub PathBuf);
 
@@ -535,6 +567,22 @@ pub fn run_limited(cmd: &mut Command, limit: Duration) -> Run {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `cmd` (killed after 20 s: a daemon that does not refuse runs until killed) and asserts
+/// that it exits with status 2, as a refused command does; its stderr.
+#[track_caller]
+pub fn exits_2(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let run = run_limited(cmd, Duration::from_secs(20));
+    assert_eq!(
+        run.status.and_then(|s| s.code()),
+        Some(2),
+        "{shown} ({}): {}",
+        run.describe(),
+        run.stderr
+    );
+    run.stderr
 }
 
 /// An HTTP response as a client sees it.

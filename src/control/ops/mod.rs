@@ -127,6 +127,8 @@ ops! {
     Closed => closed::Closed,
     /// A one-time link to the approval page.
     UiLink => ui_link::UiLink,
+    /// Revoke the approval page's sessions and links.
+    UiRevoke => ui_revoke::UiRevoke,
     /// A shared stream's consumer stores what it delivers.
     Replicate => replicate::Replicate,
     /// Whether a session puts a confirm to its user in an elicitation form.

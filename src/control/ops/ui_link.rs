@@ -7,13 +7,21 @@ use crate::control::{ApiError, Ctx, Op, RefusalCode};
 
 /// A one-time link to the approval page.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct UiLink {}
+pub struct UiLink {
+    /// Give a link even when the page is served beyond this machine over plain HTTP
+    /// (`switchboard ui --public`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub public: bool,
+}
 
 /// The link.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct UiLinkReply {
     /// `http://HOST:PORT/ui/login?code=...`: works once, for a short while.
     pub url: String,
+    /// What to know about it (how to reach it from another machine; plain HTTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Op for UiLink {
@@ -27,8 +35,11 @@ impl Op for UiLink {
                  start it with `--listen 127.0.0.1:PORT`",
             ));
         };
-        web.link()
-            .map(|url| UiLinkReply { url })
+        web.link(self.public)
+            .map(|link| UiLinkReply {
+                url: link.url,
+                note: link.note,
+            })
             .map_err(|why| ApiError::refused(RefusalCode::Unavailable, why))
     }
 }

@@ -559,6 +559,7 @@ async fn guard_mcp(State(g): State<Arc<Guard>>, request: Request<Body>, next: Ne
         );
         return response;
     }
+    crate::listener::authenticated(request.extensions());
     let session_id = request
         .headers()
         .get(SESSION_HEADER)

@@ -7,10 +7,12 @@
 //! part of any of it.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::control::WebLinks;
+use crate::control::{WebLink, WebLinks};
+use crate::listener::TrustedProxies;
 
 /// How long a one-time code may wait to be opened.
 pub const CODE_TTL: Duration = Duration::from_secs(120);
@@ -29,19 +31,65 @@ pub struct WebSession {
     expires: Instant,
 }
 
-/// The codes and sessions.
+/// The codes and sessions, and where the page is served.
 #[derive(Default)]
 pub struct WebAccess {
-    /// `http://HOST:PORT`, once the ingest listener is bound.
-    base: Mutex<Option<String>>,
+    /// Where the page is served, once the ingest listener is bound.
+    served: Mutex<Option<Served>>,
+    /// The proxies whose `X-Forwarded-*` headers are believed (`http.trustedProxies`).
+    proxies: Mutex<TrustedProxies>,
     codes: Mutex<HashMap<String, Instant>>,
     sessions: Mutex<HashMap<String, WebSession>>,
 }
 
+/// Where the page is served.
+#[derive(Clone, Debug)]
+struct Served {
+    /// The address the listener is bound to.
+    bound: SocketAddr,
+    /// `http://HOST:PORT` as a browser on this machine reaches it: a listener on every
+    /// address (`0.0.0.0`, `::`) is reached on loopback.
+    base: String,
+    /// Beyond this machine over plain HTTP: not on loopback, and no TLS proxy in front.
+    exposed: bool,
+}
+
 impl WebAccess {
-    /// The page is served at `base` (`http://127.0.0.1:8787`).
-    pub fn set_base(&self, base: String) {
-        *self.base.lock().unwrap() = Some(base);
+    /// The page is served by the listener bound to `bound`, behind `proxies` (if any:
+    /// `http.trustedProxies`, an error when one is not an address or network). A page served
+    /// beyond this machine with no proxy in front is reached over plain HTTP: that is logged,
+    /// and `switchboard ui` gives a link to it only with `--public`.
+    pub fn serve_at(&self, bound: SocketAddr, proxies: &[String]) -> anyhow::Result<()> {
+        let proxies = TrustedProxies::parse(proxies)
+            .map_err(|e| anyhow::anyhow!("switchboard.json: `http.trustedProxies`: {e}"))?;
+        let host = match bound.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+            IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
+            IpAddr::V4(ip) => ip.to_string(),
+            IpAddr::V6(ip) => format!("[{ip}]"),
+        };
+        let exposed = !bound.ip().is_loopback() && proxies.is_empty();
+        if exposed {
+            tracing::warn!(
+                %bound,
+                "the approval page is served on {bound} over plain HTTP: anyone on the network \
+                 path could read its links and session cookie; `switchboard ui` gives a link only \
+                 with `--public` (put a TLS reverse proxy in front and list it in \
+                 `http.trustedProxies`, or listen on 127.0.0.1)"
+            );
+        }
+        *self.served.lock().unwrap() = Some(Served {
+            bound,
+            base: format!("http://{host}:{}", bound.port()),
+            exposed,
+        });
+        *self.proxies.lock().unwrap() = proxies;
+        Ok(())
+    }
+
+    /// Whether `peer` is a trusted proxy, whose `X-Forwarded-*` headers are believed.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        self.proxies.lock().unwrap().trusts(peer)
     }
 
     /// Exchanges a one-time code for a new session: (session id, session). `None` when the
@@ -74,20 +122,55 @@ impl WebAccess {
 }
 
 impl WebLinks for WebAccess {
-    fn link(&self) -> Result<String, String> {
-        let Some(base) = self.base.lock().unwrap().clone() else {
+    fn link(&self, public: bool) -> Result<WebLink, String> {
+        let Some(served) = self.served.lock().unwrap().clone() else {
             return Err(
                 "the approval page is not served yet: the ingest listener is not bound; \
                         check `switchboard status`"
                     .into(),
             );
         };
+        let bound = served.bound;
+        if served.exposed && !public {
+            return Err(format!(
+                "the approval page is served on {bound} over plain HTTP, beyond this machine: the \
+                 link and the session cookie would cross the network readable by anyone on the \
+                 way; put a TLS reverse proxy in front and list it in `http.trustedProxies`, or \
+                 listen on 127.0.0.1, or run `switchboard ui --public` to accept that"
+            ));
+        }
+        let mut notes = Vec::new();
+        if bound.ip().is_unspecified() {
+            notes.push(format!(
+                "the daemon listens on every address ({bound}): from another machine, use this \
+                 machine's name or address in the link"
+            ));
+        }
+        if served.exposed {
+            notes.push(format!(
+                "warning: the page is served over plain HTTP on {bound}: anyone on the network \
+                 path can read this link and the session cookie"
+            ));
+        }
         let code = random_token();
         let now = Instant::now();
         let mut codes = self.codes.lock().unwrap();
         codes.retain(|_, e| *e > now);
         codes.insert(code.clone(), now + CODE_TTL);
-        Ok(format!("{base}/ui/login?code={code}"))
+        Ok(WebLink {
+            url: format!("{}/ui/login?code={code}", served.base),
+            note: (!notes.is_empty()).then(|| notes.join("\n")),
+        })
+    }
+
+    fn revoke(&self) -> (usize, usize) {
+        let sessions = std::mem::take(&mut *self.sessions.lock().unwrap()).len();
+        let now = Instant::now();
+        let links = std::mem::take(&mut *self.codes.lock().unwrap())
+            .values()
+            .filter(|e| **e > now)
+            .count();
+        (sessions, links)
     }
 }
 
@@ -112,12 +195,16 @@ mod tests {
     fn a_code_works_once_and_becomes_a_session() {
         let access = WebAccess::default();
         assert!(
-            access.link().is_err(),
+            access.link(false).is_err(),
             "no link before the listener is bound"
         );
-        access.set_base("http://127.0.0.1:9".into());
-        let link = access.link().unwrap();
+        access
+            .serve_at("127.0.0.1:9".parse().unwrap(), &[])
+            .unwrap();
+        let link = access.link(false).unwrap();
+        assert_eq!(link.note, None);
         let code = link
+            .url
             .strip_prefix("http://127.0.0.1:9/ui/login?code=")
             .unwrap();
         assert_eq!(code.len(), 64);
@@ -127,5 +214,72 @@ mod tests {
         assert!(access.session("nope").is_none());
         assert!(same(&session.csrf, &session.csrf.clone()));
         assert!(!same(&session.csrf, "x"));
+    }
+
+    #[test]
+    fn revoking_ends_every_session_and_unused_link() {
+        let access = WebAccess::default();
+        access
+            .serve_at("127.0.0.1:9".parse().unwrap(), &[])
+            .unwrap();
+        let used = access.link(false).unwrap().url;
+        let (id, _) = access.redeem(used.rsplit('=').next().unwrap()).unwrap();
+        let unused = access.link(false).unwrap().url;
+        assert_eq!(access.revoke(), (1, 1));
+        assert!(access.session(&id).is_none());
+        assert!(access.redeem(unused.rsplit('=').next().unwrap()).is_none());
+        assert_eq!(access.revoke(), (0, 0));
+    }
+
+    #[test]
+    fn a_page_beyond_this_machine_over_plain_http_needs_public_and_gets_a_usable_link() {
+        let access = WebAccess::default();
+        access
+            .serve_at("0.0.0.0:8787".parse().unwrap(), &[])
+            .unwrap();
+        let refused = access.link(false).unwrap_err();
+        assert!(
+            refused.starts_with("the approval page is served on 0.0.0.0:8787 over plain HTTP")
+                && refused.contains("`switchboard ui --public`"),
+            "{refused}"
+        );
+        let link = access.link(true).unwrap();
+        assert!(
+            link.url.starts_with("http://127.0.0.1:8787/ui/login?code="),
+            "{}",
+            link.url
+        );
+        let note = link.note.unwrap();
+        assert!(
+            note.contains("use this machine's name or address"),
+            "{note}"
+        );
+        assert!(
+            note.contains("warning: the page is served over plain HTTP"),
+            "{note}"
+        );
+        // Behind a TLS proxy: no `--public` needed, no warning.
+        let proxies = ["10.0.0.1".to_string()];
+        access
+            .serve_at("[::]:8787".parse().unwrap(), &proxies)
+            .unwrap();
+        let link = access.link(false).unwrap();
+        assert!(
+            link.url.starts_with("http://[::1]:8787/ui/login?code="),
+            "{}",
+            link.url
+        );
+        assert!(!link.note.unwrap().contains("warning"));
+        access
+            .serve_at("192.0.2.7:8787".parse().unwrap(), &[])
+            .unwrap();
+        assert!(access.link(false).is_err());
+        assert!(
+            access
+                .link(true)
+                .unwrap()
+                .url
+                .starts_with("http://192.0.2.7:8787/")
+        );
     }
 }

@@ -10,7 +10,11 @@
 //! Access ([`access`]): nothing under `/ui` but the static files and the login answers
 //! without the session cookie that a one-time link of `switchboard ui` sets; a state-changing
 //! request also needs the session's CSRF token in `X-CSRF-Token`, a JSON body, and no
-//! cross-site `Origin` or `Sec-Fetch-Site`.
+//! cross-site `Origin` or `Sec-Fetch-Site`, all checked from the headers before the body is
+//! read. `X-Forwarded-Host` and `X-Forwarded-Proto` count only from a proxy listed in
+//! `http.trustedProxies`; reached over https that way, the cookie is `Secure`. Served beyond
+//! this machine with no such proxy, the page is plain HTTP: `switchboard ui` then gives a link
+//! only with `--public`. `switchboard ui --revoke` ends every session and unused link.
 //!
 //! | route | needs | answers |
 //! | --- | --- | --- |
@@ -29,7 +33,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -102,16 +106,19 @@ fn refusal(status: StatusCode, code: &str, message: &str) -> Response {
     guarded((status, Json(json!({"error": code, "message": message}))).into_response())
 }
 
-/// The session the request's cookie names.
-fn session(web: &Web, headers: &HeaderMap) -> Option<WebSession> {
-    headers
+/// The session the request's cookie names; a request that has one is authenticated
+/// ([`crate::listener::Standing`]).
+fn session(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Option<WebSession> {
+    let session = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .filter(|(name, _)| *name == COOKIE)
-        .find_map(|(_, id)| web.access.session(id))
+        .find_map(|(_, id)| web.access.session(id))?;
+    crate::listener::authenticated(extensions);
+    Some(session)
 }
 
 /// Whether `origin` (`http://` or `https://`, then host and port) names one of `hosts` (a
@@ -139,6 +146,22 @@ fn same_host<'a>(origin: &str, hosts: impl IntoIterator<Item = &'a str>) -> bool
         && hosts.into_iter().any(|host| bare(host) == authority)
 }
 
+/// The first value of the `X-Forwarded-*` header `name`, when the request came from a trusted
+/// proxy (`http.trustedProxies`); none from anyone else, whatever they send.
+fn forwarded<'a>(
+    web: &Web,
+    headers: &'a HeaderMap,
+    extensions: &Extensions,
+    name: &str,
+) -> Option<&'a str> {
+    let peer = crate::listener::Standing::of(extensions)?.peer()?;
+    if !web.access.trusts(peer.ip()) {
+        return None;
+    }
+    let value = headers.get(name)?.to_str().ok()?;
+    value.split(',').next().map(str::trim)
+}
+
 fn signed_out() -> Response {
     refusal(
         StatusCode::UNAUTHORIZED,
@@ -147,8 +170,8 @@ fn signed_out() -> Response {
     )
 }
 
-async fn page(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    if session(&web, &headers).is_none() {
+async fn page(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) -> Response {
+    if session(&web, &headers, &ext).is_none() {
         return guarded(
             (
                 StatusCode::UNAUTHORIZED,
@@ -181,7 +204,12 @@ struct LoginQuery {
     code: String,
 }
 
-async fn login(State(web): State<Arc<Web>>, Query(q): Query<LoginQuery>) -> Response {
+async fn login(
+    State(web): State<Arc<Web>>,
+    Query(q): Query<LoginQuery>,
+    headers: HeaderMap,
+    ext: Extensions,
+) -> Response {
     let Some((id, _)) = web.access.redeem(&q.code) else {
         return guarded(
             (
@@ -193,9 +221,14 @@ async fn login(State(web): State<Arc<Web>>, Query(q): Query<LoginQuery>) -> Resp
                 .into_response(),
         );
     };
+    crate::listener::authenticated(&ext);
+    // Reached over https (through a trusted TLS proxy): the browser sends it over https only.
+    let https = forwarded(&web, &headers, &ext, "x-forwarded-proto")
+        .is_some_and(|proto| proto.eq_ignore_ascii_case("https"));
     let cookie = format!(
-        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}",
-        SESSION_TTL.as_secs()
+        "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        if https { "; Secure" } else { "" }
     );
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/ui")]).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
@@ -204,8 +237,8 @@ async fn login(State(web): State<Arc<Web>>, Query(q): Query<LoginQuery>) -> Resp
     guarded(response)
 }
 
-async fn state(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    let Some(session) = session(&web, &headers) else {
+async fn state(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) -> Response {
+    let Some(session) = session(&web, &headers, &ext) else {
         return signed_out();
     };
     let pending = web.api.call(Pending {}).await.unwrap_or_default();
@@ -235,8 +268,8 @@ async fn state(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
     )
 }
 
-async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    if session(&web, &headers).is_none() {
+async fn events(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) -> Response {
+    if session(&web, &headers, &ext).is_none() {
         return signed_out();
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
@@ -302,62 +335,23 @@ struct ConfirmBody {
     decision: String,
 }
 
-async fn confirm(
-    State(web): State<Arc<Web>>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let Some(session) = session(&web, &headers) else {
-        return signed_out();
+/// The largest body `POST /ui/api/confirm` reads: an id and a word.
+const CONFIRM_BODY_LIMIT: usize = 4096;
+
+/// `POST /ui/api/confirm`: the session, the site and the CSRF token are checked from the
+/// headers before the body is read.
+async fn confirm(State(web): State<Arc<Web>>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    if let Some(refused) = confirm_refusal(&web, &parts.headers, &parts.extensions) {
+        return refused;
+    }
+    let Ok(body) = axum::body::to_bytes(body, CONFIRM_BODY_LIMIT).await else {
+        return refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_body",
+            "the body did not arrive whole, or is larger than an answer can be",
+        );
     };
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-        && site != "same-origin"
-    {
-        return refusal(
-            StatusCode::FORBIDDEN,
-            "cross_site",
-            "a request from another site cannot answer a confirm",
-        );
-    }
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        let header_of = |name| {
-            headers
-                .get(name)
-                .and_then(|v: &HeaderValue| v.to_str().ok())
-        };
-        // Behind a reverse proxy the first `X-Forwarded-Host` names the host the browser used.
-        let forwarded = header_of("x-forwarded-host").and_then(|v| v.split(',').next());
-        let hosts = [header_of(header::HOST.as_str()), forwarded];
-        if !same_host(origin, hosts.into_iter().flatten()) {
-            return refusal(
-                StatusCode::FORBIDDEN,
-                "cross_site",
-                "a request from another site cannot answer a confirm",
-            );
-        }
-    }
-    let token = headers
-        .get("x-csrf-token")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if !access::same(token, &session.csrf) {
-        return refusal(
-            StatusCode::FORBIDDEN,
-            "csrf",
-            "missing or wrong `X-CSRF-Token`; reload the page",
-        );
-    }
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if !is_json {
-        return refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "send `Content-Type: application/json`",
-        );
-    }
     let Ok(answer) = serde_json::from_slice::<ConfirmBody>(&body) else {
         return refusal(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -365,6 +359,69 @@ async fn confirm(
             "expected {\"id\": N, \"decision\": \"approve\" or \"deny\"}",
         );
     };
+    answer_confirm(&web, answer).await
+}
+
+/// The refusal of a request that may not answer a confirm, from its headers alone; none when
+/// it carries what it must: a session, no other site's origin, the session's CSRF token, a JSON
+/// body.
+fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Option<Response> {
+    let Some(session) = session(web, headers, extensions) else {
+        return Some(signed_out());
+    };
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && site != "same-origin"
+    {
+        return Some(refusal(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            "a request from another site cannot answer a confirm",
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        let header_of = |name| {
+            headers
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+        };
+        // Behind a trusted reverse proxy, `X-Forwarded-Host` names the host the browser used.
+        let forwarded = forwarded(web, headers, extensions, "x-forwarded-host");
+        let hosts = [header_of(header::HOST.as_str()), forwarded];
+        if !same_host(origin, hosts.into_iter().flatten()) {
+            return Some(refusal(
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "a request from another site cannot answer a confirm",
+            ));
+        }
+    }
+    let token = headers
+        .get("x-csrf-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !access::same(token, &session.csrf) {
+        return Some(refusal(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "missing or wrong `X-CSRF-Token`; reload the page",
+        ));
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return Some(refusal(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send `Content-Type: application/json`",
+        ));
+    }
+    None
+}
+
+/// Records the answer of a confirm that [`confirm_refusal`] let through.
+async fn answer_confirm(web: &Web, answer: ConfirmBody) -> Response {
     let Some(decision) = Decision::parse(&answer.decision) else {
         return refusal(
             StatusCode::UNPROCESSABLE_ENTITY,

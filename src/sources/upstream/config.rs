@@ -154,6 +154,9 @@ pub enum ErrorCode {
     InvalidTimezone,
     /// Occurs when two schedules have the same name.
     DuplicateName,
+    /// Occurs when an entry of `http.trustedProxies` is not an IP address, or a network as
+    /// `ADDR/BITS`.
+    InvalidAddress,
 }
 
 impl ErrorCode {
@@ -174,6 +177,7 @@ impl ErrorCode {
             ErrorCode::InvalidCron => "invalid_cron",
             ErrorCode::InvalidTimezone => "invalid_timezone",
             ErrorCode::DuplicateName => "duplicate_name",
+            ErrorCode::InvalidAddress => "invalid_address",
         }
     }
 }
