@@ -138,7 +138,7 @@ fn a_call_the_daemon_does_not_know_gets_an_error_reply_within_a_second() {
         let answer = read_json(&mut reader);
         assert_eq!(answer["reply"]["id"], id, "{line}: {answer}");
         assert_eq!(
-            answer["reply"]["error"]["code"], "protocol",
+            answer["reply"]["error"]["type"], "protocol",
             "{line}: {answer}"
         );
         assert!(

@@ -361,7 +361,7 @@ fn two_shells_answering_one_confirm_at_once_one_wins_the_other_is_told() {
             outs.iter().map(stderr).collect::<Vec<_>>()
         );
         let lost = outs.iter().find(|o| !o.status.success()).unwrap();
-        assert_eq!(lost.status.code(), Some(2));
+        assert_eq!(lost.status.code(), Some(5));
         assert!(
             stderr(lost).contains(&format!("confirm {id} was already answered: ")),
             "{}",

@@ -68,7 +68,9 @@ pub enum ConfirmError {
     },
     /// The actions journal could not be written: the answer was not kept, the confirm is
     /// still pending.
-    #[error("not recorded: the actions journal cannot be written ({cause}); try again")]
+    #[error(
+        "confirm {id}: not recorded: the actions journal cannot be written ({cause}); try again"
+    )]
     NotRecorded {
         /// The action id.
         id: ActionId,

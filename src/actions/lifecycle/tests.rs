@@ -897,7 +897,7 @@ async fn an_answer_the_journal_cannot_take_is_refused_and_the_confirm_stays_pend
         );
         let shown = refused.unwrap_err().to_string();
         assert!(
-            shown.starts_with("not recorded: the actions journal cannot be written (")
+            shown.starts_with("confirm 1: not recorded: the actions journal cannot be written (")
                 && shown.ends_with("); try again"),
             "{shown}"
         );

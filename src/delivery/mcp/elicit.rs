@@ -474,7 +474,7 @@ async fn answer_with(
         ),
         Err(e) if e.refusal() == Some(crate::control::RefusalCode::NotRecorded) => {
             tracing::warn!(action_id = id, "elicitation: the form's answer: {e}");
-            let note = json!({"action_id": id, "error": format!("confirm {id}: {e}")});
+            let note = json!({"action_id": id, "error": e.to_string()});
             let _ = wait
                 .peer
                 .notify_logging_message(
