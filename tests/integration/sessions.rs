@@ -645,7 +645,8 @@ async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
     sb.write("triggers.json", AUTO);
     sb.write(
         "switchboard.json",
-        r#"{"mcp": {"sessionIdleTimeout": "1s", "maxSessions": 2}}"#,
+        // Idle for 2 s: long enough that the refusals below fit in it on a loaded machine.
+        r#"{"mcp": {"sessionIdleTimeout": "2s", "maxSessions": 2}}"#,
     );
     sb.spawn();
 
@@ -653,10 +654,10 @@ async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
     let waiting = RawSession::open(&sb, "waiting").await;
     let started = Instant::now();
     let r = waiting
-        .call(1, "wait_for_inbound_message", json!({"timeout_s": 3}))
+        .call(1, "wait_for_inbound_message", json!({"timeout_s": 6}))
         .await
         .expect("the wait answers");
-    assert!(started.elapsed() >= Duration::from_secs(3), "{r}");
+    assert!(started.elapsed() >= Duration::from_secs(6), "{r}");
     assert_eq!(r["result"]["structuredContent"]["items"], json!([]), "{r}");
 
     // A second session, then both are abandoned (no DELETE).
@@ -695,8 +696,8 @@ async fn abandoned_http_sessions_expire_when_idle_and_are_bounded() {
         "one line for the run of refusals:\n{log}"
     );
 
-    // Left alone, both expire within about a second; their consumers are gone.
-    until(Duration::from_secs(5), "idle sessions expired", || {
+    // Left alone, both expire within about two seconds; their consumers are gone.
+    until(Duration::from_secs(8), "idle sessions expired", || {
         sessions_open(&sb) == 0
     })
     .await;
