@@ -5,8 +5,74 @@
 //! Go: `0`, `250ms`, `1.5s`, `1h30m`, units `ns us µs ms s m h`. humantime: `5 minutes`, `1d`,
 //! `2h 30m`. `"0"` means zero (no limit); any other bare number is an error, because `"30"` could
 //! mean seconds or minutes and a guess would silently change a rule.
+//!
+//! [`Backoff`] is the one wait between the tries of something that fails, for every retry loop of
+//! the crate: the journals' writers, the dispatcher, the listeners' accepts, the upstreams'
+//! reconnects (with full jitter), JetStream's consumers and publishers.
 
 use std::time::Duration;
+
+/// The waits between the tries of something that fails: `first`, then doubling up to `max`
+/// (with [`Backoff::full_jitter`], each wait drawn uniformly below that ceiling, so that many
+/// clients failing together do not retry together). [`Backoff::reset`] after a success.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    /// The ceiling of the next wait.
+    ceiling: Duration,
+    jitter: bool,
+}
+
+impl Backoff {
+    /// Waits from `first`, doubling up to `max`.
+    pub const fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff {
+            first,
+            max,
+            ceiling: first,
+            jitter: false,
+        }
+    }
+
+    /// Each wait uniform in [0, ceiling], the ceiling doubling from `first` to `max`
+    /// ("full jitter").
+    pub const fn full_jitter(mut self) -> Backoff {
+        self.jitter = true;
+        self
+    }
+
+    /// The next wait; the one after it is twice as long, up to the maximum.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Duration {
+        let ceiling = self.ceiling;
+        self.ceiling = ceiling.saturating_mul(2).min(self.max);
+        if !self.jitter {
+            return ceiling;
+        }
+        let r = getrandom::u64().unwrap_or(u64::MAX / 2);
+        ceiling.mul_f64((r >> 11) as f64 / (1u64 << 53) as f64)
+    }
+
+    /// Whether no failure has been counted since the start or the last reset.
+    pub fn is_reset(&self) -> bool {
+        self.ceiling == self.first
+    }
+
+    /// Starts again from the first wait (after a success).
+    pub fn reset(&mut self) {
+        self.ceiling = self.first;
+    }
+
+    /// Sleeps the next wait; false, at once, when `shutdown` fires first.
+    pub async fn sleep(&mut self, shutdown: &tokio_util::sync::CancellationToken) -> bool {
+        let wait = self.next();
+        tokio::select! {
+            _ = shutdown.cancelled() => false,
+            _ = tokio::time::sleep(wait) => true,
+        }
+    }
+}
 
 /// Parses a quota, `"N/period"`: N a whole number above zero, the period a duration
 /// (`"10/1h"`) or a bare unit (`"10/h"`) longer than zero. The error is the reason, ready to
@@ -134,6 +200,52 @@ pub mod text {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_maximum_and_starts_again_after_a_reset() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(500));
+        assert!(b.is_reset());
+        let waits: Vec<_> = (0..5).map(|_| b.next()).collect();
+        assert_eq!(waits, [ms(100), ms(200), ms(400), ms(500), ms(500)]);
+        assert!(!b.is_reset());
+        b.reset();
+        assert!(b.is_reset());
+        assert_eq!(b.next(), ms(100));
+    }
+
+    #[test]
+    fn full_jitter_stays_under_a_doubling_ceiling() {
+        let first = Duration::from_millis(500);
+        let max = Duration::from_secs(30);
+        let mut b = Backoff::new(first, max).full_jitter();
+        for attempt in 0..40u32 {
+            let ceiling = first.saturating_mul(1 << attempt.min(16)).min(max);
+            for _ in 0..20 {
+                let mut again = b.clone();
+                assert!(again.next() <= ceiling, "attempt {attempt}");
+            }
+            b.next();
+        }
+        // At the cap the waits spread over [0, max]: full jitter, not the ceiling each time.
+        let late: Vec<_> = (0..200).map(|_| b.clone().next()).collect();
+        let (low, high) = (
+            late.iter().min().copied().unwrap(),
+            late.iter().max().copied().unwrap(),
+        );
+        assert!(low < max / 4 && high > max * 3 / 4, "{low:?}..{high:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_sleep_ends_at_shutdown() {
+        let mut b = Backoff::new(Duration::from_secs(3600), Duration::from_secs(3600));
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        assert!(b.sleep(&shutdown).await, "slept the whole wait");
+        assert_eq!(started.elapsed(), Duration::from_secs(3600));
+        shutdown.cancel();
+        assert!(!b.sleep(&shutdown).await);
+    }
 
     #[test]
     fn go_and_humantime_forms() {
