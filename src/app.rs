@@ -271,7 +271,7 @@ impl Core {
     /// Flushes the journals and the state, and closes the inbox (the last step of a shutdown,
     /// once every task has stopped).
     pub async fn close(&self) {
-        self.components.lifecycle.flush().await;
+        self.components.lifecycle.close().await;
         self.components.inbox.close().await;
         self.components.state.flush();
     }

@@ -4,10 +4,15 @@
 //! sequence number and the receive time and stores a [`Message`]. The serde
 //! shape of [`Message`] *is* the journal record (`channels.jsonl`), with the
 //! same field names as chatcli's journal so that its history can be read.
+//!
+//! [`journal`] is the engine that keeps such records on disk: an append-only file of JSON
+//! lines with group commit, fsync policies, rotation and retries, the record type a parameter.
+//! Both logs run on it: the inbox's `channels.jsonl` and the actions' `actions.jsonl`.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 
+pub mod journal;
 pub mod metadata;
 
 pub use metadata::Metadata;

@@ -9,27 +9,26 @@
 //! written a few milliseconds later together with the marks after it (see
 //! [`super::writer`]): a crash in between evaluates those messages again at the next start.
 //!
-//! A failed write cuts away what part of it landed; the writer keeps the records and writes
-//! them again. Should the cut fail too, the next write first ends the partial line, which
-//! replay then skips. A record written twice (its sync failed, so it was written again)
-//! replays to the same state: each line sets an action's state, and the same lines follow.
+//! The file is kept by the journal engine ([`crate::message::journal`]): a failed write cuts
+//! away what part of it landed (or, should the cut fail, the file is cut back when it is opened
+//! again) and the records are written again, whole, in order. A record written twice would
+//! replay to the same state all the same: each line sets an action's state, and the same lines
+//! follow.
 //!
 //! At boot the file is replayed into [`Replay`] (live actions, next id, evaluation mark) and
 //! compacted: rewritten (tmp + rename) with only what is still live, so it does not grow
 //! across restarts. A torn last line (crash mid-write) is skipped.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Action, ActionId, ActionState};
+use crate::message::journal::{self as engine, open_for_append};
 use crate::message::{Message, Seq};
 
 /// One line of `actions.jsonl`.
@@ -124,19 +123,11 @@ pub struct Replay {
     pub existed: bool,
 }
 
-/// The open actions journal.
+/// The actions journal, replayed, compacted and open for appending: what
+/// [`super::writer::JournalWriter::start`] writes to.
 pub struct ActionLog {
     path: PathBuf,
-    /// The open file and its length as this process last wrote it (read once at open, so that
-    /// a write needs no `fstat` to know where a failed write's cut goes). A failed write closes
-    /// it: the next one opens the file again and reads its length then.
-    file: Mutex<Option<(File, u64)>>,
-    /// Write failures so far (each failed attempt, retries included).
-    pub errors: AtomicU64,
-    failing: Mutex<Option<String>>,
-    /// A failed write may have left part of a line that could not be cut away: the next
-    /// write ends it first, so the records after it stay readable.
-    torn: AtomicBool,
+    file: File,
 }
 
 impl ActionLog {
@@ -144,118 +135,24 @@ impl ActionLog {
     pub fn open(path: &Path) -> std::io::Result<(ActionLog, Replay)> {
         let replay = replay(path)?;
         compact(path, &replay)?;
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)?;
-        let len = file.metadata()?.len();
-        Ok((
-            ActionLog {
-                path: path.to_path_buf(),
-                file: Mutex::new(Some((file, len))),
-                errors: AtomicU64::new(0),
-                failing: Mutex::new(None),
-                torn: AtomicBool::new(false),
-            },
-            replay,
-        ))
+        let (file, _) = open_for_append(path)?;
+        let log = ActionLog {
+            path: path.to_path_buf(),
+            file,
+        };
+        Ok((log, replay))
     }
 
-    /// Appends `records` with one write, then one fsync when `sync`; see [`ActionLog::write`].
-    pub fn append(&self, records: &[Record], sync: bool) -> Result<(), String> {
-        let mut lines = Vec::new();
-        encode(records, &mut lines);
-        self.write(&lines, sync)
-    }
-
-    /// Appends `lines` (whole JSON lines, from [`encode`]) with one write, then one fsync when
-    /// `sync`. A failure is logged once per outage (and the recovery once), counted and
-    /// returned; what part of `lines` landed is cut away where the file allows it, so the
-    /// caller keeps them and writes them again.
-    pub fn write(&self, lines: &[u8], sync: bool) -> Result<(), String> {
-        if lines.is_empty() {
-            return Ok(());
-        }
-        let mut guard = self.file.lock().unwrap();
-        let result = (|| {
-            if guard.is_none() {
-                let file = OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .mode(0o600)
-                    .open(&self.path)?;
-                let len = file.metadata()?.len();
-                *guard = Some((file, len));
-            }
-            let (file, len) = guard.as_mut().expect("opened above");
-            if self.torn.load(Ordering::Relaxed) {
-                file.write_all(b"\n")?;
-                *len += 1;
-                self.torn.store(false, Ordering::Relaxed);
-            }
-            if let Err(e) = file.write_all(lines) {
-                let cut =
-                    file.set_len(*len).is_ok() || file.metadata().is_ok_and(|m| m.len() == *len);
-                if !cut {
-                    self.torn.store(true, Ordering::Relaxed);
-                }
-                return Err(e);
-            }
-            *len += lines.len() as u64;
-            if sync { file.sync_data() } else { Ok(()) }
-        })();
-        let mut failing = self.failing.lock().unwrap();
-        match result {
-            Ok(()) => {
-                if let Some(cause) = failing.take() {
-                    tracing::info!(previous = %cause, "actions journal writes recovered");
-                }
-                Ok(())
-            }
-            Err(e) => {
-                *guard = None;
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                let cause = e.to_string();
-                if failing.is_none() {
-                    tracing::error!(
-                        journal = %self.path.display(),
-                        "actions journal write failed: {cause}; retrying with backoff, actions kept in memory"
-                    );
-                }
-                *failing = Some(cause.clone());
-                Err(cause)
-            }
-        }
-    }
-
-    /// Flushes written records to the disk.
-    pub fn sync(&self) -> Result<(), String> {
-        match &*self.file.lock().unwrap() {
-            Some((file, _)) => file.sync_data().map_err(|e| e.to_string()),
-            None => Ok(()),
-        }
-    }
-
-    /// Whether the last write failed.
-    pub fn is_failing(&self) -> bool {
-        self.failing.lock().unwrap().is_some()
-    }
-
-    /// `ok`, or `failing: CAUSE`.
-    pub fn status(&self) -> String {
-        match &*self.failing.lock().unwrap() {
-            None => "ok".into(),
-            Some(cause) => format!("failing: {cause}"),
-        }
+    /// The path and the open file.
+    pub fn into_parts(self) -> (PathBuf, File) {
+        (self.path, self.file)
     }
 }
 
-/// Appends `records` to `out` as JSON lines, ready for [`ActionLog::write`].
-pub fn encode(records: &[Record], out: &mut Vec<u8>) {
-    out.reserve(records.len() * 256);
-    for r in records {
-        serde_json::to_writer(&mut *out, r).expect("records serialize");
+/// A record as the journal writes it: one JSON line.
+impl engine::Record for Record {
+    fn encode(&self, out: &mut Vec<u8>) {
+        serde_json::to_writer(&mut *out, self).expect("records serialize");
         out.push(b'\n');
     }
 }
@@ -381,58 +278,15 @@ mod tests {
         (a, msg)
     }
 
-    /// A write that fills the disk part way is cut back to where it began, by the length the
-    /// log keeps (it no longer asks the file), and lands whole once there is room. Needs
-    /// `mount -t tmpfs` (root); where that is refused it says so and checks nothing.
-    #[test]
-    fn a_write_the_disk_cannot_hold_is_cut_back_and_lands_whole_later() {
-        use std::process::Command;
-        let dir = tempfile::tempdir().unwrap();
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !mounted {
-            eprintln!("NOTICE: skipped: `mount -t tmpfs` is refused here");
-            return;
+    /// Appends `records` to `path` as the journal writes them.
+    fn append(path: &Path, records: &[Record]) {
+        use std::io::Write;
+        let mut lines = Vec::new();
+        for r in records {
+            engine::Record::encode(r, &mut lines);
         }
-        struct Unmount<'a>(&'a Path);
-        impl Drop for Unmount<'_> {
-            fn drop(&mut self) {
-                let _ = Command::new("umount").arg("-l").arg(self.0).output();
-            }
-        }
-        let _unmount = Unmount(dir.path());
-        let path = dir.path().join("actions.jsonl");
-        let (log, _) = ActionLog::open(&path).unwrap();
-        let mark = |n: u64, pad: usize| Record {
-            evaluated: Some(n),
-            reason: Some("x".repeat(pad)),
-            ..Default::default()
-        };
-        log.append(&[mark(1, 10)], true).unwrap();
-        let before = std::fs::metadata(&path).unwrap().len();
-        // The rest of the disk taken, but for the room left in the log's own first page.
-        let filler = dir.path().join("filler");
-        {
-            let mut f = File::create(&filler).unwrap();
-            while f.write_all(&[0u8; 1024]).is_ok() {}
-        }
-        let big = [mark(2, 3000), mark(3, 3000)];
-        assert!(log.append(&big, true).is_err(), "the disk is full");
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().len(),
-            before,
-            "what landed of the failed write is cut away"
-        );
-        std::fs::remove_file(&filler).unwrap();
-        log.append(&big, true).unwrap();
-        let replay = replay(&path).unwrap();
-        assert_eq!(replay.skipped, 0, "no torn line");
-        assert_eq!(replay.evaluated, Some(3));
-        let lines = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(lines.lines().count(), 3, "{} bytes", lines.len());
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(&lines).unwrap();
     }
 
     #[test]
@@ -441,13 +295,14 @@ mod tests {
         let path = dir.path().join("actions.jsonl");
         let now = Utc::now();
         {
-            let (log, replay) = ActionLog::open(&path).unwrap();
+            let (_log, replay) = ActionLog::open(&path).unwrap();
             assert!(!replay.existed);
             assert_eq!(replay.next_id, 1);
             let (a1, m1) = action(1, Mode::Confirm);
             let (a2, m2) = action(2, Mode::Auto);
             let (a3, m3) = action(3, Mode::Notify);
-            log.append(
+            append(
+                &path,
                 &[
                     Record::created(&a1, ActionState::Pending, &m1),
                     Record::created(&a2, ActionState::Queued, &m2),
@@ -457,16 +312,18 @@ mod tests {
                         ..Record::default()
                     },
                 ],
-                true,
-            )
-            .unwrap();
-            log.append(&[Record::transition(3, ActionState::Delivered, now)], true)
-                .unwrap();
+            );
+            append(&path, &[Record::transition(3, ActionState::Delivered, now)]);
         }
         // A torn line, as after kill -9.
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b"{\"id\":4,\"sta").unwrap();
-        drop(f);
+        {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(b"{\"id\":4,\"sta").unwrap();
+        }
 
         let (_, replay) = ActionLog::open(&path).unwrap();
         assert_eq!(replay.live.keys().copied().collect::<Vec<_>>(), vec![1, 2]);

@@ -617,6 +617,13 @@ impl Lifecycle {
         self.inner.journal.unwritten()
     }
 
+    /// Writes and syncs every transition decided so far, then stops the journal's writer
+    /// thread (at shutdown, once nothing decides any more); nothing decided afterwards is
+    /// written.
+    pub async fn close(&self) {
+        self.inner.journal.close().await;
+    }
+
     /// Pending confirm requests, oldest first.
     pub fn pending_confirms(&self) -> Vec<Item> {
         self.lock().confirms.items().cloned().collect()

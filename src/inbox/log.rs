@@ -35,8 +35,8 @@
 //!   the stream). Acknowledgement stays the journal's (fsync policy), or waits for the
 //!   stream's ack too when replication must be synchronous: then its `durable` is the lower
 //!   of the two. Reads behind the ring stay local.
-//! - **The log remote.** A JetStream log publishes each record (one JSON line,
-//!   [`Batch::encode`]) with the seq as its id, in order, and answers the [`Landing`] on the
+//! - **The log remote.** A JetStream log publishes each record (one JSON line, as the journal
+//!   writes it) with the seq as its id, in order, and answers the [`Landing`] on the
 //!   stream's ack (`Later`); `durable` and `committed` follow the acks. The seq counter
 //!   stays in the inbox; at boot the stream's last seq plays the part of the journal's
 //!   tail and reservation. [`Log::read_after`] becomes a fetch by seq, the channel filter a
@@ -49,11 +49,14 @@ use std::collections::vec_deque;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use tokio::sync::oneshot;
 
 use super::InboxError;
 use super::seq_watch::SeqWatch;
 use crate::message::{Message, Seq};
+
+/// How an appender learns that its batch is durable as the log promises, or why not: decided
+/// at once, or answered by a thread of the log (after a sync, or a write it retries).
+pub use crate::message::journal::Landing;
 
 /// The durable part of the inbox (see the module docs for the contract).
 pub trait Log: Send + Sync {
@@ -132,30 +135,9 @@ impl<'a> Batch<'a> {
         self.messages.clone().map(|m| &**m)
     }
 
-    /// Appends the records to `buf`, encoded as the journal stores them: one JSON line each.
-    pub fn encode(&self, buf: &mut Vec<u8>) {
-        for m in self.messages() {
-            m.write_json(buf);
-            buf.push(b'\n');
-        }
-    }
-}
-
-/// How an appender learns that its batch is durable as the log promises, or why not.
-pub enum Landing {
-    /// Decided at once.
-    Now(Result<(), String>),
-    /// A thread of the log answers (after a sync, or a write it retries).
-    Later(oneshot::Receiver<Result<(), String>>),
-}
-
-impl Landing {
-    /// The outcome; `Closed` when the log went away without answering.
-    pub async fn outcome(self) -> Result<Result<(), String>, InboxError> {
-        match self {
-            Landing::Now(result) => Ok(result),
-            Landing::Later(rx) => rx.await.map_err(|_| InboxError::Closed),
-        }
+    /// The records, oldest first, as the inbox shares them with the ring.
+    pub fn records(&self) -> vec_deque::Iter<'a, Arc<Message>> {
+        self.messages.clone()
     }
 }
 

@@ -105,6 +105,12 @@ pub enum InboxError {
     },
 }
 
+impl From<crate::message::journal::Closed> for InboxError {
+    fn from(_: crate::message::journal::Closed) -> InboxError {
+        InboxError::Closed
+    }
+}
+
 /// Counters and gauges for `inbox_stats` and `/metrics`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct InboxStats {

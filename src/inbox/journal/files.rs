@@ -1,9 +1,7 @@
-//! The journal's files: their names, the backwards reading of records, and opening the active
-//! file for appending.
+//! The journal's files: their names, and the backwards reading of records.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::message::{Message, Seq};
@@ -173,41 +171,6 @@ fn parse(line: &[u8]) -> Option<Message> {
     serde_json::from_str(text).ok()
 }
 
-/// Opens the active file for appending, cutting a torn last line left by a crash.
-/// Returns the file and the number of bytes cut.
-pub fn open_for_append(path: &Path) -> std::io::Result<(File, u64)> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(path)?;
-    let len = file.metadata()?.len();
-    if len == 0 {
-        return Ok((file, 0));
-    }
-    // Find the last newline.
-    let mut pos = len;
-    let mut buf = vec![0u8; 4096];
-    while pos > 0 {
-        let n = (pos as usize).min(buf.len());
-        pos -= n as u64;
-        file.seek(SeekFrom::Start(pos))?;
-        file.read_exact(&mut buf[..n])?;
-        if let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') {
-            let keep = pos + i as u64 + 1;
-            if keep < len {
-                file.set_len(keep)?;
-                file.sync_all()?;
-            }
-            return Ok((file, len - keep));
-        }
-    }
-    file.set_len(0)?;
-    file.sync_all()?;
-    Ok((file, len))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,17 +221,6 @@ mod tests {
         let seqs: Vec<_> = tail.records.iter().map(|m| m.seq).collect();
         assert_eq!(seqs, vec![1, 3]);
         assert_eq!(tail.skipped, 1);
-    }
-
-    #[test]
-    fn open_for_append_cuts_a_torn_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("channels.jsonl");
-        let full = record(1);
-        write(&path, &(full.clone() + "{\"seq\":2,\"serv"));
-        let (_file, cut) = open_for_append(&path).unwrap();
-        assert_eq!(cut, 14);
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), full);
     }
 
     #[test]

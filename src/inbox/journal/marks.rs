@@ -1,19 +1,19 @@
-//! The journal's progress: what is assigned, written, synced and reserved, and the watch of
-//! what is visible.
+//! The journal's progress as seqs: what is assigned, written, synced and reserved, and the
+//! watch of what is visible.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-#[cfg(test)]
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
 
 use super::Reservation;
 use crate::inbox::seq_watch::SeqWatch;
 use crate::message::Seq;
+use crate::message::journal::Status;
 
-/// The journal's progress, shared by its writer, its sync thread and its [`super::Journal`]
-/// handle: what is assigned, written, synced and reserved, and the `committed` watch that
-/// readers follow. What each fsync policy's answer promises is read from here
-/// ([`super::policy::Policy::durable`]).
+/// The journal's progress, shared by its handle, the engine's threads and the [`super::Reserver`]:
+/// what is assigned and reserved, what the engine has written and synced ([`Marks::disk`], its
+/// positions being seqs), and the `committed` watch that readers follow.
 ///
 /// A seq becomes visible (published on `committed`) only when it can never be handed out
 /// again: it is synced in the journal, or at most the seq reserved in `channels.seq`.
@@ -21,10 +21,6 @@ use crate::message::Seq;
 pub struct Marks {
     /// The highest seq assigned (set by each append, under the inbox's append lock).
     pub assigned: AtomicU64,
-    /// The highest seq written to the journal file (records are written in seq order).
-    pub written: AtomicU64,
-    /// The highest seq synced to disk.
-    pub synced: AtomicU64,
     /// The highest seq reserved in `channels.seq`: a seq up to it may be shown once written.
     pub reserved: AtomicU64,
     /// The highest seq that may be shown before it is written: the reservation when
@@ -32,31 +28,31 @@ pub struct Marks {
     pub reserved_unwritten: AtomicU64,
     /// An append asked for a reservation ahead; cleared when the writer has made it.
     pub reserve_asked: AtomicBool,
-    /// Bytes encoded but not yet written.
-    pub backlog_bytes: AtomicUsize,
     /// The highest visible seq.
     pub committed: SeqWatch,
-    /// Failed writes since start.
-    pub errors: AtomicU64,
-    /// Bytes in the active file.
-    pub bytes: AtomicU64,
-    /// True while writes fail.
-    pub is_failing: AtomicBool,
-    /// The cause of the current failure, if the journal is failing.
-    pub failing: Mutex<Option<String>>,
-    /// Tests hold `always`'s sync here until they send on the other end (or drop it).
-    #[cfg(test)]
-    pub sync_gate: Mutex<Option<mpsc::Receiver<()>>>,
+    /// What the journal engine reports: written, synced, backlog, size, errors, the outage.
+    pub disk: Arc<Status>,
+    /// Appenders waiting for a reservation before they show their seqs.
+    asks: Mutex<Asks>,
+}
+
+/// Appenders waiting for a reservation ([`Marks::ask_reservation`]).
+#[derive(Debug, Default)]
+pub struct Asks {
+    /// Told once it is made (or failed).
+    pub acks: Vec<oneshot::Sender<()>>,
+    /// One of them shows seqs before they are written (`never`, or the journal failed to take
+    /// them): the reservation is of mode `u` from now on.
+    pub unwritten: bool,
 }
 
 impl Marks {
     /// Marks for a journal whose newest record is `on_disk`, handing out seqs above `start`,
-    /// with `reserved` in `channels.seq` (see [`Reservation::start_after`]).
-    pub fn new(on_disk: Seq, start: Seq, reserved: &Reservation) -> Marks {
+    /// with `reserved` in `channels.seq` (see [`Reservation::start_after`]); `disk` is the
+    /// engine's report.
+    pub fn new(disk: Arc<Status>, on_disk: Seq, start: Seq, reserved: &Reservation) -> Marks {
         Marks {
             assigned: AtomicU64::new(start.max(on_disk)),
-            written: AtomicU64::new(on_disk),
-            synced: AtomicU64::new(on_disk),
             reserved: AtomicU64::new(reserved.upto),
             reserved_unwritten: AtomicU64::new(if reserved.written_first {
                 0
@@ -64,24 +60,20 @@ impl Marks {
                 reserved.upto
             }),
             reserve_asked: AtomicBool::new(false),
-            backlog_bytes: AtomicUsize::new(0),
             // Readers start at the last message that exists; the first new one jumps the gap.
             committed: SeqWatch::new(on_disk),
-            errors: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            is_failing: AtomicBool::new(false),
-            failing: Mutex::new(None),
-            #[cfg(test)]
-            sync_gate: Mutex::new(None),
+            disk,
+            asks: Mutex::default(),
         }
     }
 
     /// The highest seq that can never be handed out again: synced, or written and reserved,
     /// or reserved in mode `u`.
     pub fn safe(&self) -> Seq {
-        let written = self.written.load(Ordering::Acquire);
+        let written = self.disk.written.load(Ordering::Acquire);
         let reserved = self.reserved.load(Ordering::Acquire);
-        self.synced
+        self.disk
+            .synced
             .load(Ordering::Acquire)
             .max(written.min(reserved))
             .max(self.reserved_unwritten.load(Ordering::Acquire))
@@ -92,8 +84,16 @@ impl Marks {
         self.committed.advance(upto.min(self.safe()));
     }
 
-    /// The cause of the current failure.
-    pub fn failure(&self) -> Option<String> {
-        self.failing.lock().unwrap().clone()
+    /// Asks the writer thread for a reservation beyond everything assigned; `ack` is told once
+    /// it is made (or failed). `unwritten`: the seqs are shown before they are written.
+    pub fn ask_reservation(&self, unwritten: bool, ack: oneshot::Sender<()>) {
+        let mut asks = self.asks.lock().unwrap();
+        asks.unwritten |= unwritten;
+        asks.acks.push(ack);
+    }
+
+    /// The appenders waiting for a reservation, taken.
+    pub fn take_asks(&self) -> Asks {
+        std::mem::take(&mut *self.asks.lock().unwrap())
     }
 }

@@ -1,48 +1,30 @@
 //! The inbox journal: `channels.jsonl` (+ one backup, `channels.jsonl.1`) and the seq
 //! reservation `channels.seq`; the inbox's [`Log`] on disk ([`Journal`]).
 //!
-//! Owns the files and their writer. How a batch reaches the file and when its appender is
-//! answered is the fsync policy's, one type each ([`policy`]):
-//! - `always`: the appending task writes its batch itself under the writer's lock and shows
-//!   it (no thread hand-off before a wait can see it); a sync thread does *group commit*: it
-//!   fsyncs once for everything written since its last sync and only then acknowledges those
-//!   appenders, while others go on writing.
-//! - `interval`: the appending task writes the same way and is answered after the write; the
-//!   writer thread syncs within a second of the first unsynced write, outside that lock.
-//! - `never`: the appending task only queues its records and is answered at once; the writer
-//!   thread writes them within [`FLUSH_INTERVAL`] and syncs only at rotation and shutdown.
-//!   While the journal fails, it writes them itself like `interval`, so that its answer says
-//!   whether this very retry landed.
+//! The file is kept by the journal engine ([`crate::message::journal`]), which the actions
+//! journal runs on too: group commit, the fsync policy (who writes a batch, and when its
+//! appender is answered), rotation at `inbox.rotateBytes`, and a failed write cut away, logged
+//! once, reported and retried with backoff while the bytes are kept (up to [`MAX_BACKLOG`]) and
+//! the caller is told the batch is not durable. What is the inbox's own:
 //!
-//! Rotation (due once the active file passes its size) is the writer thread's: an appender
-//! that fills the file only asks for it, and the syncs around the rename run outside the
-//! writer's lock (see [`writer`]). A failed write is truncated away, logged once, reported and retried with
-//! backoff; the caller is told the batch is not durable, and the bytes are kept (up to
-//! [`MAX_BACKLOG`]) until a retry lands them.
-//!
-//! `channels.seq` holds the highest seq that may have been shown without being
-//! synced in the journal ([`Marks`] says what is visible), whether every such seq
-//! was written first, and the boot it was written in ([`Reservation`]). The thread
-//! reserves [`RESERVE_BLOCK`] seqs ahead. Boot starts above the reservation, so no
-//! seq is handed out twice, unless the last stop was a crash of the process alone
-//! (same boot) and every seq shown was written: then boot continues right after
-//! the journal, without a gap. A clean stop with everything synced shrinks the
-//! reservation back.
-//!
-//! Reading is always backwards from the end, in blocks, so boot replay costs
-//! the same whatever the file size: a truncated or corrupt line is skipped and
-//! counted, never fatal.
+//! - the record: a [`Message`], as one JSON line ([`Message::write_json`]);
+//! - `channels.seq`, which holds the highest seq that may have been shown without being synced
+//!   in the journal ([`Marks`] says what is visible), whether every such seq was written first,
+//!   and the boot it was written in ([`Reservation`]). The engine's writer thread keeps it
+//!   [`RESERVE_BLOCK`] seqs ahead ([`Reserver`]). Boot starts above the reservation, so no seq is
+//!   handed out twice, unless the last stop was a crash of the process alone (same boot) and
+//!   every seq shown was written: then boot continues right after the journal, without a gap.
+//!   A clean stop with everything synced shrinks the reservation back;
+//! - reading, always backwards from the end, in blocks, so boot replay costs the same whatever
+//!   the file size: a truncated or corrupt line is skipped and counted, never fatal ([`Files`]).
 
 mod files;
 mod marks;
-pub mod policy;
 mod reservation;
-pub mod writer;
 
-use std::marker::PhantomData;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -51,61 +33,56 @@ use tokio::sync::oneshot;
 use super::log::{Batch, Landing, Log, LogStats, Opened};
 use super::seq_watch::SeqWatch;
 use super::{FsyncPolicy, InboxError, InboxSettings, channel_filter};
+use crate::duration::Backoff;
+use crate::message::journal as engine;
 use crate::message::{Message, Seq};
 
-pub use files::{Files, Tail, open_for_append};
+pub use files::{Files, Tail};
 pub use marks::Marks;
-use policy::{Always, Interval, Never, Policy};
-pub use reservation::{Reservation, boot_id, open_reservation};
-pub use writer::{Job, Syncer, Writer};
+pub use reservation::{Reservation, Reserver, boot_id, open_reservation};
 
 /// The most unwritten bytes kept in memory while the disk fails; past it, new messages are
 /// refused (503) rather than old ones dropped.
 pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
-/// With `never`, the longest a queued record waits for its write.
-pub const FLUSH_INTERVAL: Duration = Duration::from_millis(1);
 /// Seqs reserved in `channels.seq` at a time.
 pub const RESERVE_BLOCK: Seq = 8192;
+/// The first wait before a failed write (or reservation) is tried again; it doubles with every
+/// failure in a row, up to [`RETRY_MAX`]. An appender's own write tries at once meanwhile.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between two tries.
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// The journal as the inbox's [`Log`], `P` being its fsync policy.
-pub struct Journal<P> {
-    shared: Arc<Shared>,
-    policy: PhantomData<P>,
+/// The inbox's waits between tries of a failed write or reservation.
+fn retry() -> Backoff {
+    Backoff::new(RETRY_FIRST, RETRY_MAX)
 }
 
-/// What the journal's handle shares with the futures it hands out.
-pub struct Shared {
+impl engine::Record for Arc<Message> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.write_json(out);
+        out.push(b'\n');
+    }
+}
+
+/// The journal as the inbox's [`Log`].
+pub struct Journal {
+    journal: engine::Journal<Arc<Message>>,
     files: Files,
     marks: Arc<Marks>,
-    writer: Arc<Mutex<Writer>>,
-    /// The writer thread's queue; taken at close, which ends the thread.
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
-    done: Mutex<Option<std::thread::JoinHandle<()>>>,
     closed: AtomicBool,
-}
-
-impl Shared {
-    /// Hands `job` to the writer thread; false once it is gone.
-    fn send(&self, job: Job) -> bool {
-        self.tx
-            .lock()
-            .unwrap()
-            .as_ref()
-            .is_some_and(|tx| tx.send(job).is_ok())
-    }
 }
 
 /// Opens the journal whose active file is `active`, replays its tail (the ring's worth) and
 /// starts the writer. New seqs start above the journal's last record, and above the
 /// reservation in `channels.seq` unless that says every seq shown was written first and the
 /// machine has not rebooted since: a seq shown before a crash is never handed out again.
-pub fn open(active: PathBuf, settings: &InboxSettings) -> Result<Opened, InboxError> {
+pub fn open(active: std::path::PathBuf, settings: &InboxSettings) -> Result<Opened, InboxError> {
     let files = Files::new(active);
     let err = |path: &Path| {
         let path = path.display().to_string();
         move |source| InboxError::Journal { path, source }
     };
-    let (file, cut) = open_for_append(&files.active).map_err(err(&files.active))?;
+    let (file, cut) = engine::open_for_append(&files.active).map_err(err(&files.active))?;
     let tail = files
         .tail(settings.ring_size.max(1))
         .map_err(err(&files.active))?;
@@ -154,55 +131,46 @@ pub fn open(active: PathBuf, settings: &InboxSettings) -> Result<Opened, InboxEr
         last_seq = start,
         "inbox replayed"
     );
-    let marks = Arc::new(Marks::new(on_disk, start, &reserved));
-    let writer = Arc::new(Mutex::new(Writer::new(
-        files.clone(),
-        file,
-        settings.fsync,
-        settings.rotate_bytes,
-        marks.clone(),
-    )));
-    let (tx, rx) = mpsc::channel();
-    let thread_writer = writer.clone();
-    let syncer = Writer::start_syncer(&writer);
-    let done = std::thread::Builder::new()
-        .name("journal-writer".into())
-        .spawn(move || Writer::run(thread_writer, rx, reservation, syncer))
-        .map_err(err(&files.active))?;
-    let start = marks.assigned.load(Ordering::Acquire);
-    let shared = Arc::new(Shared {
-        files,
-        marks,
-        writer,
-        tx: Mutex::new(Some(tx)),
-        done: Mutex::new(Some(done)),
-        closed: AtomicBool::new(false),
-    });
-    let log: Box<dyn Log> = match settings.fsync {
-        FsyncPolicy::Always => Box::new(Journal::<Always>::new(shared)),
-        FsyncPolicy::Interval => Box::new(Journal::<Interval>::new(shared)),
-        FsyncPolicy::Never => Box::new(Journal::<Never>::new(shared)),
+    let disk = Arc::new(engine::Status::new(on_disk));
+    let marks = Arc::new(Marks::new(disk.clone(), on_disk, start, &reserved));
+    let keeper = Reserver::new(reservation, marks.clone(), settings.fsync, retry());
+    let journal_settings = engine::Settings {
+        name: "journal",
+        kept: "messages",
+        fsync: settings.fsync,
+        rotation: Some(engine::Rotation {
+            backup: files.backup.clone(),
+            bytes: settings.rotate_bytes,
+        }),
+        retry: retry(),
     };
+    let shown = marks.clone();
+    let journal = engine::Journal::start(
+        files.active.clone(),
+        file,
+        journal_settings,
+        disk,
+        keeper,
+        move || shown.publish(shown.disk.written.load(Ordering::Acquire)),
+    )
+    .map_err(err(&files.active))?;
+    let start = marks.assigned.load(Ordering::Acquire);
     Ok(Opened {
-        log,
+        log: Box::new(Journal {
+            journal,
+            files,
+            marks,
+            closed: AtomicBool::new(false),
+        }),
         replayed: tail.records,
         start,
         skipped,
     })
 }
 
-impl<P: Policy> Journal<P> {
-    fn new(shared: Arc<Shared>) -> Journal<P> {
-        Journal {
-            shared,
-            policy: PhantomData,
-        }
-    }
-}
-
-impl<P: Policy> Log for Journal<P> {
+impl Log for Journal {
     fn admit(&self) -> Result<(), InboxError> {
-        let backlog = self.shared.marks.backlog_bytes.load(Ordering::Relaxed);
+        let backlog = self.marks.disk.backlog_bytes.load(Ordering::Relaxed);
         if backlog >= MAX_BACKLOG {
             return Err(InboxError::Unavailable {
                 cause: format!(
@@ -210,14 +178,14 @@ impl<P: Policy> Log for Journal<P> {
                 ),
             });
         }
-        if self.shared.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) {
             return Err(InboxError::Closed);
         }
         Ok(())
     }
 
     fn append(&self, batch: Batch<'_>) -> Landing {
-        let marks = &self.shared.marks;
+        let marks = &*self.marks;
         let assigned = match batch.last() {
             0 => marks.assigned.load(Ordering::Acquire),
             last => {
@@ -228,9 +196,9 @@ impl<P: Policy> Log for Journal<P> {
         if assigned + RESERVE_BLOCK / 2 > marks.reserved.load(Ordering::Acquire)
             && !marks.reserve_asked.swap(true, Ordering::AcqRel)
         {
-            self.shared.send(Job::Wake);
+            self.journal.wake();
         }
-        P::hand_off(&self.shared, batch)
+        self.journal.append(batch.records(), batch.last())
     }
 
     /// Shows nothing that could be handed out again after a crash: past the reservation (used
@@ -241,32 +209,42 @@ impl<P: Policy> Log for Journal<P> {
         shown: Seq,
         landed: &Result<(), String>,
     ) -> Option<BoxFuture<'static, ()>> {
-        let marks = &self.shared.marks;
+        let marks = &self.marks;
         if shown <= marks.safe() {
             marks.publish(upto);
             return None;
         }
-        let shared = self.shared.clone();
-        let unwritten = P::SHOWS_UNWRITTEN || landed.is_err();
+        let unwritten = self.journal.fsync() == FsyncPolicy::Never || landed.is_err();
+        let (ack, rx) = oneshot::channel();
+        marks.ask_reservation(unwritten, ack);
+        let asked = self.journal.wake();
+        let marks = self.marks.clone();
         Some(Box::pin(async move {
-            let (ack, rx) = oneshot::channel();
-            if shared.send(Job::Reserve { unwritten, ack }) {
+            if asked {
                 let _ = rx.await;
             }
-            shared.marks.publish(upto);
+            marks.publish(upto);
         }))
     }
 
     fn committed(&self) -> &SeqWatch {
-        &self.shared.marks.committed
+        &self.marks.committed
     }
 
+    /// What the fsync policy's answer promises, as a seq: `always` synced, `interval`
+    /// written, `never` queued (everything assigned is queued, under the append lock) but
+    /// only what is written while the journal fails.
     fn durable(&self) -> Seq {
-        P::durable(&self.shared.marks)
+        let disk = &self.marks.disk;
+        match self.journal.fsync() {
+            FsyncPolicy::Always => disk.synced.load(Ordering::Acquire),
+            FsyncPolicy::Never if !disk.is_failing() => self.marks.assigned.load(Ordering::Acquire),
+            FsyncPolicy::Interval | FsyncPolicy::Never => disk.written.load(Ordering::Acquire),
+        }
     }
 
     fn held(&self) -> Seq {
-        self.shared.marks.written.load(Ordering::Acquire)
+        self.marks.disk.written.load(Ordering::Acquire)
     }
 
     fn read_after(
@@ -275,7 +253,7 @@ impl<P: Policy> Log for Journal<P> {
         limit: usize,
         channel: Option<&str>,
     ) -> BoxFuture<'static, std::io::Result<(Vec<Message>, Seq)>> {
-        let files = self.shared.files.clone();
+        let files = self.files.clone();
         let channel = channel.map(str::to_owned);
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
@@ -291,41 +269,35 @@ impl<P: Policy> Log for Journal<P> {
     }
 
     fn stats(&self) -> LogStats {
-        let marks = &self.shared.marks;
-        let failing = marks.failure();
+        let disk = &self.marks.disk;
+        let failing = disk.failure();
         LogStats {
             status: match &failing {
                 None => "ok".into(),
                 Some(cause) => format!("failing: {cause}"),
             },
             failing,
-            errors: marks.errors.load(Ordering::Relaxed),
-            bytes: marks.bytes.load(Ordering::Relaxed),
-            backlog_bytes: marks.backlog_bytes.load(Ordering::Relaxed),
+            errors: disk.errors.load(Ordering::Relaxed),
+            bytes: disk.bytes.load(Ordering::Relaxed),
+            backlog_bytes: disk.backlog_bytes.load(Ordering::Relaxed),
         }
     }
 
     fn close(&self) -> BoxFuture<'static, ()> {
-        self.shared.closed.store(true, Ordering::Release);
-        self.shared.tx.lock().unwrap().take();
-        let done = self.shared.done.lock().unwrap().take();
-        Box::pin(async move {
-            if let Some(done) = done {
-                let _ = tokio::task::spawn_blocking(move || done.join()).await;
-            }
-        })
+        self.closed.store(true, Ordering::Release);
+        Box::pin(self.journal.close())
     }
 
     #[cfg(test)]
     fn marks(&self) -> Option<&Marks> {
-        Some(&self.shared.marks)
+        Some(&self.marks)
     }
 }
 
 /// A journal line for a message of seq `seq`, as the tests write them.
 #[cfg(test)]
 fn record(seq: Seq) -> String {
-    use crate::message::{Message, NewMessage};
+    use crate::message::NewMessage;
     let t = "2026-11-22T10:00:00Z".parse().unwrap();
     let m = Message::from_new(
         NewMessage::new("cli", "c", format!("message {seq}")),

@@ -1,11 +1,19 @@
-//! `channels.seq`, the seq reservation, and the boot id it is tied to.
+//! `channels.seq`, the seq reservation, the boot id it is tied to, and the [`Reserver`] that
+//! keeps it ahead on the journal's writer thread.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-use crate::message::Seq;
+use super::{Marks, RESERVE_BLOCK};
+use crate::duration::Backoff;
+use crate::home::FsyncPolicy;
+use crate::message::journal::Keeper;
+use crate::message::{Message, Seq};
 
 /// `channels.seq`: how far seqs may have been shown without being synced in the journal.
 ///
@@ -98,6 +106,112 @@ impl Reservation {
         debug_assert_eq!(line.len(), RESERVATION_LEN);
         file.write_all_at(line.as_bytes(), 0)?;
         file.sync_data()
+    }
+}
+
+/// The journal's hold on `channels.seq`, on the engine's writer thread (a [`Keeper`]): it
+/// reserves ahead of the assigned seqs, and on demand before an append shows seqs past the
+/// reservation ([`Marks::ask_reservation`]). A failed reservation is logged once and tried
+/// again with backoff (at once for an appender that waits).
+pub struct Reserver {
+    file: File,
+    marks: Arc<Marks>,
+    /// The last write of the reservation failed.
+    failing: bool,
+    /// Seqs may be shown before they are written: always with `never`, and from the first
+    /// reservation asked for a message the journal failed to take (for the rest of the run).
+    unwritten: bool,
+    retry: Backoff,
+    /// After a failure: when to try again unasked.
+    retry_at: Option<Instant>,
+}
+
+impl Reserver {
+    /// Keeps `file` (`channels.seq`, opened by [`open_reservation`]) ahead of `marks`.
+    pub fn new(file: File, marks: Arc<Marks>, fsync: FsyncPolicy, retry: Backoff) -> Reserver {
+        Reserver {
+            file,
+            marks,
+            failing: false,
+            unwritten: fsync == FsyncPolicy::Never,
+            retry,
+            retry_at: None,
+        }
+    }
+
+    /// Reserves ahead (every policy: `always` shows a record once written, before its sync)
+    /// or on demand, outside the writer's lock; then answers whoever asked.
+    fn step(&mut self) {
+        let marks = &*self.marks;
+        let asks = marks.take_asks();
+        self.unwritten |= asks.unwritten;
+        let assigned = marks.assigned.load(Ordering::Acquire);
+        let reserved = marks.reserved.load(Ordering::Acquire);
+        let ahead = assigned + RESERVE_BLOCK / 2 > reserved;
+        let asked = !asks.acks.is_empty()
+            && (assigned > reserved
+                || (self.unwritten && assigned > marks.reserved_unwritten.load(Ordering::Acquire)));
+        // A failed write or sync may leave shown records out of the page cache too: from
+        // now on, a restart must not count on it.
+        let degraded = !self.unwritten && marks.disk.is_failing();
+        self.unwritten |= degraded;
+        let now = Instant::now();
+        let due = asked || self.retry_at.is_none_or(|t| now >= t);
+        if (ahead || asked || degraded) && due {
+            let upto = assigned + RESERVE_BLOCK;
+            let floor = marks.disk.written.load(Ordering::Acquire);
+            match Reservation::now(upto, floor, !self.unwritten).write(&self.file) {
+                Ok(()) => {
+                    marks.reserved.fetch_max(upto, Ordering::AcqRel);
+                    if self.unwritten {
+                        marks.reserved_unwritten.fetch_max(upto, Ordering::AcqRel);
+                    }
+                    // `always`: what an appender wrote past the old reservation may show
+                    // now, before its sync.
+                    marks.publish(marks.disk.written.load(Ordering::Acquire));
+                    if std::mem::take(&mut self.failing) {
+                        tracing::info!("seq reservation written again");
+                    }
+                    self.retry.reset();
+                    self.retry_at = None;
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut self.failing, true) {
+                        tracing::error!(
+                            cause = %e,
+                            "cannot reserve seqs in channels.seq; messages not on disk are held back"
+                        );
+                    }
+                    self.retry_at = Some(now + self.retry.next());
+                }
+            }
+            marks.reserve_asked.store(false, Ordering::Release);
+        }
+        for ack in asks.acks {
+            let _ = ack.send(());
+        }
+    }
+}
+
+impl Keeper<Arc<Message>> for Reserver {
+    fn upkeep(&mut self) -> Option<Instant> {
+        self.step();
+        self.retry_at.filter(|_| self.failing)
+    }
+
+    /// Everything handed out is synced: no seq needs reserving past it, so a clean restart
+    /// continues without a gap.
+    fn finish(&mut self, flushed: bool) {
+        let marks = &*self.marks;
+        let synced = marks.disk.synced.load(Ordering::Acquire);
+        if flushed
+            && synced >= marks.assigned.load(Ordering::Acquire)
+            && Reservation::now(synced, synced, true)
+                .write(&self.file)
+                .is_ok()
+        {
+            marks.reserved.store(synced, Ordering::Release);
+        }
     }
 }
 
