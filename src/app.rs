@@ -32,6 +32,7 @@ use crate::actions::journal::ActionLog;
 use crate::actions::lifecycle::{LifecycleStats, PendingConfirm};
 use crate::actions::writer::JournalWriter;
 use crate::actions::{ActionId, ActionSettings, Lifecycle};
+use crate::duration::Backoff;
 use crate::engine::{Engine, Prepared};
 use crate::home::Home;
 use crate::inbox::InboxSettings;
@@ -540,7 +541,7 @@ impl Core {
         self.tasks.spawn(async move {
             let mut committed = core.components.inbox.committed();
             let mut evaluated = mark;
-            let mut backoff = UNREADABLE_BACKOFF_MIN;
+            let mut backoff = Backoff::new(UNREADABLE_BACKOFF_MIN, UNREADABLE_BACKOFF_MAX);
             loop {
                 let visible = committed.borrow_and_update();
                 let batch = core.components.inbox.read_after(evaluated, DISPATCH_BATCH).await;
@@ -563,23 +564,21 @@ impl Core {
                         _ = core.shutdown.cancelled() => break,
                         _ = core.components.lifecycle.offer(actions, Some(evaluated), now) => {}
                     }
-                    backoff = UNREADABLE_BACKOFF_MIN;
+                    backoff.reset();
                     continue;
                 }
                 if evaluated < visible {
                     // Committed messages that cannot be read now (the journal behind the ring
                     // fails to read): wait for it with backoff, never spin.
-                    if backoff == UNREADABLE_BACKOFF_MIN {
+                    if backoff.is_reset() {
                         tracing::warn!(
                             evaluated,
                             "messages after the evaluation mark cannot be read; retrying with backoff"
                         );
                     }
-                    tokio::select! {
-                        _ = core.shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(backoff) => {}
+                    if !backoff.sleep(&core.shutdown).await {
+                        break;
                     }
-                    backoff = (backoff * 2).min(UNREADABLE_BACKOFF_MAX);
                     continue;
                 }
                 tokio::select! {

@@ -51,6 +51,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::duration::Backoff;
+
 /// The most connections one listener serves at once.
 pub const MAX_CONNECTIONS: usize = 256;
 
@@ -67,6 +69,10 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Over-cap connections answered 503 at the same time; past this they are closed unanswered.
 const MAX_REFUSALS: usize = 32;
+
+/// The first and the longest wait after a failed accept (out of file descriptors, say).
+const ACCEPT_RETRY_FIRST: Duration = Duration::from_millis(5);
+const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// How long answering an over-cap connection may take.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -497,21 +503,23 @@ pub async fn serve(
 ) {
     let slots = Arc::new(Slots::default());
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
-    let mut backoff = Duration::from_millis(5);
+    let mut backoff = Backoff::new(ACCEPT_RETRY_FIRST, ACCEPT_RETRY_MAX);
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => {
-                    backoff = Duration::from_millis(5);
+                    backoff.reset();
                     accepted
                 }
                 Err(err) => {
                     // Out of file descriptors or a transient network error: wait, then retry.
-                    tracing::warn!(cause = %err, what, "accept failed; retrying in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    continue;
+                    let wait = backoff.next();
+                    tracing::warn!(cause = %err, what, "accept failed; retrying in {wait:?}");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(wait) => continue,
+                    }
                 }
             },
         };

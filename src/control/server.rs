@@ -44,6 +44,7 @@ use super::wire::{
 };
 use super::{ApiError, Call, Ctx, DaemonListeners, Local, PROTOCOL};
 use crate::actions::Event;
+use crate::duration::Backoff;
 use crate::home::HomeLock;
 
 /// The most connections between connect and hello.
@@ -132,6 +133,8 @@ pub async fn serve(
     let mut check = tokio::time::interval(SOCKET_CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rebind_failed = false;
+    // Out of file descriptors, say: wait before the next accept, longer while it lasts.
+    let mut accept_retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -165,10 +168,14 @@ pub async fn serve(
                 continue;
             }
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    accept_retry.reset();
+                    stream
+                }
                 Err(err) => {
-                    tracing::warn!(cause = %err, "control socket accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let wait = accept_retry.next();
+                    tracing::warn!(cause = %err, "control socket accept failed; retrying in {wait:?}");
+                    tokio::time::sleep(wait).await;
                     continue;
                 }
             },

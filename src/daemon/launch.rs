@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::net::UnixStream;
 
+use crate::duration::Backoff;
 use crate::home::Home;
 
 /// How long a front end waits for a daemon it started to answer.
@@ -102,7 +103,8 @@ pub async fn connect_or_start(
     let mut child = launch.spawn()?;
     let child_pid = child.id();
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-    let mut pause = Duration::from_millis(5);
+    // Ask often while the daemon is likely to be almost up, then less.
+    let mut pause = Backoff::new(Duration::from_millis(5), Duration::from_millis(100));
     loop {
         if let Ok(stream) = UnixStream::connect(&socket).await {
             return Ok(Some(stream));
@@ -127,8 +129,7 @@ pub async fn connect_or_start(
                 log_tail(home, 8)
             );
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
+        tokio::time::sleep(pause.next()).await;
     }
 }
 

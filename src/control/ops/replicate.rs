@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::append_each::EachAppended;
 use crate::control::{ApiError, Ctx, Op, StoreError};
+use crate::duration::Backoff;
 use crate::inbox::InboxError;
 use crate::message::NewMessage;
 
@@ -42,13 +43,11 @@ impl Op for Replicate {
             Err(InboxError::NotDurable { appended, .. }) => {
                 let need = appended.iter().map(|a| a.seq).max().unwrap_or(0);
                 let shutdown = cx.core().shutdown();
-                let mut wait = Duration::from_millis(50);
+                let mut wait = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
                 while cx.inbox().durable() < need {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Err(ApiError::Store(StoreError::Closed)),
-                        _ = tokio::time::sleep(wait) => {}
+                    if !wait.sleep(shutdown).await {
+                        return Err(ApiError::Store(StoreError::Closed));
                     }
-                    wait = (wait * 2).min(Duration::from_secs(1));
                 }
                 appended
             }

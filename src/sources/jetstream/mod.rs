@@ -60,6 +60,7 @@ use tokio_util::task::TaskTracker;
 use crate::control::local::BoxFuture;
 use crate::control::ops::{EachAppended, List, Replicate};
 use crate::control::{ApiError, Local, Relay};
+use crate::duration::Backoff;
 use crate::inbox::Appended;
 use crate::message::NewMessage;
 
@@ -78,6 +79,12 @@ const SOURCE_HEADER: &str = "Switchboard-Source";
 const REMEMBERED: usize = 4096;
 /// Messages stored in the local inbox as one batch, at most.
 const BATCH: usize = 256;
+
+/// The waits between the tries of what fails against the server (consuming, storing,
+/// publishing work): 100 ms, doubling up to 2 s.
+fn retry() -> Backoff {
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+}
 
 /// What `stats` and `status` show of the shared stream (the `jetstream` part).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -631,7 +638,7 @@ async fn consume(s: Arc<Shared>, local: Local) {
     let mark = applied_mark(&local).await;
     s.applied.advance(mark);
     tracing::info!(instance = %s.instance, stream = %s.settings.stream, applied = mark, "jetstream: starting");
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = retry();
     loop {
         let run = async {
             let mut consumer = prepare(&s).await?;
@@ -711,11 +718,9 @@ async fn consume(s: Arc<Shared>, local: Local) {
                 && s.ready.load(Ordering::Relaxed),
             Ordering::Release,
         );
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+        if !backoff.sleep(&shutdown).await {
+            return;
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
@@ -907,7 +912,7 @@ async fn replicate(
     again: impl Fn() -> Vec<NewMessage>,
     source: &str,
 ) -> Option<EachAppended> {
-    let mut wait = Duration::from_millis(100);
+    let mut wait = retry();
     let mut messages = Some(messages);
     loop {
         let messages = messages.take().unwrap_or_else(&again);
@@ -921,11 +926,9 @@ async fn replicate(
             Ok(done) => return Some(done),
             Err(e) => {
                 s.fail("storing in the local inbox", &e);
-                if local.shutdown().is_cancelled() {
+                if !wait.sleep(local.shutdown()).await {
                     return None;
                 }
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
             }
         }
     }

@@ -54,7 +54,7 @@ use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessa
 use futures::StreamExt;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{INSTANCE_HEADER, SEQ_KEY, Shared, token};
+use super::{INSTANCE_HEADER, SEQ_KEY, Shared, retry, token};
 use crate::actions::{Event, Item};
 use crate::control::Local;
 use crate::control::ops::{WorkDemand, WorkIn, WorkOut, WorkShared, WorkWithdraw};
@@ -280,17 +280,15 @@ async fn share(s: Arc<Shared>, local: Local) {
             return;
         };
         let Some(key) = key(&item) else { continue };
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = retry();
         let reason = loop {
             match publish(&s, &item, &key).await {
                 Ok(reason) => break reason,
                 Err(e) => {
                     s.fail("work queue", format!("{e:#}"));
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                    if !backoff.sleep(&shutdown).await {
+                        return;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
         };
@@ -349,7 +347,7 @@ async fn publish(s: &Shared, item: &Item, key: &str) -> anyhow::Result<String> {
 async fn pull(s: Arc<Shared>, local: Local, tasks: tokio_util::task::TaskTracker) {
     let shutdown = local.shutdown().clone();
     let mut consumer = None;
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = retry();
     loop {
         match local.call_until(WorkDemand {}, shutdown.clone()).await {
             Ok(true) => {}
@@ -380,16 +378,14 @@ async fn pull(s: Arc<Shared>, local: Local, tasks: tokio_util::task::TaskTracker
         match r {
             Ok(()) => {
                 s.recovered("work queue");
-                backoff = Duration::from_millis(100);
+                backoff.reset();
             }
             Err(e) => {
                 consumer = None;
                 s.fail("work queue", format!("{e:#}"));
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                if !backoff.sleep(&shutdown).await {
+                    return;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }

@@ -45,6 +45,7 @@ pub use config::{Transport, UpstreamConfig};
 
 use super::SourceContext;
 use crate::control::{ApiError, StoreError};
+use crate::duration::Backoff;
 use crate::message::NewMessage;
 
 /// Messages one upstream may have in flight between its reader and the inbox. When full,
@@ -630,7 +631,7 @@ async fn supervise(
     tx: mpsc::Sender<NewMessage>,
 ) {
     let name = entry.config.name.clone();
-    let mut attempt: u32 = 0;
+    let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX).full_jitter();
     loop {
         entry.set(Phase::Connecting, None);
         let started = Instant::now();
@@ -640,10 +641,9 @@ async fn supervise(
             return; // shutdown
         };
         if started.elapsed() >= STABLE_AFTER {
-            attempt = 0;
+            backoff.reset();
         }
-        let delay = backoff(attempt);
-        attempt = attempt.saturating_add(1);
+        let delay = backoff.next();
         tracing::warn!(
             upstream = %name,
             cause = %reason,
@@ -657,15 +657,6 @@ async fn supervise(
         }
         entry.status.lock().unwrap().restarts += 1;
     }
-}
-
-/// Full jitter: uniform in [0, min(max, first · 2^attempt)].
-fn backoff(attempt: u32) -> Duration {
-    let ceiling = BACKOFF_FIRST
-        .saturating_mul(1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX))
-        .min(BACKOFF_MAX);
-    let r = getrandom::u64().unwrap_or(u64::MAX / 2);
-    ceiling.mul_f64((r >> 11) as f64 / (1u64 << 53) as f64)
 }
 
 /// The client side of one connection: our identity, protocol pinned to 2025-11-25.
@@ -902,31 +893,5 @@ fn init_error(e: &rmcp::service::ClientInitializeError) -> String {
             format!("{text} (while {context})")
         }
         other => other.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_is_full_jitter_under_a_doubling_ceiling() {
-        for attempt in 0..20 {
-            let ceiling = BACKOFF_FIRST
-                .saturating_mul(1 << attempt.min(16))
-                .min(BACKOFF_MAX);
-            for _ in 0..50 {
-                assert!(backoff(attempt) <= ceiling, "attempt {attempt}");
-            }
-        }
-        let late: Vec<_> = (0..200).map(|_| backoff(30)).collect();
-        assert!(
-            late.iter().any(|d| *d > Duration::from_secs(15)),
-            "uses the whole range"
-        );
-        assert!(
-            late.iter().any(|d| *d < Duration::from_secs(15)),
-            "jittered"
-        );
     }
 }
