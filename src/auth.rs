@@ -1,9 +1,11 @@
-//! Who may talk to switchboard over HTTP: the bearer token shared by ingest and `/mcp`, and
-//! the `Origin` check of `/mcp`.
+//! Who may talk to switchboard over HTTP: the bearer token shared by ingest and `/mcp`, the
+//! browser's `Origin` (parsed here once, for `/mcp` and the approval page), and the one
+//! comparison of secrets.
 //!
-//! The token is compared as a SHA-256 digest, so a comparison takes the same time whatever the
-//! length or content of the guess. `http.disableAuth` turns the token off, and is refused at
-//! start on any address that is not loopback.
+//! Secrets (the bearer token, the approval page's CSRF token) are compared as SHA-256 digests,
+//! in constant time ([`same_secret`]), so a comparison takes the same time whatever the length
+//! or content of the guess. `http.disableAuth` turns the token off, and is refused at start on
+//! any address that is not loopback.
 
 use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
@@ -14,8 +16,8 @@ use subtle::ConstantTimeEq;
 pub enum Bearer {
     /// `http.disableAuth` (loopback only).
     Disabled,
-    /// The SHA-256 of the token.
-    Token([u8; 32]),
+    /// The token.
+    Token(Secret),
     /// No token was configured: nothing is accepted.
     Unset,
 }
@@ -35,7 +37,7 @@ impl Bearer {
     pub fn new(token: Option<&str>, disable_auth: bool) -> Bearer {
         match (token, disable_auth) {
             (_, true) => Bearer::Disabled,
-            (Some(token), false) if !token.is_empty() => Bearer::Token(digest(token.as_bytes())),
+            (Some(token), false) if !token.is_empty() => Bearer::Token(Secret::new(token)),
             _ => Bearer::Unset,
         }
     }
@@ -70,7 +72,7 @@ impl Bearer {
                 message: "the `Authorization` header is not `Bearer <token>`".into(),
             });
         };
-        if bool::from(digest(token.as_bytes()).ct_eq(expected)) {
+        if expected.matches(token) {
             Ok(())
         } else {
             Err(Refusal {
@@ -81,39 +83,101 @@ impl Bearer {
     }
 }
 
+/// A secret kept as its SHA-256 digest, so that the secret itself is not kept and a guess is
+/// compared in the same time whatever its length or content.
+#[derive(Clone)]
+pub struct Secret([u8; 32]);
+
+impl Secret {
+    /// Keeps `secret`'s digest.
+    pub fn new(secret: &str) -> Secret {
+        Secret(Sha256::digest(secret.as_bytes()).into())
+    }
+
+    /// Whether `guess` is the secret: digests compared in constant time.
+    pub fn matches(&self, guess: &str) -> bool {
+        bool::from(Secret::new(guess).0.ct_eq(&self.0))
+    }
+}
+
+/// Whether `a` and `b` are the same secret, in time independent of both (see [`Secret`]).
+pub fn same_secret(a: &str, b: &str) -> bool {
+    Secret::new(a).matches(b)
+}
+
+/// A browser's `Origin`, parsed once for every check of it: an `http` or `https` scheme, a host
+/// (lowercase; an IPv6 address in its brackets) and a port (the scheme's default when the
+/// origin writes none, as a browser leaves a default port out).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// `localhost`, `127.0.0.1`, `[::1]`, `approvals.example`.
+    pub host: String,
+    /// The port, written or the scheme's default.
+    pub port: u16,
+}
+
+impl Origin {
+    /// Parses `scheme://host[:port]`; `None` for anything else (`null`, another scheme, a path,
+    /// user info, a port that is not a number).
+    pub fn parse(origin: &str) -> Option<Origin> {
+        let (scheme, authority) = origin.split_once("://")?;
+        let (scheme, default_port) = match scheme.to_ascii_lowercase().as_str() {
+            "http" => ("http", 80),
+            "https" => ("https", 443),
+            _ => return None,
+        };
+        let (host, port) = authority_parts(authority, default_port)?;
+        Some(Origin { scheme, host, port })
+    }
+
+    /// A loopback origin: `localhost`, `127.x.x.x` or `[::1]`, on any port.
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost"
+            || self.host == "[::1]"
+            || self
+                .host
+                .parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// Whether this origin names `authority`, a `Host` header's `host[:port]` (its port the
+    /// scheme's default when it writes none): the page's own origin, whether the browser
+    /// reached it directly or through a reverse proxy with TLS.
+    pub fn is_host(&self, authority: &str) -> bool {
+        let default_port = if self.scheme == "https" { 443 } else { 80 };
+        authority_parts(authority.trim(), default_port)
+            .is_some_and(|(host, port)| host == self.host && port == self.port)
+    }
+}
+
+/// `host[:port]` as (lowercase host, port); `None` when it is empty, holds a path, user info
+/// or a query, or its port is not a number.
+fn authority_parts(authority: &str, default_port: u16) -> Option<(String, u16)> {
+    if authority.is_empty() || authority.contains(['/', '@', '?', '#', ' ']) {
+        return None;
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (address, rest) = v6.split_once(']')?;
+            (&authority[..address.len() + 2], rest)
+        }
+        None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
+    };
+    let port = match port {
+        "" => default_port,
+        port => port.strip_prefix(':')?.parse().ok()?,
+    };
+    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
+}
+
 /// Whether an `Origin` header value may talk to `/mcp`: a loopback origin
 /// (`http(s)://localhost|127.x.x.x|[::1]` on any port), or one listed in `mcp.allowedOrigins`
 /// exactly. A request without `Origin` (not a browser) is not judged here.
 pub fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
-    if allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)) {
-        return true;
-    }
-    let Some(rest) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    if rest.contains('/') || rest.contains('@') {
-        return false;
-    }
-    let host = if let Some(v6) = rest.strip_prefix('[') {
-        match v6.split_once(']') {
-            Some((h, port)) if port.is_empty() || port.starts_with(':') => h,
-            _ => return false,
-        }
-    } else {
-        rest.split(':').next().unwrap_or_default()
-    };
-    if host.eq_ignore_ascii_case("localhost") || host == "::1" {
-        return true;
-    }
-    host.parse::<std::net::Ipv4Addr>()
-        .is_ok_and(|ip| ip.is_loopback())
-}
-
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
+    allowed.iter().any(|a| a.eq_ignore_ascii_case(origin))
+        || Origin::parse(origin).is_some_and(|o| o.is_loopback())
 }
 
 #[cfg(test)]
@@ -143,6 +207,57 @@ mod tests {
         ] {
             assert!(!origin_allowed(bad, &listed), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_origin_names_its_host_over_http_or_https_with_the_default_port_left_out() {
+        let is_host =
+            |origin: &str, host: &str| Origin::parse(origin).is_some_and(|o| o.is_host(host));
+        assert!(is_host("http://127.0.0.1:8787", "127.0.0.1:8787"));
+        assert!(is_host("https://127.0.0.1:8787", "127.0.0.1:8787"));
+        assert!(is_host("https://Approvals.Example", "approvals.example"));
+        assert!(is_host(
+            "https://approvals.example",
+            "approvals.example:443"
+        ));
+        assert!(is_host("http://approvals.example:80", "approvals.example"));
+        assert!(is_host("http://[::1]:8787", "[::1]:8787"));
+        for (origin, host) in [
+            ("http://evil.example", "127.0.0.1:8787"),
+            ("https://127.0.0.1:8788", "127.0.0.1:8787"),
+            ("https://127.0.0.1", "127.0.0.1:8787"),
+            ("https://127.0.0.1:8787.evil.example", "127.0.0.1:8787"),
+            ("ftp://127.0.0.1:8787", "127.0.0.1:8787"),
+            ("null", "127.0.0.1:8787"),
+            ("https://", ""),
+            ("https://approvals.example", "approvals.example:80"),
+        ] {
+            assert!(!is_host(origin, host), "{origin} names {host}");
+        }
+        assert_eq!(
+            Origin::parse("HTTPS://[::1]:3000"),
+            Some(Origin {
+                scheme: "https",
+                host: "[::1]".into(),
+                port: 3000
+            })
+        );
+        for bad in [
+            "http://localhost:",
+            "http://localhost:x",
+            "http://[::1",
+            "http://a:1:2",
+        ] {
+            assert_eq!(Origin::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn secrets_match_only_themselves() {
+        assert!(same_secret("s3cret", "s3cret"));
+        assert!(!same_secret("s3cret", "s3cre"));
+        assert!(!same_secret("s3cret", ""));
+        assert!(Secret::new("t").matches("t") && !Secret::new("t").matches("T"));
     }
 
     #[test]

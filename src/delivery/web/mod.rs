@@ -41,6 +41,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::actions::Via;
+use crate::auth::{Origin, same_secret};
 use crate::control::ops::{Closed, Confirm, Decision, List, Pending};
 use crate::control::{ItemView, Local};
 use crate::message::MessageView;
@@ -119,31 +120,6 @@ fn session(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Option<We
         .find_map(|(_, id)| web.access.session(id))?;
     crate::listener::authenticated(extensions);
     Some(session)
-}
-
-/// Whether `origin` (`http://` or `https://`, then host and port) names one of `hosts` (a
-/// `Host` header's host and port): the page's own origin, whether the browser reached it
-/// directly or through a reverse proxy with TLS. A port equal to the scheme's default counts as
-/// none, as a browser leaves it out of both.
-fn same_host<'a>(origin: &str, hosts: impl IntoIterator<Item = &'a str>) -> bool {
-    let Some((scheme, authority)) = origin.split_once("://") else {
-        return false;
-    };
-    let default_port = match scheme.to_ascii_lowercase().as_str() {
-        "http" => ":80",
-        "https" => ":443",
-        _ => return false,
-    };
-    let bare = |a: &str| -> String {
-        let a = a.trim();
-        a.strip_suffix(default_port)
-            .unwrap_or(a)
-            .to_ascii_lowercase()
-    };
-    let authority = bare(authority);
-    !authority.is_empty()
-        && !authority.contains('/')
-        && hosts.into_iter().any(|host| bare(host) == authority)
 }
 
 /// The first value of the `X-Forwarded-*` header `name`, when the request came from a trusted
@@ -387,7 +363,12 @@ fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> O
         // Behind a trusted reverse proxy, `X-Forwarded-Host` names the host the browser used.
         let forwarded = forwarded(web, headers, extensions, "x-forwarded-host");
         let hosts = [header_of(header::HOST.as_str()), forwarded];
-        if !same_host(origin, hosts.into_iter().flatten()) {
+        let origin = Origin::parse(origin);
+        let same_site = hosts
+            .into_iter()
+            .flatten()
+            .any(|host| origin.as_ref().is_some_and(|o| o.is_host(host)));
+        if !same_site {
             return Some(refusal(
                 StatusCode::FORBIDDEN,
                 "cross_site",
@@ -399,7 +380,7 @@ fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> O
         .get("x-csrf-token")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if !access::same(token, &session.csrf) {
+    if !same_secret(token, &session.csrf) {
         return Some(refusal(
             StatusCode::FORBIDDEN,
             "csrf",
@@ -445,51 +426,5 @@ async fn answer_confirm(web: &Web, answer: ConfirmBody) -> Response {
         }
         // The one HTTP mapping: unknown 404, expired 410, already answered 409, not allowed 403.
         Err(e) => refusal(e.http_status(), e.code(), &e.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same_host;
-
-    #[test]
-    fn the_pages_own_host_is_same_origin_over_http_or_https() {
-        let host = ["127.0.0.1:8787"];
-        assert!(same_host("http://127.0.0.1:8787", host));
-        assert!(same_host("https://127.0.0.1:8787", host));
-        assert!(same_host(
-            "https://Approvals.Example",
-            ["approvals.example"]
-        ));
-        assert!(same_host(
-            "https://approvals.example",
-            ["approvals.example:443"]
-        ));
-        assert!(same_host(
-            "http://approvals.example:80",
-            ["approvals.example"]
-        ));
-        // Behind a proxy that rewrote `Host`, the forwarded host counts too.
-        assert!(same_host(
-            "https://approvals.example",
-            ["127.0.0.1:8787", "approvals.example"]
-        ));
-    }
-
-    #[test]
-    fn another_host_port_or_scheme_is_not() {
-        let host = ["127.0.0.1:8787"];
-        assert!(!same_host("http://evil.example", host));
-        assert!(!same_host("https://127.0.0.1:8788", host));
-        assert!(!same_host("https://127.0.0.1", host));
-        assert!(!same_host("https://127.0.0.1:8787.evil.example", host));
-        assert!(!same_host("ftp://127.0.0.1:8787", host));
-        assert!(!same_host("null", host));
-        assert!(!same_host("https://", [""]));
-        assert!(!same_host(
-            "https://approvals.example",
-            ["approvals.example:80"]
-        ));
-        assert!(!same_host("http://127.0.0.1:8787", []));
     }
 }
