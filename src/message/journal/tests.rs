@@ -183,10 +183,12 @@ async fn an_appender_that_fills_the_file_only_asks_the_writer_thread_to_rotate()
         };
         result.unwrap();
     }
-    // The writer thread rotates: the old file, synced, becomes the backup.
-    eventually("rotated", || backup.exists() && read(&path).is_empty());
+    // The writer thread rotates: the old file becomes the backup, and is synced (after the
+    // rename: the wait is for both).
+    eventually("rotated and synced", || {
+        backup.exists() && read(&path).is_empty() && status.synced.load(Ordering::Acquire) == 2
+    });
     assert_eq!(read(&backup), text([line(1), line(2)]));
-    assert_eq!(status.synced.load(Ordering::Acquire), 2);
     assert_eq!(status.bytes.load(Ordering::Relaxed), 0);
     let Landing::Now(result) = journal.append([line(3)].iter(), 3) else {
         panic!("`interval` answers at once");
