@@ -16,6 +16,10 @@
 //! says `failing: CAUSE` (for `stats`), and the log has one line when the outage starts and one
 //! when it ends.
 //!
+//! An answer to a confirm is not kept in memory when it cannot be written: it goes as a
+//! [`JournalWriter::commit`], written at once with everything before it and taken back out
+//! when the write fails, so the caller can refuse the answer and nothing of it lands later.
+//!
 //! An evaluation mark that comes alone (messages evaluated, no action made) is not queued: it
 //! is kept in an atomic that the engine's thread reads ([`MarkKeeper`]) when it writes, at the
 //! latest [`MARK_DELAY`] after the first mark it was told of. Under load that is one write
@@ -124,6 +128,22 @@ impl JournalWriter {
             Some(journal) => journal.queue(records, Some(Waiter::Then(Box::new(then)))),
             None => then(),
         }
+    }
+
+    /// Writes `records` now, after everything submitted before them, and syncs them; when the
+    /// write fails they are taken back out (nothing of them is written later) and the cause is
+    /// returned. What was submitted before stays held and is tried again as usual. For
+    /// decisions that must be refused rather than kept in memory: a person's answer.
+    pub async fn commit(&self, records: Vec<Record>) -> Result<(), String> {
+        match &self.journal {
+            Some(journal) => journal.commit(records).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Records submitted and not written yet: what a stop now would lose.
+    pub fn unwritten(&self) -> u64 {
+        self.journal.as_ref().map_or(0, |j| j.unwritten() as u64)
     }
 
     /// Marks every message up to `seq` evaluated, when that is all a batch changed (it made no
@@ -394,5 +414,32 @@ mod tests {
         assert!(writer.flush().await);
         assert_eq!(writer.status(), "ok");
         assert_eq!(ids(&path), [1, 2, 3, 4], "each once, in order");
+    }
+
+    #[tokio::test]
+    async fn a_commit_lands_at_once_or_is_taken_back_and_never_lands() {
+        let (_dir, path, writer) = started(FsyncPolicy::Never);
+        let now = chrono::Utc::now();
+        let record = |id| vec![Record::transition(id, ActionState::Denied, now)];
+        writer.submit(record(1));
+        writer.commit(record(2)).await.unwrap();
+        assert_eq!(ids(&path), [1, 2], "written with what came before it");
+        assert_eq!(writer.unwritten(), 0);
+        let Some(guard) = crate::actions::fault::Immutable::set(&path) else {
+            return;
+        };
+        writer.submit(record(3));
+        let refused = writer.commit(record(4)).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(
+            writer.unwritten(),
+            1,
+            "the record before it is held, the commit is not"
+        );
+        writer.submit(record(5));
+        drop(guard);
+        assert!(writer.flush().await);
+        assert_eq!(ids(&path), [1, 2, 3, 5], "the refused commit never lands");
+        assert_eq!(writer.unwritten(), 0);
     }
 }

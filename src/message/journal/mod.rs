@@ -20,6 +20,9 @@
 //!   once). The outage is counted, logged when it starts and when it ends, and reported
 //!   ([`Status`]). An appender waiting for an answer is told the cause at once; a waiter that
 //!   runs "once written" waits for the try that lands.
+//! - **Commit** ([`Journal::commit`]): records written and synced at once, after everything
+//!   handed over before them, or taken back out of what is held when that fails, so the caller
+//!   can refuse what they stand for.
 //! - **Upkeep.** A log's own work on the writer thread (the inbox's seq reservation, the actions'
 //!   evaluation marks) is a [`Keeper`].
 //!
@@ -185,7 +188,7 @@ struct Shared<R: Record> {
     status: Arc<Status>,
     fsync: FsyncPolicy,
     /// The writer thread's queue; taken at close, which ends the thread.
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    tx: Mutex<Option<mpsc::Sender<Job<R>>>>,
     done: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -253,7 +256,7 @@ impl<R: Record> Journal<R> {
         self.send(Job::Wake)
     }
 
-    fn send(&self, job: Job) -> bool {
+    fn send(&self, job: Job<R>) -> bool {
         self.shared
             .tx
             .lock()
@@ -325,6 +328,25 @@ impl<R: Record> Journal<R> {
         if wake {
             self.wake();
         }
+    }
+
+    /// Writes `records` at once, after everything handed over before the call, and syncs them,
+    /// whatever the fsync policy; when the write or the sync fails they are taken back out
+    /// (nothing of them lands later) and the cause is returned. What was handed over before is
+    /// written with them, or kept and tried again as after any failure. For what must be refused
+    /// rather than kept in memory: a person's answer. Runs on the writer thread.
+    pub async fn commit(&self, records: Vec<R>) -> Result<(), String> {
+        let (ack, done) = oneshot::channel();
+        if !self.send(Job::Commit(records, ack)) {
+            return Err("the journal is closed".into());
+        }
+        done.await
+            .unwrap_or_else(|_| Err("the journal is closed".into()))
+    }
+
+    /// Records handed over and not written yet: what a stop now would lose.
+    pub fn unwritten(&self) -> usize {
+        self.shared.writer.lock().unwrap().unwritten()
     }
 
     /// Writes and syncs everything handed over before the call, at once even while a failed

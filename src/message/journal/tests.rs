@@ -259,6 +259,28 @@ async fn a_write_the_disk_cannot_hold_is_cut_back_and_lands_whole_later() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_commit_is_written_at_once_or_taken_back_out() {
+    let dir = tempfile::tempdir().unwrap();
+    // A read-only handle: the first write fails, and the file is opened again for the next.
+    let (path, journal) = started(dir.path(), settings(FsyncPolicy::Never), |p| {
+        File::open(p).unwrap()
+    });
+    let refused = journal.commit(vec![line(1)]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(journal.unwritten(), 0, "taken back out, not kept");
+    journal.queue(vec![line(2)], None);
+    journal.commit(vec![line(3)]).await.unwrap();
+    assert_eq!(
+        read(&path),
+        text([line(2), line(3)]),
+        "written at once, after what came before it; the refused one never"
+    );
+    assert!(!journal.status().is_failing());
+    journal.close().await;
+    assert_eq!(read(&path), text([line(2), line(3)]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_last_handle_gone_writes_what_is_queued() {
     let dir = tempfile::tempdir().unwrap();
     let (path, journal) = started(dir.path(), settings(FsyncPolicy::Interval), |p| {

@@ -15,11 +15,14 @@ use crate::duration::Backoff;
 use crate::home::FsyncPolicy;
 
 /// What the writer thread is asked to do.
-pub(super) enum Job {
+pub(super) enum Job<R> {
     /// Look at the queue, the timers and the keeper now.
     Wake,
     /// Write and sync everything handed over so far, then answer here.
     Flush(oneshot::Sender<Result<(), String>>),
+    /// Write these records at once after everything handed over so far, and sync them; or take
+    /// them back out when that fails ([`Writer::commit_records`]). Answered here either way.
+    Commit(Vec<R>, oneshot::Sender<Result<(), String>>),
     /// Write and sync what is held, then end.
     Stop,
 }
@@ -47,7 +50,7 @@ pub(super) struct Syncer {
 /// syncs every batch. `wake` reaches the writer thread (a failed sync hands its waiters back).
 pub(super) fn start_syncer<R: Record>(
     shared: &Arc<Mutex<Writer<R>>>,
-    wake: mpsc::Sender<Job>,
+    wake: mpsc::Sender<Job<R>>,
 ) -> Option<Syncer> {
     let mut w = shared.lock().unwrap();
     if w.settings.fsync != FsyncPolicy::Always {
@@ -69,7 +72,7 @@ pub(super) fn start_syncer<R: Record>(
 fn sync_loop<R: Record>(
     shared: &Mutex<Writer<R>>,
     rx: &mpsc::Receiver<SyncJob>,
-    wake: &mpsc::Sender<Job>,
+    wake: &mpsc::Sender<Job<R>>,
 ) {
     let status = shared.lock().unwrap().status.clone();
     let progressed = shared.lock().unwrap().progressed.clone();
@@ -126,7 +129,7 @@ fn sync_loop<R: Record>(
 /// it is stopped (every appender answered) before the last sync.
 pub(super) fn run<R: Record>(
     shared: Arc<Mutex<Writer<R>>>,
-    rx: mpsc::Receiver<Job>,
+    rx: mpsc::Receiver<Job<R>>,
     mut keeper: impl Keeper<R>,
     syncer: Option<Syncer>,
 ) {
@@ -230,10 +233,15 @@ impl<R: Record> WriterThread<R> {
 
     /// Takes `jobs`, writes what is held (unless a failed write waits for its next try), and
     /// tells or hands to the sync thread whoever waits for it. Says what else is due.
-    fn round(&mut self, jobs: impl Iterator<Item = Job>, keeper: &mut impl Keeper<R>) -> Due {
+    fn round(&mut self, jobs: impl Iterator<Item = Job<R>>, keeper: &mut impl Keeper<R>) -> Due {
+        let mut commits = Vec::new();
         let flushes: Vec<Waiter> = jobs
             .filter_map(|job| match job {
                 Job::Flush(ack) => Some(Waiter::Answer(ack)),
+                Job::Commit(records, ack) => {
+                    commits.push((records, ack));
+                    None
+                }
                 Job::Wake | Job::Stop => None,
             })
             .collect();
@@ -267,6 +275,18 @@ impl<R: Record> WriterThread<R> {
                     flush.failed(&cause);
                 }
             }
+        }
+        for (records, ack) in commits {
+            // Tried at once, like a flush, even while a failed write waits for its next try.
+            let committed = Writer::commit_records(&self.shared, records);
+            match &committed {
+                Ok(()) => {
+                    self.retry.reset();
+                    self.retry_at = None;
+                }
+                Err(_) => self.retry_at = Some(Instant::now() + self.retry.next()),
+            }
+            let _ = ack.send(committed);
         }
         let w = self.shared.lock().unwrap();
         Due {

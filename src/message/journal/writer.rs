@@ -50,6 +50,8 @@ pub(super) struct Writer<R> {
     spare_queue: Vec<R>,
     /// The highest position handed over.
     upto: u64,
+    /// Records handed over and not written yet (held through an outage, or on their way).
+    unwritten: usize,
     /// Who waits for what is in the backlog and the queue, in order.
     pub(super) waiters: Vec<Waiter>,
     /// The writer thread will look at the queue within [`super::FLUSH_INTERVAL`] (or is waiting
@@ -96,6 +98,7 @@ impl<R: Record> Writer<R> {
             spare: Vec::new(),
             spare_queue: Vec::new(),
             upto: 0,
+            unwritten: 0,
             waiters: Vec::new(),
             armed: false,
             next_look: None,
@@ -123,6 +126,7 @@ impl<R: Record> Writer<R> {
         self.encode_queue();
         for r in records {
             r.encode(&mut self.backlog);
+            self.unwritten += 1;
         }
         self.upto = self.upto.max(upto);
         self.status
@@ -138,7 +142,9 @@ impl<R: Record> Writer<R> {
         upto: u64,
         waiter: Option<Waiter>,
     ) -> bool {
+        let before = self.queue.len();
         self.queue.extend(records);
+        self.unwritten += self.queue.len() - before;
         self.upto = self.upto.max(upto);
         self.waiters.extend(waiter);
         !std::mem::replace(&mut self.armed, true)
@@ -147,7 +153,13 @@ impl<R: Record> Writer<R> {
     /// Adds a record at the end, with who waits for it (a keeper's trailer).
     pub(super) fn push(&mut self, record: R, waiter: Waiter) {
         self.queue.push(record);
+        self.unwritten += 1;
         self.waiters.push(waiter);
+    }
+
+    /// Records handed over and not written yet.
+    pub(super) fn unwritten(&self) -> usize {
+        self.unwritten
     }
 
     fn encode_queue(&mut self) {
@@ -308,6 +320,8 @@ impl<R: Record> Writer<R> {
             return Err(e);
         }
         self.wrote(self.backlog.len(), self.upto);
+        // The queue is encoded into the backlog before it is written, and nothing is in flight.
+        self.unwritten = 0;
         self.backlog.clear();
         self.status.backlog_bytes.store(0, Ordering::Relaxed);
         Ok(())
@@ -330,7 +344,7 @@ impl<R: Record> Writer<R> {
     /// journal fails. `Ok`: the waiters whose records are written, and whether queued records
     /// were among them.
     pub(super) fn write_unlocked(shared: &Mutex<Writer<R>>) -> Result<(Vec<Waiter>, bool), String> {
-        let (mut bytes, mut queue, waiters, upto, file, size) = {
+        let (mut bytes, mut queue, waiters, upto, file, size, taken) = {
             let mut w = shared.lock().unwrap();
             let file = match w.file.clone() {
                 Some(file) if !w.queue.is_empty() && !w.status.is_failing() => file,
@@ -347,6 +361,7 @@ impl<R: Record> Writer<R> {
                 w.upto,
                 file,
                 w.size,
+                w.unwritten,
             )
         };
         for r in queue.drain(..) {
@@ -359,6 +374,7 @@ impl<R: Record> Writer<R> {
         match outcome {
             Ok(()) => {
                 w.wrote(bytes.len(), upto);
+                w.unwritten -= taken;
                 (w.progressed)();
                 if bytes.capacity() <= SPARE_MAX {
                     bytes.clear();
@@ -378,6 +394,60 @@ impl<R: Record> Writer<R> {
                 Err(cause)
             }
         }
+    }
+
+    /// On the writer thread: writes `records` at once, after everything handed over before
+    /// them (written with them), then syncs, whatever the fsync policy. When the write or the
+    /// sync fails, the records are taken back out, so that nothing of them lands later, and the
+    /// cause is returned; what came before them is kept and tried again as after any failure.
+    /// The write runs under the lock (as an appender's does), the sync outside it.
+    pub(super) fn commit_records(shared: &Mutex<Writer<R>>, records: Vec<R>) -> Result<(), String> {
+        let (start, end, file, waiters, always) = {
+            let mut w = shared.lock().unwrap();
+            w.encode_queue();
+            let from = w.backlog.len();
+            for r in &records {
+                r.encode(&mut w.backlog);
+            }
+            w.unwritten += records.len();
+            let before = w.size;
+            match w.commit() {
+                Ok(waiters) => (
+                    before + from as u64,
+                    w.size,
+                    w.file.clone(),
+                    waiters,
+                    w.settings.fsync == FsyncPolicy::Always,
+                ),
+                Err(cause) => {
+                    w.backlog.truncate(from);
+                    w.unwritten -= records.len();
+                    let len = w.backlog.len();
+                    w.status.backlog_bytes.store(len, Ordering::Relaxed);
+                    return Err(cause);
+                }
+            }
+        };
+        // Under `never` and `interval`, what came before is told once written; under `always`,
+        // once synced, as ever.
+        let waiters = if always {
+            waiters
+        } else {
+            waiters.into_iter().for_each(Waiter::landed);
+            Vec::new()
+        };
+        let synced = Writer::sync_unlocked(shared);
+        let mut w = shared.lock().unwrap();
+        if synced.is_err() && w.size == end {
+            // Nothing written since: cut the records away now, or at the next open.
+            if let Some(file) = file {
+                let _ = file.set_len(start);
+            }
+            w.size = start;
+            w.status.bytes.store(start, Ordering::Relaxed);
+        }
+        w.tell(waiters, &synced);
+        synced
     }
 
     /// Syncs what is written, under the lock (the writer thread's fallbacks and its last
