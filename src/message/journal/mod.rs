@@ -122,6 +122,17 @@ impl Waiter {
     }
 }
 
+/// What has been written under `always`, for the sync thread.
+struct SyncJob {
+    /// The file it was written to: the old one until a rotation has switched files, so the
+    /// sync thread syncs every file its jobs name.
+    file: Option<Arc<File>>,
+    /// The highest position written.
+    upto: u64,
+    /// Who to tell once it is synced.
+    waiters: Vec<Waiter>,
+}
+
 /// How an appender learns that its records are as durable as the fsync policy promises, or why
 /// not.
 pub enum Landing {

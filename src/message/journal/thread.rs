@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::writer::Writer;
-use super::{FLUSH_INTERVAL, Keeper, Record, SYNC_INTERVAL, Waiter};
+use super::{FLUSH_INTERVAL, Keeper, Record, SYNC_INTERVAL, SyncJob, Waiter};
 use crate::duration::Backoff;
 use crate::home::FsyncPolicy;
 
@@ -25,17 +25,6 @@ pub(super) enum Job<R> {
     Commit(Vec<R>, oneshot::Sender<Result<(), String>>),
     /// Write and sync what is held, then end.
     Stop,
-}
-
-/// What has been written under `always`, for the sync thread.
-pub(super) struct SyncJob {
-    /// The file it was written to: the old one until a rotation has switched files, so the
-    /// sync thread syncs every file its jobs name.
-    pub(super) file: Option<Arc<File>>,
-    /// The highest position written.
-    pub(super) upto: u64,
-    /// Who to tell once it is synced.
-    pub(super) waiters: Vec<Waiter>,
 }
 
 /// `always`'s sync thread: its queue and its handle.

@@ -19,8 +19,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::thread::SyncJob;
-use super::{Record, SYNC_INTERVAL, Settings, Status, Waiter, open_for_append};
+use super::{Record, SYNC_INTERVAL, Settings, Status, SyncJob, Waiter, open_for_append};
 use crate::home::FsyncPolicy;
 
 /// The largest emptied buffer the writer keeps for the next backlog (a millisecond of a busy
