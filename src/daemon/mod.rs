@@ -284,7 +284,7 @@ fn spawn_reload_on_sighup(local: &Local, tasks: &TaskTracker) -> anyhow::Result<
                 _ = local.shutdown().cancelled() => break,
                 got = hup.recv() => {
                     if got.is_none() { break; }
-                    let _ = local.call(crate::control::ops::Reload {}).await;
+                    let _ = local.call(crate::control::ops::Reload::default()).await;
                 }
             }
         }

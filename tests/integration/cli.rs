@@ -9,7 +9,7 @@ use super::util::*;
 fn a_second_server_on_the_same_home_names_the_owner() {
     let sb = Switchboard::start();
     let out = cli_in(sb.home.path(), &["serve", "--no-stdio", "--no-listen"]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
         err.contains(&format!("another switchboard (pid {})", sb.pid())),
@@ -29,7 +29,7 @@ fn sigterm_exits_cleanly_and_removes_the_endpoint() {
 fn control_commands_without_a_server_explain_how_to_start_one() {
     let home = tempfile::tempdir().unwrap();
     let out = cli_in(home.path(), &["stats"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         stderr(&out).contains("no switchboard is running"),
         "{}",
@@ -218,9 +218,11 @@ fn pending_lists_open_confirms_and_confirm_needs_an_explicit_answer() {
     let out = sb.cli(&["confirm", "1"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
+    // The hints name the home the command was given.
+    let cmd = format!("switchboard --home {}", sb.home.path().display());
     assert!(
-        err.contains("confirm 1 needs an answer: `switchboard confirm 1 yes`")
-            && err.contains("`switchboard pending` lists the open requests"),
+        err.contains(&format!("confirm 1 needs an answer: `{cmd} confirm 1 yes`"))
+            && err.contains(&format!("`{cmd} pending` lists the open requests")),
         "{err}"
     );
     assert!(
@@ -312,7 +314,8 @@ fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
         "{}",
         run.stdout
     );
-    assert!(first[1].contains("switchboard start"), "{}", run.stdout);
+    let start = format!("switchboard --home {} start", home.path().display());
+    assert!(first[1].contains(&start), "{}", run.stdout);
     // Not on a terminal (as a host starts it): nothing of the kind.
     let sb = Switchboard::start();
     assert!(!sb.log().contains("speaks MCP"));
@@ -328,7 +331,7 @@ fn start_on_a_taken_port_fails_with_one_line_unless_no_listen() {
     let home = tempfile::tempdir().unwrap();
     let _guard = DaemonGuard(home.path().to_path_buf());
     let out = cli_in(home.path(), &["start", "--listen", &addr]);
-    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(
@@ -346,7 +349,7 @@ fn start_on_a_taken_port_fails_with_one_line_unless_no_listen() {
     )
     .unwrap();
     let out = cli_in(home.path(), &["start"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains(&format!("cannot listen on {addr}")));
 
     let out = cli_in(home.path(), &["start", "--no-listen"]);
