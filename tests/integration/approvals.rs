@@ -186,15 +186,30 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
     // State-changing requests: the CSRF token, JSON, and no other site.
     let body = br#"{"id": 1, "decision": "approve"}"#;
     let json_type = ("Content-Type", "application/json");
+    let same_origin = ("Sec-Fetch-Site", "same-origin");
     let answer = |headers: &[(&str, &str)]| {
         let headers = [&[("Cookie", session.as_str())][..], headers].concat();
         http_request(&ingest, "POST", "/ui/api/confirm", &headers, body)
     };
-    answer(&[json_type]).assert_error(403, "csrf");
+    answer(&[json_type, same_origin]).assert_error(403, "csrf");
+    // Issue 47: with the cookie and the token but neither `Origin` nor `Sec-Fetch-Site`, the
+    // answer was taken; what the README says is now true: no `same-origin`, no answer.
+    let r = answer(&[json_type, ("X-CSRF-Token", &csrf)]);
+    r.assert_error(403, "cross_site");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("`Sec-Fetch-Site: same-origin`"),
+        "{}",
+        r.body
+    );
+    // An `Origin` on another host is refused even beside `same-origin` (a proxy may add that).
     answer(&[
         json_type,
         ("X-CSRF-Token", &csrf),
         ("Origin", "http://evil.example"),
+        same_origin,
     ])
     .assert_error(403, "cross_site");
     // Another host stays another site over TLS too, and through a proxy naming another host.
@@ -203,6 +218,7 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         ("X-CSRF-Token", &csrf),
         ("Origin", "https://evil.example"),
         ("X-Forwarded-Host", "approvals.example"),
+        same_origin,
     ])
     .assert_error(403, "cross_site");
     answer(&[
@@ -211,7 +227,11 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         ("Sec-Fetch-Site", "cross-site"),
     ])
     .assert_error(403, "cross_site");
-    let r = answer(&[("Content-Type", "text/plain"), ("X-CSRF-Token", &csrf)]);
+    let r = answer(&[
+        ("Content-Type", "text/plain"),
+        ("X-CSRF-Token", &csrf),
+        same_origin,
+    ]);
     r.assert_error(415, "unsupported_media_type");
     assert_eq!(pending_ids(sb.home.path()), [1], "nothing answered it yet");
 
@@ -236,7 +256,12 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         &ingest,
         "POST",
         "/ui/api/confirm",
-        &[("Cookie", &session), json_type, ("X-CSRF-Token", &csrf)],
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            same_origin,
+        ],
         br#"{"id": 1, "decision": "deny"}"#,
     );
     // Each kind of refusal keeps its own status and code (it was 409 `refused` for all).
@@ -451,6 +476,7 @@ fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
             ("Cookie", session.as_str()),
             ("Content-Type", "application/json"),
             ("X-CSRF-Token", &csrf),
+            ("Sec-Fetch-Site", "same-origin"),
         ];
         http_request(&ingest, "POST", "/ui/api/confirm", &headers, body)
     };
