@@ -21,6 +21,8 @@ pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
 pub use crate::sources::jetstream::JetStreamSettings;
 pub use crate::sources::schedule::ScheduleSettings;
+use crate::sources::upstream::config::{ConfigError, ErrorCode};
+use crate::sources::upstream::locate::Locator;
 
 impl Home {
     /// Loads `switchboard.json`, or the defaults when it does not exist. Refused when another
@@ -56,9 +58,8 @@ const SECTIONS: &[&str] = &[
 /// `http.rateLimit`, each upstream and each schedule. Returns the config, or every error found,
 /// in file order: each section is read on its own, and each key of a section that does not
 /// read, so that one mistake hides no other.
-pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config::ConfigError>> {
-    use crate::sources::upstream::config::{self as upstream, ConfigError, ErrorCode};
-    use crate::sources::upstream::locate::Locator;
+pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
+    use crate::sources::upstream::config as upstream;
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| vec![located_syntax(e)])?;
     let loc = Locator::new(text);
@@ -106,17 +107,15 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
             Ok(_) => config.upstreams = raw.clone(),
             Err(e) => errors.extend(e),
         },
-        Some(other) => errors.push(ConfigError {
-            code: ErrorCode::WrongType,
-            upstream: None,
-            key: Some("upstreams".into()),
-            line: loc.value(&["upstreams"]).map(|p| p.line),
-            column: loc.value(&["upstreams"]).map(|p| p.column),
-            message: format!(
+        Some(other) => errors.push(ConfigError::at(
+            ErrorCode::WrongType,
+            "upstreams",
+            loc.value(&["upstreams"]),
+            format!(
                 "`upstreams` must be an object of upstreams by name, got {}",
                 crate::json_kind(other)
             ),
-        }),
+        )),
     }
     if let Some(raw) = top.get("schedules") {
         let found = crate::sources::schedule::check(text, raw);
@@ -131,15 +130,12 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
     if let Some(limit) = rate_limit.and_then(serde_json::Value::as_str)
         && let Err(e) = crate::sources::http::parse_rate_limit(limit)
     {
-        let pos = loc.value(&["http", "rateLimit"]);
-        errors.push(ConfigError {
-            code: ErrorCode::InvalidRateLimit,
-            upstream: None,
-            key: Some("http.rateLimit".into()),
-            line: pos.map(|p| p.line),
-            column: pos.map(|p| p.column),
-            message: format!("invalid `http.rateLimit` \"{limit}\": {e}"),
-        });
+        errors.push(ConfigError::at(
+            ErrorCode::InvalidRateLimit,
+            "http.rateLimit",
+            loc.value(&["http", "rateLimit"]),
+            format!("invalid `http.rateLimit` \"{limit}\": {e}"),
+        ));
     }
     if let Err(message) = crate::listener::TrustedProxies::parse(&config.http.trusted_proxies) {
         let pos = loc.value(&["http", "trustedProxies"]);
@@ -160,14 +156,12 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
                 "stream" | "subjectPrefix" => ErrorCode::InvalidName,
                 _ => ErrorCode::WrongType,
             };
-            errors.push(ConfigError {
+            errors.push(ConfigError::at(
                 code,
-                upstream: None,
-                key: Some(format!("jetstream.{key}")),
-                line: pos.map(|p| p.line),
-                column: pos.map(|p| p.column),
+                format!("jetstream.{key}"),
+                pos,
                 message,
-            });
+            ));
         }
     }
     errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
@@ -182,12 +176,11 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
 /// does not read. Then each of its keys is read alone (every setting has a default), so that
 /// each wrong key is its own error, located, with a "did you mean" for an unknown one.
 fn read_section<T: serde::de::DeserializeOwned>(
-    loc: &crate::sources::upstream::locate::Locator,
+    loc: &Locator,
     top: &serde_json::Map<String, serde_json::Value>,
     key: &str,
-    errors: &mut Vec<crate::sources::upstream::config::ConfigError>,
+    errors: &mut Vec<ConfigError>,
 ) -> Option<Option<T>> {
-    use crate::sources::upstream::config::{ConfigError, ErrorCode};
     let raw = top.get(key).filter(|v| !v.is_null())?;
     let whole = match serde_json::from_value::<T>(raw.clone()) {
         Ok(v) => return Some(Some(v)),
@@ -209,38 +202,27 @@ fn read_section<T: serde::de::DeserializeOwned>(
                 errors.push(unknown_key(loc, &[key], k, &names));
                 continue;
             }
-            let pos = loc.value(&[key, k]);
-            errors.push(ConfigError {
-                code: ErrorCode::WrongType,
-                upstream: None,
-                key: Some(format!("{key}.{k}")),
-                line: pos.map(|p| p.line),
-                column: pos.map(|p| p.column),
-                message: format!("invalid `{key}.{k}`: {said}"),
-            });
+            errors.push(ConfigError::at(
+                ErrorCode::WrongType,
+                format!("{key}.{k}"),
+                loc.value(&[key, k]),
+                format!("invalid `{key}.{k}`: {said}"),
+            ));
         }
     }
     if errors.len() == before {
-        let pos = loc.value(&[key]);
-        errors.push(ConfigError {
-            code: ErrorCode::WrongType,
-            upstream: None,
-            key: Some(key.into()),
-            line: pos.map(|p| p.line),
-            column: pos.map(|p| p.column),
-            message: format!("invalid `{key}`: {whole}"),
-        });
+        errors.push(ConfigError::at(
+            ErrorCode::WrongType,
+            key,
+            loc.value(&[key]),
+            format!("invalid `{key}`: {whole}"),
+        ));
     }
     Some(None)
 }
 
 /// An unknown key at `path` + `key`, located, with the closest of `known`.
-fn unknown_key(
-    loc: &crate::sources::upstream::locate::Locator,
-    path: &[&str],
-    key: &str,
-    known: &[&str],
-) -> crate::sources::upstream::config::ConfigError {
+fn unknown_key(loc: &Locator, path: &[&str], key: &str, known: &[&str]) -> ConfigError {
     let mut at: Vec<&str> = path.to_vec();
     at.push(key);
     let pos = loc.key(&at);
@@ -254,23 +236,17 @@ fn unknown_key(
         None if known.is_empty() => String::new(),
         None => format!("; the keys are {}", known.join(", ")),
     };
-    crate::sources::upstream::config::ConfigError {
-        code: crate::sources::upstream::config::ErrorCode::UnknownKey,
-        upstream: None,
-        key: Some(shown.clone()),
-        line: pos.map(|p| p.line),
-        column: pos.map(|p| p.column),
-        message: format!("unknown key `{shown}`{hint}"),
-    }
+    let message = format!("unknown key `{shown}`{hint}");
+    ConfigError::at(ErrorCode::UnknownKey, shown, pos, message)
 }
 
-fn located_syntax(e: serde_json::Error) -> crate::sources::upstream::config::ConfigError {
+fn located_syntax(e: serde_json::Error) -> ConfigError {
     let message = e.to_string();
     let message = message
         .rsplit_once(" at line ")
         .map_or(message.clone(), |(m, _)| m.to_string());
-    crate::sources::upstream::config::ConfigError {
-        code: crate::sources::upstream::config::ErrorCode::ParseError,
+    ConfigError {
+        code: ErrorCode::ParseError,
         upstream: None,
         key: None,
         line: Some(e.line()),
