@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use crate::app::ReloadReport;
 use crate::backend::Client;
 use crate::control::ops::Reload;
-use crate::control::ops::reload::{reload_line, rules_count};
+use crate::control::ops::reload::{reload_line, rules_count, still_running};
 
 /// How many times [`sync`] reads again a file that changed while the daemon read it.
 const TRIES: usize = 5;
@@ -54,7 +54,8 @@ pub async fn sync(client: &mut Client, path: &Path, force: bool) -> anyhow::Resu
     )
 }
 
-/// `running: 1 rule from triggers.json, saved 0.2 s ago`, or what runs instead of the file.
+/// `running: 1 rule from triggers.json, saved 0.2 s ago`, or what runs instead of the file
+/// (`not running it: the daemon keeps running the previous 4 rules`).
 pub fn running_line(report: &ReloadReport, path: &Path) -> String {
     if report.ok && report.running.is_some() && report.running == report.hash {
         let saved = std::fs::metadata(path)
@@ -66,6 +67,13 @@ pub fn running_line(report: &ReloadReport, path: &Path) -> String {
         return format!(
             "running: {} from triggers.json{saved}",
             rules_count(report.rules)
+        );
+    }
+    // The errors of an invalid file are printed above this line: what runs instead.
+    if !report.errors.is_empty() {
+        return format!(
+            "not running it: the daemon keeps running {}",
+            still_running(report)
         );
     }
     format!("not running it: {}", reload_line(report))

@@ -62,6 +62,28 @@ fn rules_check_and_reload_return_once_the_daemon_runs_the_saved_file() {
             "round {round} ({how}): the send met the saved rule: {open}"
         );
     }
+    // An invalid save: its errors, then what runs instead (not the first error again).
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "x", "mode": "confirm"}]}"#,
+    );
+    let out = sb.cli(&["rules", "check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stdout(&out);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 3, "{said}");
+    assert!(
+        lines[0].ends_with("triggers.json:1:26: rule 0 `x`: mode `confirm` requires a `prompt`"),
+        "{said}"
+    );
+    assert!(
+        lines[1].ends_with("triggers.json: invalid, 1 error"),
+        "{said}"
+    );
+    assert_eq!(
+        lines[2],
+        "not running it: the daemon keeps running the previous 1 rule"
+    );
 }
 
 /// An invalid `triggers.json` at start: `start` warns, `status` says it in a line of its own

@@ -57,7 +57,7 @@ pub fn rules_count(n: usize) -> String {
 }
 
 /// What runs after `report`: `the previous 4 rules`, or the built-in rule.
-fn still_running(report: &ReloadReport) -> String {
+pub fn still_running(report: &ReloadReport) -> String {
     match report.running {
         Some(_) => format!("the previous {}", rules_count(report.rules)),
         None => "the built-in catch-all notify rule".into(),
