@@ -209,7 +209,8 @@ impl Targets {
                     dir = %dir.display(),
                     cause = %err,
                     "cannot watch the directory of a symlinked rules or config file; edits \
-                     there are picked up by `switchboard rules reload` only"
+                     there are picked up by `{}` only",
+                    crate::home::command("rules reload")
                 ),
             }
         }

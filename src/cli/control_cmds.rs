@@ -398,7 +398,8 @@ pub async fn install(
         eprintln!(
             "warning: {exe_text} is a cargo build output: the next `cargo build` or `cargo clean` \
              replaces or removes it under the host. Install the binary with `cargo install --locked --path .` \
-             and run `switchboard install` from there"
+             and run `{}` from there",
+            crate::home::command("install")
         );
     }
     // A home named on the command line or in SWITCHBOARD_HOME goes into the entry, so that the

@@ -219,7 +219,11 @@ fn reload_on_signals(
         tasks: cx.tasks,
     };
     if let Err(err) = crate::watch::spawn(watched) {
-        tracing::warn!(cause = %err, "cannot watch the home for rule changes; use `switchboard rules reload` or SIGHUP");
+        tracing::warn!(
+            cause = %err,
+            "cannot watch the home for rule changes; use `{}` or SIGHUP",
+            crate::home::command("rules reload")
+        );
     }
     Ok(())
 }

@@ -132,7 +132,14 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         (pending_ids(sb.home.path()) == [1]).then_some(())
     });
 
-    // Without the cookie: nothing of the inbox anywhere under /ui, with or without the token.
+    // Without the cookie: nothing of the inbox anywhere under /ui, with or without the token;
+    // the page says how to get a session, on this home.
+    let ui_here = format!(
+        "<code>switchboard --home {} ui</code>",
+        sb.home.path().display()
+    );
+    let signed_out = http_request(&ingest, "GET", "/ui", &[], b"");
+    assert!(signed_out.body.contains(&ui_here), "{}", signed_out.body);
     let bearer = format!("Bearer {}", sb.token());
     for path in ["/ui", "/ui/", "/ui/api/state", "/ui/api/events"] {
         for headers in [vec![], vec![("Authorization", bearer.as_str())]] {
@@ -161,6 +168,7 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
     let session = cookie.split(';').next().unwrap().to_string();
     let again = http_request(&ingest, "GET", &login, &[], b"");
     assert_eq!(again.status, 403, "a link works once");
+    assert!(again.body.contains(&ui_here), "{}", again.body);
     assert!(again.header("set-cookie").is_none());
 
     let page = http_request(&ingest, "GET", "/ui", &[("Cookie", &session)], b"");

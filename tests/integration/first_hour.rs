@@ -423,6 +423,42 @@ fn every_hint_names_the_home_it_was_given() {
         "{}",
         stderr(&out)
     );
+
+    // What the daemon tells an agent about to stop names the home too (it said `switchboard
+    // confirm ID yes|no`, which answers on the default home).
+    let sb = Switchboard::start();
+    let dir = sb.home.path().to_str().unwrap();
+    sb.write("triggers.json", &confirm_rule("ask"));
+    assert!(sb.cli(&["rules", "check"]).status.success());
+    assert!(
+        sb.cli(&["send", "--channel", "ci/main", "build 3 failed"])
+            .status
+            .success()
+    );
+    // `pending` returns once the send is evaluated: the confirm is open.
+    assert!(stdout(&sb.cli(&["pending"])).contains("[ask]"));
+    let mut hook = Command::new(bin())
+        .args(["--home", dir, "hook", "stop"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hook.stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"sessionId": "s1", "stop_hook_active": false}"#)
+        .unwrap();
+    let out = hook.wait_with_output().unwrap();
+    let decision: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", stdout(&out), stderr(&out)));
+    let reason = decision["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!(
+            "the command `switchboard --home {dir} confirm ID yes|no`"
+        )),
+        "{decision}"
+    );
 }
 
 /// `switchboard man --dir DIR` writes a page per command, each with EXAMPLES, FILES and EXIT

@@ -51,10 +51,24 @@ const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("app.js");
 const STYLE: &str = include_str!("app.css");
 
-/// What the page shows without a session: how to get one, and nothing of the inbox.
-const SIGNED_OUT: &str = "<!doctype html><meta charset=utf-8><meta name=viewport \
-    content=\"width=device-width\"><title>switchboard</title><p>This page needs a session: run \
-    <code>switchboard ui</code> and open the link it prints (it works once, for two minutes).";
+/// What the page shows without a session: how to get one (the command names the home), and
+/// nothing of the inbox.
+fn signed_out_page() -> String {
+    format!(
+        "<!doctype html><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+         <title>switchboard</title><p>This page needs a session: run <code>{}</code> and open \
+         the link it prints (it works once, for two minutes).",
+        ui_command()
+    )
+}
+
+/// `switchboard ui` on this home, escaped for HTML.
+fn ui_command() -> String {
+    crate::home::command("ui")
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
 
 /// How many recent messages and closed confirms the page shows.
 const RECENT: usize = 20;
@@ -179,7 +193,7 @@ async fn page(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) 
             (
                 StatusCode::UNAUTHORIZED,
                 [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-                SIGNED_OUT,
+                signed_out_page(),
             )
                 .into_response(),
         );
@@ -218,8 +232,11 @@ async fn login(
             (
                 StatusCode::FORBIDDEN,
                 [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-                "<!doctype html><meta charset=utf-8><title>switchboard</title><p>This link was \
-                 used already or has expired: run <code>switchboard ui</code> for a new one.",
+                format!(
+                    "<!doctype html><meta charset=utf-8><title>switchboard</title><p>This link \
+                     was used already or has expired: run <code>{}</code> for a new one.",
+                    ui_command()
+                ),
             )
                 .into_response(),
         );
