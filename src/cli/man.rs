@@ -20,6 +20,9 @@ pub struct ManArgs {
     /// instead of printing the top page.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// With `--dir`: print what was written as JSON (`{"dir": ..., "pages": [...]}`).
+    #[arg(long, requires = "dir")]
+    pub json: bool,
 }
 
 /// The examples and the files of every command, and what each file holds.
@@ -119,26 +122,37 @@ pub fn execute(args: ManArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-            let mut written = 0;
+            let mut written = Vec::new();
             write_pages(&cmd, &dir, &mut written)?;
-            writeln!(
-                std::io::stdout().lock(),
-                "wrote {written} man pages to {}",
-                dir.display()
-            )?;
+            let mut out = std::io::stdout().lock();
+            match args.json {
+                true => writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"dir": dir.display().to_string(), "pages": written})
+                )?,
+                false => writeln!(
+                    out,
+                    "wrote {} man pages to {}",
+                    written.len(),
+                    dir.display()
+                )?,
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_pages(cmd: &clap::Command, dir: &Path, written: &mut usize) -> anyhow::Result<()> {
-    let name = page_name(cmd);
-    let path = dir.join(format!("{name}.1"));
+/// Writes the page of `cmd` and of each of its subcommands into `dir`; adds their file names
+/// to `written`.
+fn write_pages(cmd: &clap::Command, dir: &Path, written: &mut Vec<String>) -> anyhow::Result<()> {
+    let file = format!("{}.1", page_name(cmd));
+    let path = dir.join(&file);
     let mut text = Vec::new();
     render(cmd, &mut text)?;
     std::fs::write(&path, text)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    *written += 1;
+    written.push(file);
     for sub in pages(cmd) {
         write_pages(sub, dir, written)?;
     }

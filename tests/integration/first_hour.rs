@@ -358,6 +358,16 @@ fn every_command_that_prints_takes_json() {
     );
     let installed = one(&["install", "claude", "--config", &mcp, "--dry-run", "--json"]);
     assert_eq!(installed["files"][0]["change"], "added", "{installed}");
+    let man_dir = dir.path().join("man1");
+    let man = one(&["man", "--dir", man_dir.to_str().unwrap(), "--json"]);
+    assert!(
+        man["pages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "switchboard-rules-check.1"),
+        "{man}"
+    );
     let out = sb.cli(&["list", "--json"]);
     for line in stdout(&out).lines() {
         serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
