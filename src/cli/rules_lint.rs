@@ -140,4 +140,24 @@ mod tests {
             found[1].message
         );
     }
+
+    #[test]
+    fn a_misspelt_key_on_a_github_rule_is_pointed_to_the_right_one() {
+        let text = "{\"rules\": [{\"name\": \"ci\", \"server\": \"github\",\n  \
+                    \"matchers\": [\"conclsion=\\\"failure\\\"\"], \"dedupKey\": \"{{meta.brnch}}\"}]}";
+        let set = RuleSet::parse(text).unwrap();
+        let found: Vec<String> = warnings(&set, text)
+            .iter()
+            .map(|w| w.render("triggers.json"))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "triggers.json:2:54: warning: rule 0 `ci`: `{{meta.brnch}}` in `dedupKey` is set \
+                 by no `github` message, so it renders empty; did you mean `branch`?",
+                "triggers.json:2:16: warning: rule 0 `ci`: matcher key `conclsion` is set by no \
+                 `github` message, so it always sees \"\"; did you mean `conclusion`?",
+            ]
+        );
+    }
 }
