@@ -138,15 +138,12 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
         ));
     }
     if let Err(message) = crate::listener::TrustedProxies::parse(&config.http.trusted_proxies) {
-        let pos = loc.value(&["http", "trustedProxies"]);
-        errors.push(ConfigError {
-            code: ErrorCode::InvalidAddress,
-            upstream: None,
-            key: Some("http.trustedProxies".into()),
-            line: pos.map(|p| p.line),
-            column: pos.map(|p| p.column),
-            message: format!("`http.trustedProxies`: {message}"),
-        });
+        errors.push(ConfigError::at(
+            ErrorCode::InvalidAddress,
+            "http.trustedProxies",
+            loc.value(&["http", "trustedProxies"]),
+            format!("`http.trustedProxies`: {message}"),
+        ));
     }
     if let Some(js) = &config.jetstream {
         for (key, message) in js.problems() {

@@ -37,6 +37,11 @@ pub async fn sync(client: &mut Client, path: &Path, force: bool) -> anyhow::Resu
         if report.hash == disk {
             return Ok(report);
         }
+        // The daemon did not read it (a file another user could change, one it cannot read):
+        // its report says why, and what runs instead.
+        if !report.ok && report.hash.is_none() && disk.is_some() {
+            return Ok(report);
+        }
         if report.hash.is_none() && disk.is_some() && report.ok {
             anyhow::bail!(
                 "the daemon does not say which file it runs (it is an older build); run `{}`, \

@@ -244,7 +244,11 @@ pub async fn stop(home: PathBuf, args: StopArgs) -> anyhow::Result<ExitCode> {
     let Some(status) = status_of(&home).await? else {
         if args.json {
             let home = home.display().to_string();
-            writeln!(out, "{}", serde_json::json!({"running": false, "home": home}))?;
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"running": false, "home": home})
+            )?;
         } else {
             writeln!(out, "no switchboard daemon runs on {}", home.display())?;
         }
