@@ -703,7 +703,11 @@ fn a_front_end_with_another_token_is_refused_and_the_daemons_token_stays() {
         assert!(
             err.contains(
                 "`SWITCHBOARD_TOKEN` in this front end's environment is not the ingest token"
-            ) && err.contains("switchboard stop"),
+            ) && err.contains(&format!(
+                "`switchboard --home {home} stop`, then `SWITCHBOARD_TOKEN=... switchboard \
+                 --home {home} start`",
+                home = home.display()
+            )),
             "{err}"
         );
     };

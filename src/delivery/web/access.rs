@@ -73,9 +73,10 @@ impl WebAccess {
             tracing::warn!(
                 %bound,
                 "the approval page is served on {bound} over plain HTTP: anyone on the network \
-                 path could read its links and session cookie; `switchboard ui` gives a link only \
-                 with `--public` (put a TLS reverse proxy in front and list it in \
-                 `http.trustedProxies`, or listen on 127.0.0.1)"
+                 path could read its links and session cookie; `{}` gives a link only with \
+                 `--public` (put a TLS reverse proxy in front and list it in \
+                 `http.trustedProxies`, or listen on 127.0.0.1)",
+                crate::home::command("ui")
             );
         }
         *self.served.lock().unwrap() = Some(Served {
