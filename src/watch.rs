@@ -356,9 +356,14 @@ async fn reload_config(watched: &Watched, boot: &Config, running: &mut Config) {
 }
 
 /// `switchboard.json` read and checked: the settings, or every error, each located and
-/// rendered with the file's name (the defaults when there is no file).
+/// rendered with the file's name (the defaults when there is no file). A file another user
+/// could have changed is not read, as at start ([`Home::check_file`]).
 fn read_config(home: &Home) -> Result<Config, Vec<String>> {
-    match std::fs::read_to_string(home.config_file()) {
+    let path = home.config_file();
+    if let Err(refused) = home.check_file(&path) {
+        return Err(vec![refused.to_string()]);
+    }
+    match crate::home::read_regular(&path, crate::home::MAX_READ) {
         Ok(text) => crate::config::check(&text).map_err(|errors| {
             errors
                 .iter()
