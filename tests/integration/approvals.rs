@@ -386,7 +386,10 @@ fn a_page_served_beyond_loopback_needs_public_and_revoke_signs_everyone_out() {
     assert!(
         err.contains(&format!(
             "the approval page is served on 0.0.0.0:{port} over plain HTTP, beyond this machine"
-        )) && err.contains("`switchboard ui --public`"),
+        )) && err.contains(&format!(
+            "`switchboard --home {} ui --public`",
+            sb.home.path().display()
+        )),
         "{err}"
     );
     let out = sb.cli(&["ui", "--no-open", "--public"]);
@@ -431,7 +434,11 @@ fn a_page_served_beyond_loopback_needs_public_and_revoke_signs_everyone_out() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout(&out).trim(),
-        "revoked 1 page session and 1 unused link; run `switchboard ui` for a new link"
+        format!(
+            "revoked 1 page session and 1 unused link; run `switchboard --home {} ui` for a new \
+             link",
+            sb.home.path().display()
+        )
     );
     let state = http_request(&addr, "GET", "/ui/api/state", &[("Cookie", &session)], b"");
     state.assert_error(401, "no_session");

@@ -19,8 +19,9 @@ const RULES: &str = r#"{"rules": [
   {"name": "quiet", "channel": "ci/*", "dedupWindow": "1h"}
 ]}"#;
 
-/// The width the pseudo-terminal reports.
-const COLS: usize = 100;
+/// The width the pseudo-terminal reports: wide enough for a confirm's answer hint, which names
+/// the test's temporary home (`switchboard --home /tmp/.tmpXXXXXX confirm 1 yes|no`).
+const COLS: usize = 140;
 
 /// A `switchboard watch` on a pseudo-terminal of [`COLS`] columns, its output collected.
 struct PtyWatch {
