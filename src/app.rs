@@ -80,6 +80,13 @@ pub struct ReloadReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(with = "Vec<serde_json::Value>")]
     pub errors: Vec<RuleError>,
+    /// The SHA-256 of the file this (re)load read ([`crate::rules::file_hash`]); absent when
+    /// there was no file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// The SHA-256 of the file whose rules run after it; absent while the built-in rule runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
 }
 
 /// What the core counts and holds, for `inbox_stats`, `switchboard stats` and `/metrics`.
@@ -142,6 +149,8 @@ pub struct Core {
 struct RulesState {
     last_reload: Mutex<Option<ReloadReport>>,
     loaded_at: Mutex<Option<DateTime<Utc>>>,
+    /// The hash of the file whose rules are live (`None`: the built-in rule).
+    loaded_hash: Mutex<Option<String>>,
     /// Held by a reload from reading the file to the swap, so reloads apply in order.
     reloading: Mutex<()>,
 }
@@ -176,6 +185,7 @@ impl Core {
         let lifecycle = Lifecycle::with_settings(&settings.actions, writer);
         let restored = replay.live.len();
         lifecycle.restore(replay.live.into_values());
+        lifecycle.start_from(mark);
         let core = Core::assemble(
             Some(home),
             settings,
@@ -290,24 +300,27 @@ impl Core {
         let Some(home) = &self.components.home else {
             return;
         };
-        let report = match RuleSet::load(&home.triggers()) {
+        let (hash, loaded) = RuleSet::load_hashed(&home.triggers());
+        let report = match loaded {
             Ok(None) => {
-                self.swap(RuleSet::builtin());
+                self.swap(RuleSet::builtin(), None);
                 self.report(
                     true,
                     "builtin",
                     "no triggers.json: the built-in catch-all notify rule is live".into(),
                     vec![],
+                    hash,
                 )
             }
             Ok(Some(rules)) => {
                 let n = rules.len();
-                self.swap(rules);
+                self.swap(rules, hash.clone());
                 self.report(
                     true,
                     "file",
                     format!("{n} rules loaded from {}", home.triggers().display()),
                     vec![],
+                    hash,
                 )
             }
             Err(err) => {
@@ -320,6 +333,7 @@ impl Core {
                     "kept",
                     format!("rules not loaded: {err}; the built-in catch-all notify rule is live"),
                     errors,
+                    hash,
                 )
             }
         };
@@ -338,51 +352,69 @@ impl Core {
     /// Reloads `triggers.json` from the home. An invalid or deleted file keeps the live rules;
     /// the report (also kept for `inbox_stats`) says why, with every error located.
     ///
+    /// `unless`: the hash of a file whose reload is not needed: when the last (re)load read
+    /// exactly that file, its report is returned and nothing is read again (`rules check`
+    /// and the watcher both ask for the file they saw, which is then reloaded once). The flag
+    /// says whether the file was read.
+    ///
     /// Reading, compiling and indexing run on a blocking thread, not on an async worker, and
     /// the live rules keep serving until the new ones are swapped in at once.
-    pub async fn reload_rules(self: &Arc<Self>) -> ReloadReport {
+    pub async fn reload_rules(self: &Arc<Self>, unless: Option<String>) -> (ReloadReport, bool) {
         let core = self.clone();
-        match tokio::task::spawn_blocking(move || core.reload_rules_blocking()).await {
-            Ok(report) => report,
-            Err(e) => self.report(
-                false,
-                "kept",
-                format!("rules not reloaded: the reload failed: {e}; the live rules stay"),
-                vec![],
-            ),
+        match tokio::task::spawn_blocking(move || core.reload_rules_blocking(unless)).await {
+            Ok(done) => done,
+            Err(e) => {
+                let why =
+                    format!("rules not reloaded: the reload failed: {e}; the live rules stay");
+                (self.report(false, "kept", why, vec![], None), true)
+            }
         }
     }
 
     /// [`Core::reload_rules`] on the calling thread.
-    fn reload_rules_blocking(&self) -> ReloadReport {
+    fn reload_rules_blocking(&self, unless: Option<String>) -> (ReloadReport, bool) {
         let _in_order = self.rules.reloading.lock().unwrap();
+        if let Some(last) = self.rules.last_reload.lock().unwrap().as_ref()
+            && unless.is_some()
+            && last.hash == unless
+        {
+            return (last.clone(), false);
+        }
         let Some(home) = &self.components.home else {
-            return self.report(true, "builtin", "no home: rules are fixed".into(), vec![]);
+            let fixed = "no home: rules are fixed".into();
+            return (self.report(true, "builtin", fixed, vec![], None), false);
         };
         let path = home.triggers();
         let shown = path.display().to_string();
         let live = self.live_rules_phrase();
-        // A file that another user could have changed is not obeyed.
+        // A file that another user could have changed is not obeyed. Its hash is reported,
+        // so that `rules check` sees the daemon looked at this very file and said no.
         if let Err(refused) = home.check_file(&path) {
+            let hash = std::fs::read(&path)
+                .ok()
+                .map(|bytes| crate::rules::file_hash(&bytes));
             let report = self.report(
                 false,
                 "kept",
                 format!("rules not reloaded: {refused}; {live} stay live"),
                 vec![],
+                hash,
             );
             self.components.metrics.rule_reload(ReloadResult::Unsafe);
             tracing::error!("{}", report.message);
-            return report;
+            return (report, true);
         }
-        let (result, report) = match RuleSet::load(&path) {
+        let (hash, loaded) = RuleSet::load_hashed(&path);
+        let (result, report) = match loaded {
             Ok(Some(rules)) => {
                 let n = rules.len();
-                self.swap(rules);
+                self.swap(rules, hash.clone());
                 let report = self.report(
                     true,
                     "file",
                     format!("{n} rules loaded from {shown}"),
                     vec![],
+                    hash,
                 );
                 (ReloadResult::Ok, report)
             }
@@ -394,6 +426,7 @@ impl Core {
                         "rules not reloaded: {shown} does not exist (deleted or moved?); {live} stay live"
                     ),
                     vec![],
+                    None,
                 );
                 (ReloadResult::Missing, report)
             }
@@ -411,6 +444,7 @@ impl Core {
                         if n == 1 { "" } else { "s" }
                     ),
                     errors,
+                    hash,
                 );
                 (result, report)
             }
@@ -421,15 +455,16 @@ impl Core {
         } else {
             tracing::warn!("{}", report.message);
         }
-        report
+        (report, true)
     }
 
     /// Indexes `rules` outside the engine's lock, then swaps them in at once: an evaluation
     /// in flight finishes with the rules it started with.
-    fn swap(&self, rules: RuleSet) {
+    fn swap(&self, rules: RuleSet, hash: Option<String>) {
         let prepared = Prepared::new(Arc::new(rules));
         self.engine.lock().unwrap().swap(prepared);
         *self.rules.loaded_at.lock().unwrap() = Some(Utc::now());
+        *self.rules.loaded_hash.lock().unwrap() = hash;
     }
 
     /// "the 5 rules loaded at 10:42:07" (UTC): the live rules and when they were really
@@ -449,6 +484,7 @@ impl Core {
         source: &'static str,
         message: String,
         errors: Vec<RuleError>,
+        hash: Option<String>,
     ) -> ReloadReport {
         let report = ReloadReport {
             ok,
@@ -457,6 +493,8 @@ impl Core {
             at: Utc::now(),
             message,
             errors,
+            hash,
+            running: self.rules.loaded_hash.lock().unwrap().clone(),
         };
         *self.rules.last_reload.lock().unwrap() = Some(report.clone());
         report

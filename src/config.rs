@@ -21,6 +21,8 @@ pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
 pub use crate::sources::jetstream::JetStreamSettings;
 pub use crate::sources::schedule::ScheduleSettings;
+use crate::sources::upstream::config::{ConfigError, ErrorCode};
+use crate::sources::upstream::locate::Locator;
 
 impl Home {
     /// Loads `switchboard.json`, or the defaults when it does not exist. Refused when another
@@ -40,121 +42,208 @@ impl Home {
     }
 }
 
+/// The top-level keys of `switchboard.json`.
+const SECTIONS: &[&str] = &[
+    "inbox",
+    "http",
+    "mcp",
+    "actions",
+    "exec",
+    "upstreams",
+    "schedules",
+    "jetstream",
+];
+
 /// Parses and validates the text of `switchboard.json`: JSON syntax, every section's shape,
-/// `http.rateLimit`, each upstream and each schedule. Returns the config, or every error found, in file order.
-pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config::ConfigError>> {
-    use crate::sources::upstream::config::{self as upstream, ConfigError, ErrorCode};
-    let located = |e: serde_json::Error, message: String| ConfigError {
-        code: ErrorCode::ParseError,
-        upstream: None,
-        key: None,
-        line: Some(e.line()),
-        column: Some(e.column()),
-        message,
-    };
+/// `http.rateLimit`, each upstream and each schedule. Returns the config, or every error found,
+/// in file order: each section is read on its own, and each key of a section that does not
+/// read, so that one mistake hides no other.
+pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
+    use crate::sources::upstream::config as upstream;
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| vec![located_syntax(e)])?;
-    let mut errors = Vec::new();
-    match value.get("upstreams") {
-        None => {}
-        Some(serde_json::Value::Object(raw)) => {
-            if let Err(e) = upstream::parse(text, raw) {
-                errors.extend(e);
-            }
-        }
-        Some(other) => errors.push(ConfigError {
-            code: ErrorCode::WrongType,
+    let loc = Locator::new(text);
+    let Some(top) = value.as_object() else {
+        return Err(vec![ConfigError {
+            code: ErrorCode::ParseError,
             upstream: None,
-            key: Some("upstreams".into()),
-            line: None,
-            column: None,
+            key: None,
+            line: Some(1),
+            column: Some(1),
             message: format!(
+                "parse error: the file must be a JSON object of sections, got {}",
+                crate::json_kind(&value)
+            ),
+        }]);
+    };
+    let mut errors = Vec::new();
+    for key in top.keys().filter(|k| !SECTIONS.contains(&k.as_str())) {
+        errors.push(unknown_key(&loc, &[], key, SECTIONS));
+    }
+    let mut config = Config::default();
+    let mut section_ok = true;
+    macro_rules! section {
+        ($key:literal, $field:ident) => {
+            match read_section(&loc, top, $key, &mut errors) {
+                Some(Some(v)) => config.$field = v,
+                Some(None) => section_ok = false,
+                None => {}
+            }
+        };
+    }
+    section!("inbox", inbox);
+    section!("http", http);
+    section!("mcp", mcp);
+    section!("actions", actions);
+    section!("exec", exec);
+    match read_section(&loc, top, "jetstream", &mut errors) {
+        Some(Some(js)) => config.jetstream = Some(js),
+        Some(None) => section_ok = false,
+        None => {}
+    }
+    match top.get("upstreams") {
+        None => {}
+        Some(serde_json::Value::Object(raw)) => match upstream::parse(text, raw) {
+            Ok(_) => config.upstreams = raw.clone(),
+            Err(e) => errors.extend(e),
+        },
+        Some(other) => errors.push(ConfigError::at(
+            ErrorCode::WrongType,
+            "upstreams",
+            loc.value(&["upstreams"]),
+            format!(
                 "`upstreams` must be an object of upstreams by name, got {}",
                 crate::json_kind(other)
             ),
-        }),
+        )),
     }
-    if let Some(raw) = value.get("schedules") {
-        errors.extend(crate::sources::schedule::check(text, raw));
+    if let Some(raw) = top.get("schedules") {
+        let found = crate::sources::schedule::check(text, raw);
+        if found.is_empty() {
+            config.schedules = serde_json::from_value(raw.clone()).unwrap_or_default();
+        }
+        errors.extend(found);
     }
-    let config = match serde_json::from_str::<Config>(text) {
-        Ok(c) => {
-            // Checked here so that `config check`, the start and a live reload refuse it alike.
-            if let Err(e) = crate::sources::http::parse_rate_limit(&c.http.rate_limit) {
-                let pos = crate::sources::upstream::locate::Locator::new(text)
-                    .value(&["http", "rateLimit"]);
-                errors.push(ConfigError {
-                    code: ErrorCode::InvalidRateLimit,
-                    upstream: None,
-                    key: Some("http.rateLimit".into()),
-                    line: pos.map(|p| p.line),
-                    column: pos.map(|p| p.column),
-                    message: format!("invalid `http.rateLimit` \"{}\": {e}", c.http.rate_limit),
-                });
-            }
-            if let Err(message) = crate::listener::TrustedProxies::parse(&c.http.trusted_proxies) {
-                let pos = crate::sources::upstream::locate::Locator::new(text)
-                    .value(&["http", "trustedProxies"]);
-                errors.push(ConfigError {
-                    code: ErrorCode::InvalidAddress,
-                    upstream: None,
-                    key: Some("http.trustedProxies".into()),
-                    line: pos.map(|p| p.line),
-                    column: pos.map(|p| p.column),
-                    message: format!("`http.trustedProxies`: {message}"),
-                });
-            }
-            if let Some(js) = &c.jetstream {
-                for (key, message) in js.problems() {
-                    let pos = crate::sources::upstream::locate::Locator::new(text)
-                        .value(&["jetstream", key]);
-                    let code = match key {
-                        "servers" => ErrorCode::InvalidUrl,
-                        "stream" | "subjectPrefix" => ErrorCode::InvalidName,
-                        _ => ErrorCode::WrongType,
-                    };
-                    errors.push(ConfigError {
-                        code,
-                        upstream: None,
-                        key: Some(format!("jetstream.{key}")),
-                        line: pos.map(|p| p.line),
-                        column: pos.map(|p| p.column),
-                        message,
-                    });
-                }
-            }
-            Some(c)
+    // Checked here so that `config check`, the start and a live reload refuse it alike; read
+    // from the file, so that another mistake in `http` does not hide it.
+    let rate_limit = top.get("http").and_then(|h| h.get("rateLimit"));
+    if let Some(limit) = rate_limit.and_then(serde_json::Value::as_str)
+        && let Err(e) = crate::sources::http::parse_rate_limit(limit)
+    {
+        errors.push(ConfigError::at(
+            ErrorCode::InvalidRateLimit,
+            "http.rateLimit",
+            loc.value(&["http", "rateLimit"]),
+            format!("invalid `http.rateLimit` \"{limit}\": {e}"),
+        ));
+    }
+    if let Err(message) = crate::listener::TrustedProxies::parse(&config.http.trusted_proxies) {
+        errors.push(ConfigError::at(
+            ErrorCode::InvalidAddress,
+            "http.trustedProxies",
+            loc.value(&["http", "trustedProxies"]),
+            format!("`http.trustedProxies`: {message}"),
+        ));
+    }
+    if let Some(js) = &config.jetstream {
+        for (key, message) in js.problems() {
+            let pos = loc.value(&["jetstream", key]);
+            let code = match key {
+                "servers" => ErrorCode::InvalidUrl,
+                "stream" | "subjectPrefix" => ErrorCode::InvalidName,
+                _ => ErrorCode::WrongType,
+            };
+            errors.push(ConfigError::at(
+                code,
+                format!("jetstream.{key}"),
+                pos,
+                message,
+            ));
         }
-        Err(e) => {
-            let reported = |k: &str| k == "upstreams" || k.starts_with("schedules");
-            if !errors
-                .iter()
-                .any(|x| x.key.as_deref().is_some_and(reported))
-            {
-                let message = e.to_string();
-                // serde appends " at line L column C"; the location goes first instead.
-                let message = message
-                    .rsplit_once(" at line ")
-                    .map_or(message.clone(), |(m, _)| m.to_string());
-                errors.insert(0, located(e, message));
-            }
-            None
-        }
-    };
+    }
     errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
-    match config {
-        Some(c) if errors.is_empty() => Ok(c),
-        _ => Err(errors),
+    if errors.is_empty() && section_ok {
+        Ok(config)
+    } else {
+        Err(errors)
     }
 }
 
-fn located_syntax(e: serde_json::Error) -> crate::sources::upstream::config::ConfigError {
+/// Reads the section `key` on its own: `None` when the file has none, `Some(None)` when it
+/// does not read. Then each of its keys is read alone (every setting has a default), so that
+/// each wrong key is its own error, located, with a "did you mean" for an unknown one.
+fn read_section<T: serde::de::DeserializeOwned>(
+    loc: &Locator,
+    top: &serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Option<T>> {
+    let raw = top.get(key).filter(|v| !v.is_null())?;
+    let whole = match serde_json::from_value::<T>(raw.clone()) {
+        Ok(v) => return Some(Some(v)),
+        Err(e) => e,
+    };
+    let before = errors.len();
+    if let serde_json::Value::Object(map) = raw {
+        for (k, v) in map {
+            let alone = serde_json::Value::Object([(k.clone(), v.clone())].into_iter().collect());
+            let Err(e) = serde_json::from_value::<T>(alone) else {
+                continue;
+            };
+            let said = e.to_string();
+            if said.starts_with("missing field") {
+                continue;
+            }
+            if let Some(known) = said.strip_prefix("unknown field ") {
+                let names: Vec<&str> = known.split('`').skip(3).step_by(2).collect();
+                errors.push(unknown_key(loc, &[key], k, &names));
+                continue;
+            }
+            errors.push(ConfigError::at(
+                ErrorCode::WrongType,
+                format!("{key}.{k}"),
+                loc.value(&[key, k]),
+                format!("invalid `{key}.{k}`: {said}"),
+            ));
+        }
+    }
+    if errors.len() == before {
+        errors.push(ConfigError::at(
+            ErrorCode::WrongType,
+            key,
+            loc.value(&[key]),
+            format!("invalid `{key}`: {whole}"),
+        ));
+    }
+    Some(None)
+}
+
+/// An unknown key at `path` + `key`, located, with the closest of `known`.
+fn unknown_key(loc: &Locator, path: &[&str], key: &str, known: &[&str]) -> ConfigError {
+    let mut at: Vec<&str> = path.to_vec();
+    at.push(key);
+    let pos = loc.key(&at);
+    let shown = at.join(".");
+    let hint = match crate::rules::suggest(key, known) {
+        Some(close) => {
+            let mut near: Vec<&str> = path.to_vec();
+            near.push(close);
+            format!("; did you mean `{}`?", near.join("."))
+        }
+        None if known.is_empty() => String::new(),
+        None => format!("; the keys are {}", known.join(", ")),
+    };
+    let message = format!("unknown key `{shown}`{hint}");
+    ConfigError::at(ErrorCode::UnknownKey, shown, pos, message)
+}
+
+fn located_syntax(e: serde_json::Error) -> ConfigError {
     let message = e.to_string();
     let message = message
         .rsplit_once(" at line ")
         .map_or(message.clone(), |(m, _)| m.to_string());
-    crate::sources::upstream::config::ConfigError {
-        code: crate::sources::upstream::config::ErrorCode::ParseError,
+    ConfigError {
+        code: ErrorCode::ParseError,
         upstream: None,
         key: None,
         line: Some(e.line()),
@@ -289,16 +378,39 @@ pub fn changed_keys(old: &Config, new: &Config) -> Vec<String> {
     keys
 }
 
-/// Splits the changes from the settings the daemon started with (`boot`) to `new` into what
-/// can be applied live and what needs a restart, and says so in one line.
-pub fn plan_reload(boot: &Config, new: &Config) -> ConfigReload {
-    let changed = changed_keys(boot, new);
-    let (applied, restart_needed): (Vec<String>, Vec<String>) = changed
+/// What a reload of `switchboard.json` does: the live keys whose value differs from the
+/// settings running now (`running`: what the daemon started with, as changed by the reloads
+/// since) are applied; every other key that differs from the settings the daemon started
+/// with (`boot`) needs a restart. Says so in one line. `secret_from_env`:
+/// `SWITCHBOARD_GITHUB_SECRET` is set, so a changed `http.githubSecret` is not applied.
+pub fn plan_reload(
+    boot: &Config,
+    running: &Config,
+    new: &Config,
+    secret_from_env: bool,
+) -> ConfigReload {
+    let live = |k: &String| LIVE_KEYS.contains(&k.as_str());
+    let mut applied: Vec<String> = changed_keys(running, new)
         .into_iter()
-        .partition(|k| LIVE_KEYS.contains(&k.as_str()));
+        .filter(live)
+        .collect();
+    let mut ignored = Vec::new();
+    if secret_from_env && let Some(i) = applied.iter().position(|k| k == "http.githubSecret") {
+        ignored.push(applied.remove(i));
+    }
+    let restart_needed: Vec<String> = changed_keys(boot, new)
+        .into_iter()
+        .filter(|k| !live(k))
+        .collect();
     let mut parts = Vec::new();
     if !applied.is_empty() {
         parts.push(format!("applied {}", applied.join(", ")));
+    }
+    if !ignored.is_empty() {
+        parts.push(format!(
+            "{} not applied: {GITHUB_SECRET_ENV} is set and wins over the file",
+            ignored.join(", ")
+        ));
     }
     if !restart_needed.is_empty() {
         parts.push(format!(
@@ -347,7 +459,7 @@ mod tests {
                 "rateLimit": "5/1s"}, "inbox": {"limits": {"contentBytes": 10}}}"#,
         )
         .unwrap();
-        let plan = plan_reload(&boot, &new);
+        let plan = plan_reload(&boot, &boot, &new, false);
         assert_eq!(plan.applied, ["actions.queueCapacity", "http.rateLimit"]);
         assert_eq!(
             plan.restart_needed,
@@ -361,10 +473,75 @@ mod tests {
             "{}",
             plan.message
         );
-        let same = plan_reload(&boot, &Config::default());
+        let same = plan_reload(&boot, &boot, &Config::default(), false);
         assert!(same.applied.is_empty() && same.restart_needed.is_empty());
         let up = check(r#"{"upstreams": {"teams": {"command": "x"}}}"#).unwrap();
         assert_eq!(changed_keys(&boot, &up), ["upstreams.teams"]);
+    }
+
+    /// Issue 47: a bad cron hid the `http` errors and the bad time zone beside it; now every
+    /// error shows at once, located, each with its "did you mean".
+    #[test]
+    fn every_error_of_the_file_shows_at_once_with_a_suggestion() {
+        let text = r#"{
+  "http": {"rateLimit": "30", "listn": "127.0.0.1:1"},
+  "schedules": [
+    {"name": "a", "cron": "61 * * * *", "timezone": "America/New_york", "channel": "x", "content": "y"}
+  ],
+  "actions": {"queueCapacty": 5},
+  "mcp": {"maxWaitS": "x"},
+  "inbx": {}
+}"#;
+        let errors = check(text).unwrap_err();
+        let got: Vec<String> = errors
+            .iter()
+            .map(|e| e.render("switchboard.json"))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "switchboard.json:2:25: invalid `http.rateLimit` \"30\": expected \"N/period\" (e.g. \"200/1s\") or \"0\" for none",
+                "switchboard.json:2:31: unknown key `http.listn`; did you mean `http.listen`?",
+                "switchboard.json:4:27: schedule 0 `a`: invalid `cron` \"61 * * * *\": component error: Number out of bounds",
+                "switchboard.json:4:53: schedule 0 `a`: invalid `timezone` \"America/New_york\": not an IANA time zone; did you mean \"America/New_York\"?",
+                "switchboard.json:6:15: unknown key `actions.queueCapacty`; did you mean `actions.queueCapacity`?",
+                "switchboard.json:7:23: invalid `mcp.maxWaitS`: invalid type: string \"x\", expected u64",
+                "switchboard.json:8:3: unknown key `inbx`; did you mean `inbox`?",
+            ],
+            "{got:#?}"
+        );
+    }
+
+    /// Issue 47: a second save that changed nothing said "applied http.githubSecret" again,
+    /// because it was compared with the settings at start, not with the running ones.
+    #[test]
+    fn a_save_that_changes_nothing_applies_nothing() {
+        let boot = Config::default();
+        let secret = check(r#"{"http": {"githubSecret": "s3"}}"#).unwrap();
+        let first = plan_reload(&boot, &boot, &secret, false);
+        assert_eq!(first.applied, ["http.githubSecret"]);
+        let again = check(r#"{"http": {"githubSecret": "s3"}, "mcp": {}}"#).unwrap();
+        let second = plan_reload(&boot, &secret, &again, false);
+        assert!(second.applied.is_empty(), "{second:?}");
+        assert_eq!(
+            second.message,
+            "switchboard.json reloaded: nothing differs from the running settings"
+        );
+        // A restart-only key stays named while it differs from the settings at start.
+        let listen = check(r#"{"http": {"githubSecret": "s3", "listen": "127.0.0.1:1"}}"#).unwrap();
+        let third = plan_reload(&boot, &secret, &listen, false);
+        assert!(third.applied.is_empty());
+        assert_eq!(third.restart_needed, ["http.listen"]);
+        // The environment's secret wins: the file's is not applied, and the line says so.
+        let other = check(r#"{"http": {"githubSecret": "other"}}"#).unwrap();
+        let env = plan_reload(&boot, &secret, &other, true);
+        assert!(env.applied.is_empty(), "{env:?}");
+        assert!(
+            env.message
+                .contains("http.githubSecret not applied: SWITCHBOARD_GITHUB_SECRET is set"),
+            "{}",
+            env.message
+        );
     }
 
     #[test]

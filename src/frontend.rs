@@ -112,16 +112,18 @@ pub async fn run(
             tracing::warn!(
                 daemon = attached.pid,
                 "the running daemon was started with other flags ({}); it keeps them. \
-                 Run `switchboard stop` and start again to change them",
-                differs.join("; ")
+                 Run `{}` and start again to change them",
+                differs.join("; "),
+                crate::home::command("stop")
             );
         }
         if attached.version != env!("CARGO_PKG_VERSION") {
             tracing::warn!(
                 daemon = attached.pid,
                 daemon_version = %attached.version,
-                "the running daemon is another version; `switchboard stop` makes the next \
-                 front end start this one"
+                "the running daemon is another version; `{}` makes the next front end start \
+                 this one",
+                crate::home::command("stop")
             );
         }
     }

@@ -134,6 +134,11 @@ impl Home {
         if let Some(dir) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
             return PathBuf::from(dir);
         }
+        Home::resolve_default()
+    }
+
+    /// The default home: `~/.switchboard`.
+    pub fn resolve_default() -> PathBuf {
         let base = std::env::var_os("HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("."));
@@ -501,6 +506,59 @@ pub enum FsyncPolicy {
     Never,
 }
 
+/// How this process was told which home to use, so that a command it suggests in a hint names
+/// the same home (`switchboard --home /srv/sb start`, not a bare `switchboard start` that would
+/// go to `~/.switchboard`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum HomeNamed {
+    /// The default home: hints need not name it.
+    #[default]
+    Default,
+    /// `--home DIR`.
+    Flag(PathBuf),
+    /// `SWITCHBOARD_HOME=DIR`.
+    Env(PathBuf),
+}
+
+static HOME_NAMED: std::sync::OnceLock<HomeNamed> = std::sync::OnceLock::new();
+
+/// Records how this process was told its home (once, at start; later calls change nothing).
+pub fn set_home_named(named: HomeNamed) {
+    let _ = HOME_NAMED.set(named);
+}
+
+/// The command line that runs `switchboard ARGS` on this process's home, for hints:
+/// `switchboard start`, `switchboard --home /srv/sb start` or `SWITCHBOARD_HOME=/srv/sb
+/// switchboard start`, the home quoted for a shell where it needs it.
+pub fn command(args: &str) -> String {
+    HOME_NAMED
+        .get()
+        .unwrap_or(&HomeNamed::Default)
+        .command(args)
+}
+
+impl HomeNamed {
+    /// `switchboard ARGS` on this home (see [`command`]).
+    pub fn command(&self, args: &str) -> String {
+        match self {
+            HomeNamed::Default => format!("switchboard {args}"),
+            HomeNamed::Flag(dir) => format!("switchboard --home {} {args}", shell_word(dir)),
+            HomeNamed::Env(dir) => format!("{HOME_ENV}={} switchboard {args}", shell_word(dir)),
+        }
+    }
+}
+
+/// `path` as one shell word: as it is when it has nothing a shell reads, else single-quoted.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%~".contains(c);
+    if !text.is_empty() && text.chars().all(plain) && !text.starts_with('~') {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename) with mode 0600.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!(
@@ -739,5 +797,23 @@ mod tests {
         std::os::unix::fs::chown(dir.path(), Some(65534), None).unwrap();
         let err = home.check_private().unwrap_err().to_string();
         assert!(err.contains("it is owned by "), "{err}");
+    }
+
+    #[test]
+    fn a_hint_names_the_home_as_it_was_given() {
+        let start = |named: HomeNamed| named.command("start");
+        assert_eq!(start(HomeNamed::Default), "switchboard start");
+        assert_eq!(
+            start(HomeNamed::Flag("/srv/sb".into())),
+            "switchboard --home /srv/sb start"
+        );
+        assert_eq!(
+            start(HomeNamed::Env("/srv/sb".into())),
+            "SWITCHBOARD_HOME=/srv/sb switchboard start"
+        );
+        assert_eq!(
+            start(HomeNamed::Flag("/tmp/it's here".into())),
+            r"switchboard --home '/tmp/it'\''s here' start"
+        );
     }
 }

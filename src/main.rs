@@ -1,12 +1,13 @@
-//! The `switchboard` binary: parse, run, map the outcome to an exit code.
+//! The `switchboard` binary: parse, run, map the outcome to an exit code
+//! (`switchboard::cli::exit` says which).
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use switchboard::cli::exit;
 
 fn main() -> ExitCode {
-    let cli = switchboard::cli::Cli::parse();
-    switchboard::daemon::log::init_tracing(cli.log_file());
+    let cli = switchboard::cli::Cli::parse_args();
+    switchboard::daemon::log::init_tracing(cli.log_file(), cli.quiet_log());
     let runtime = if cli.is_front_end() {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -18,7 +19,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: cannot start the runtime: {err}");
-            return ExitCode::from(2);
+            return exit::code(exit::FAILURE);
         }
     };
     let result = runtime.block_on(switchboard::cli::run(cli));
@@ -32,7 +33,7 @@ fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            switchboard::cli::exit::code_of(&err)
+            exit::code_of(&err)
         }
     }
 }

@@ -29,14 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::{Config, ConfigReload, Home};
 use crate::control::Local;
 use crate::control::local::BoxFuture;
-use crate::control::ops::Reload;
+use crate::control::ops::{Reload, Reloaded};
 
 mod dir;
 
@@ -69,9 +68,9 @@ const DEBOUNCE: Duration = Duration::from_millis(150);
 /// The longest a stream of events can put that look off.
 const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
 
-/// What the watcher last saw of the file: the hash of its bytes, `None` when it could not be
-/// read (missing or unreadable).
-type Seen = Option<[u8; 32]>;
+/// What the watcher last saw of the file: the hash of its bytes ([`crate::rules::file_hash`]),
+/// `None` when it could not be read (missing or unreadable).
+type Seen = Option<String>;
 
 /// Which watched file an event may have changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,9 +106,10 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
     };
     let mut targets = Targets::new(watcher, dir.clone(), names, &path, &config_path)?;
     targets.refresh(&path, &config_path);
-    // The settings the daemon started with, as the file gave them.
+    // The settings the daemon started with, as the file gave them; and the ones running now
+    // (what a reload applied since).
     let boot = home.load_config().unwrap_or_default();
-    let mut last = boot.clone();
+    let mut running = boot.clone();
     let tasks = watched.tasks.clone();
     tasks.spawn(async move {
         let mut files = Files {
@@ -128,10 +128,13 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
                 break;
             };
             if rules {
-                let _ = watched.api.call(Reload {}).await;
+                // The file as the watcher saw it: not read again when `rules check` had the
+                // daemon read exactly this file already.
+                let unless = files.rules.1.clone();
+                let _ = watched.api.call(Reload { unless }).await;
             }
             if config {
-                reload_config(&watched, &boot, &mut last).await;
+                reload_config(&watched, &boot, &mut running).await;
             }
         }
     });
@@ -206,7 +209,8 @@ impl Targets {
                     dir = %dir.display(),
                     cause = %err,
                     "cannot watch the directory of a symlinked rules or config file; edits \
-                     there are picked up by `switchboard rules reload` only"
+                     there are picked up by `{}` only",
+                    crate::home::command("rules reload")
                 ),
             }
         }
@@ -296,7 +300,7 @@ async fn changed_content((path, seen): &mut (PathBuf, Seen)) -> bool {
     let read = path.clone();
     let now = tokio::task::spawn_blocking(move || fingerprint(&read))
         .await
-        .unwrap_or(*seen);
+        .unwrap_or_else(|_| seen.clone());
     if now == *seen {
         return false;
     }
@@ -304,24 +308,71 @@ async fn changed_content((path, seen): &mut (PathBuf, Seen)) -> bool {
     true
 }
 
-/// Reads `switchboard.json` again: the components whose settings changed since the `last`
-/// one applied apply what can change live; names what needs a restart.
-async fn reload_config(watched: &Watched, boot: &Config, last: &mut Config) {
-    let report = match watched.home.load_config() {
+/// Reads `switchboard.json` again: the components whose settings changed since the
+/// `running` ones apply what can change live; names what needs a restart (what differs from
+/// the `boot` settings), and tells `watch`.
+async fn reload_config(watched: &Watched, boot: &Config, running: &mut Config) {
+    let (report, line) = match read_config(&watched.home) {
         Ok(new) => {
-            let plan = crate::config::plan_reload(boot, &new);
-            watched.components.apply(last, &new).await;
-            *last = new;
+            // `SWITCHBOARD_GITHUB_SECRET` wins over the file, as at start.
+            let secret_from_env =
+                std::env::var(crate::config::GITHUB_SECRET_ENV).is_ok_and(|v| !v.trim().is_empty());
+            let plan = crate::config::plan_reload(boot, running, &new, secret_from_env);
+            watched.components.apply(running, &new).await;
             if plan.restart_needed.is_empty() {
                 tracing::info!("{}", plan.message);
             } else {
                 tracing::warn!("{}", plan.message);
             }
-            plan
+            *running = new;
+            let line = plan
+                .message
+                .strip_prefix("switchboard.json ")
+                .unwrap_or(&plan.message)
+                .to_string();
+            (plan, line)
         }
-        Err(e) => not_reloaded(format!("{e:#}")),
+        Err(errors) => {
+            let more = match errors.len() {
+                0 | 1 => String::new(),
+                n => format!(
+                    " (and {} more error{})",
+                    n - 1,
+                    if n == 2 { "" } else { "s" }
+                ),
+            };
+            let first = errors.first().cloned().unwrap_or_default();
+            let line = format!("{first}{more}; still running the previous settings");
+            (not_reloaded(errors.join("\n")), line)
+        }
     };
+    watched.api.announce(Reloaded {
+        file: "switchboard.json".into(),
+        ok: report.ok,
+        line: format!("config: {line}"),
+        report: serde_json::to_value(&report).unwrap_or_default(),
+    });
     *watched.config_reload.lock().unwrap() = Some(report);
+}
+
+/// `switchboard.json` read and checked: the settings, or every error, each located and
+/// rendered with the file's name (the defaults when there is no file). A file another user
+/// could have changed is not read, as at start ([`Home::check_file`]).
+fn read_config(home: &Home) -> Result<Config, Vec<String>> {
+    let path = home.config_file();
+    if let Err(refused) = home.check_file(&path) {
+        return Err(vec![refused.to_string()]);
+    }
+    match crate::home::read_regular(&path, crate::home::MAX_READ) {
+        Ok(text) => crate::config::check(&text).map_err(|errors| {
+            errors
+                .iter()
+                .map(|e| e.render("switchboard.json"))
+                .collect()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+        Err(e) => Err(vec![format!("cannot read switchboard.json: {e}")]),
+    }
 }
 
 /// The report (and error log line) of a `switchboard.json` that was not applied, for `why`.
@@ -346,7 +397,7 @@ fn names_it(changed: Option<&std::ffi::OsStr>, file_name: &OsString) -> bool {
 fn fingerprint(path: &Path) -> Seen {
     std::fs::read(path)
         .ok()
-        .map(|bytes| Sha256::digest(&bytes).into())
+        .map(|bytes| crate::rules::file_hash(&bytes))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod integration {
     mod docs;
     mod exec;
     mod faults;
+    mod first_hour;
     mod hooks;
     mod hostile;
     mod inbox;

@@ -342,6 +342,12 @@ impl Lifecycle {
             .store(capacity.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Sets the evaluation mark a restarted daemon starts from: the messages up to `seq` were
+    /// evaluated before (their actions are in the journal) or are history not evaluated again.
+    pub fn start_from(&self, seq: Seq) {
+        offer::advance(&self.inner.evaluated, Some(seq));
+    }
+
     /// The dispatcher's evaluation mark: the actions of every message up to it are written
     /// (under the fsync policy), and every confirm they created is visible in
     /// [`Lifecycle::pending_confirms`].

@@ -12,6 +12,19 @@ use super::remote::greet;
 use crate::control::wire::{Down, Role, Up, Welcome, read_line, write_line};
 use crate::control::{ApiError, Op};
 
+/// No daemon answers on a home's control socket (the CLI exits 3).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no switchboard is running on {home}: {cause}; start one with `{}`",
+    crate::home::command("start")
+)]
+pub struct NotRunning {
+    /// The home.
+    pub home: String,
+    /// Why the socket did not answer.
+    pub cause: String,
+}
+
 /// One operator connection.
 pub struct Client {
     read: BufReader<OwnedReadHalf>,
@@ -38,12 +51,13 @@ impl Client {
         let path = home.join("control.sock");
         let stream = match UnixStream::connect(&path).await {
             Ok(stream) => stream,
-            Err(e) => anyhow::bail!(
-                "no switchboard is running on {}: cannot connect to {}: {e}; start one with \
-                 `switchboard start`",
-                home.display(),
-                path.display()
-            ),
+            Err(e) => {
+                return Err(NotRunning {
+                    home: home.display().to_string(),
+                    cause: format!("cannot connect to {}: {e}", path.display()),
+                }
+                .into());
+            }
         };
         Client::on(stream, feed).await
     }
@@ -117,7 +131,8 @@ impl Client {
                 .map_err(|e| ApiError::Protocol {
                     message: format!(
                         "the daemon's reply to `{name}` does not fit this switchboard ({e}); is \
-                         the daemon another build? `switchboard status` says"
+                         the daemon another build? `{}` says",
+                        crate::home::command("status")
                     ),
                 }),
         }

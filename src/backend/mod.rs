@@ -18,7 +18,7 @@ use crate::control::ops::SessionSpec;
 use crate::control::ops::{Close, Open, SessionInfo, Wait, WaitReply};
 use crate::control::{ApiError, Feed, FrontendSettings, Local, Op};
 
-pub use client::Client;
+pub use client::{Client, NotRunning};
 pub use remote::{Connector, Remote};
 
 /// What an MCP session calls: the daemon's operations, here or over the socket.

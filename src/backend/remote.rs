@@ -252,7 +252,8 @@ impl Remote {
         serde_json::from_str(answer.get()).map_err(|e| ApiError::Protocol {
             message: format!(
                 "the daemon's reply to `{name}` does not fit this switchboard ({e}); is the \
-                 daemon another build? `switchboard status` says"
+                 daemon another build? `{}` says",
+                crate::home::command("status")
             ),
         })
     }
@@ -483,8 +484,9 @@ impl Inner {
 async fn connect(inner: &Arc<Inner>) -> anyhow::Result<Arc<Conn>> {
     let Some(stream) = (inner.connector)().await? else {
         anyhow::bail!(
-            "no switchboard daemon runs on {}; start one with `switchboard start`",
-            inner.home.display()
+            "no switchboard daemon runs on {}; start one with `{}`",
+            inner.home.display(),
+            crate::home::command("start")
         );
     };
     let (welcome, mut read, mut write) = greet(stream, Role::FrontEnd, true, false).await?;
@@ -555,7 +557,7 @@ async fn connect(inner: &Arc<Inner>) -> anyhow::Result<Arc<Conn>> {
                     Down::ToolsChanged(_) => {
                         inner.tools.send_modify(|n| *n += 1);
                     }
-                    Down::Suppressed(_) => {}
+                    Down::Suppressed(_) | Down::Reloaded(_) => {}
                     Down::Stopping => {
                         inner.stopped_on_purpose.store(true, Ordering::Relaxed);
                     }

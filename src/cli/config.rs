@@ -21,15 +21,21 @@ pub enum ConfigCommand {
 pub struct CheckArgs {
     /// The file (default: switchboard.json in the home).
     pub file: Option<PathBuf>,
-    /// Output format: text lines, or a JSON array of
-    /// `{code, upstream, key, line, column, message}`.
+    /// Print the errors as a JSON array of `{code, upstream, key, line, column, message}`
+    /// (`[]` when valid).
+    #[arg(long)]
+    pub json: bool,
+    /// `--format json` is `--json` (kept for the scripts that use it).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
 
 /// Runs a config subcommand.
 pub fn execute(home: PathBuf, command: ConfigCommand) -> anyhow::Result<ExitCode> {
-    let ConfigCommand::Check(args) = command;
+    let ConfigCommand::Check(mut args) = command;
+    if args.json {
+        args.format = Format::Json;
+    }
     let explicit = args.file.is_some();
     let path = args.file.unwrap_or_else(|| home.join("switchboard.json"));
     let shown = path.display().to_string();

@@ -1,6 +1,5 @@
 //! The operator commands that talk to the running server over the control
-//! socket (`list`, `confirm`, `pause`, `resume`, `stats`,
-//! `rules reload`, `rules list`), and `install`.
+//! socket (`list`, `confirm`, `pending`, `pause`, `resume`, `stats`), and `install`.
 //!
 //! Human output is for a terminal, and message text comes from outside: control
 //! characters, ANSI escapes and bidi overrides in channels, content and prompts are printed
@@ -18,9 +17,7 @@ use clap::{Args, ValueEnum};
 use super::show::{count, message_line, pending_line};
 use crate::backend::Client;
 use crate::control::PendingView;
-use crate::control::ops::{
-    Closed, Confirm, Decision, GetStats, List, Pause, Pending, Reload, Stats,
-};
+use crate::control::ops::{Closed, Confirm, Decision, GetStats, List, Pause, Pending, Stats};
 use crate::delivery::exec::ExecStats;
 use crate::message::MessageView;
 
@@ -118,6 +115,9 @@ pub struct InstallArgs {
     /// `.claude/settings.json` beside the `.mcp.json`).
     #[arg(long, value_name = "FILE", requires = "hooks")]
     pub settings: Option<PathBuf>,
+    /// Print `{"dry_run", "files": [{"path", "change", "what"}]}` instead of lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// An MCP host `install` knows.
@@ -158,11 +158,14 @@ pub async fn list(home: PathBuf, args: ListArgs) -> anyhow::Result<ExitCode> {
 /// `switchboard confirm ID [yes|no]`.
 pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCode> {
     let Some(decision) = args.decision else {
-        anyhow::bail!(
-            "confirm {id} needs an answer: `switchboard confirm {id} yes` or `switchboard confirm \
-             {id} no`; `switchboard pending` lists the open requests",
-            id = args.id
-        );
+        let id = args.id;
+        return Err(super::exit::UsageError(format!(
+            "confirm {id} needs an answer: `{}` or `{}`; `{}` lists the open requests",
+            crate::home::command(&format!("confirm {id} yes")),
+            crate::home::command(&format!("confirm {id} no")),
+            crate::home::command("pending")
+        ))
+        .into());
     };
     // Not kept (the actions journal cannot be written) is refused as `not_recorded`: nothing
     // changed, and the exit code (7, not now) tells a script to try again.
@@ -210,8 +213,12 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
 }
 
 /// `switchboard pause` / `resume`.
-pub async fn pause(home: PathBuf, paused: bool) -> anyhow::Result<ExitCode> {
+pub async fn pause(home: PathBuf, paused: bool, json: bool) -> anyhow::Result<ExitCode> {
     let now = Client::connect(&home).await?.call(Pause { paused }).await?;
+    if json {
+        super::show::print_json(&serde_json::json!({"paused": now.paused}))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     writeln!(
         std::io::stdout().lock(),
         "{}",
@@ -295,7 +302,10 @@ fn stats_text(all: &Stats) -> String {
         out.push(format!("config    {} (at {})", r.message, r.at));
     }
     if d.pending_confirms > 0 {
-        out.push("(`switchboard pending` lists the open confirms)".into());
+        out.push(format!(
+            "(`{}` lists the open confirms)",
+            crate::home::command("pending")
+        ));
     }
     out.join("\n")
 }
@@ -364,22 +374,10 @@ pub async fn pending(home: PathBuf, args: PendingArgs) -> anyhow::Result<ExitCod
     }
     writeln!(
         out,
-        "answer with `switchboard confirm ID yes` or `switchboard confirm ID no`"
+        "answer with `{}` or `{}`",
+        crate::home::command("confirm ID yes"),
+        crate::home::command("confirm ID no")
     )?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `switchboard rules reload`.
-pub async fn reload(home: PathBuf) -> anyhow::Result<ExitCode> {
-    // A refused reload still carries its report: the errors, one per line.
-    let report = Client::connect(&home).await?.call(Reload {}).await?;
-    if !report.ok {
-        for e in &report.errors {
-            eprintln!("{}", e.message);
-        }
-        anyhow::bail!(report.message);
-    }
-    writeln!(std::io::stdout().lock(), "{}", report.message)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -390,7 +388,9 @@ pub async fn install(
     args: InstallArgs,
 ) -> anyhow::Result<ExitCode> {
     if args.settings.is_some() && !matches!(args.host, Host::Claude) {
-        anyhow::bail!("`--settings` is for `install claude --hooks`");
+        return Err(
+            super::exit::UsageError("`--settings` is for `install claude --hooks`".into()).into(),
+        );
     }
     let exe = std::env::current_exe()?;
     let exe_text = exe.display().to_string();
@@ -398,7 +398,8 @@ pub async fn install(
         eprintln!(
             "warning: {exe_text} is a cargo build output: the next `cargo build` or `cargo clean` \
              replaces or removes it under the host. Install the binary with `cargo install --locked --path .` \
-             and run `switchboard install` from there"
+             and run `{}` from there",
+            crate::home::command("install")
         );
     }
     // A home named on the command line or in SWITCHBOARD_HOME goes into the entry, so that the
@@ -483,26 +484,61 @@ pub async fn install(
             })
         }
     };
+    let entry_file = super::hooks::HooksPlan {
+        path,
+        text,
+        verb,
+        what: "the `switchboard` MCP server",
+    };
+    write_install(&entry_file, hooks.as_ref(), args.dry_run, args.json)
+}
+
+/// Writes (or, in a dry run, shows) the host's configuration and its hooks, and says so.
+fn write_install(
+    entry: &super::hooks::HooksPlan,
+    hooks: Option<&super::hooks::HooksPlan>,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let path_text = entry.path.display().to_string();
+    if json {
+        let mut files = vec![entry.summary(dry_run)];
+        files.extend(hooks.map(|h| h.summary(dry_run)));
+        if !dry_run {
+            write_entry(entry)?;
+            if let Some(hooks) = hooks {
+                hooks.write(true)?;
+            }
+        }
+        super::show::print_json(&serde_json::json!({"dry_run": dry_run, "files": files}))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = std::io::stdout().lock();
-    if args.dry_run {
+    if dry_run {
         writeln!(out, "would write {path_text} (dry run, nothing written):")?;
-        write!(out, "{text}")?;
+        write!(out, "{}", entry.text)?;
         drop(out);
-        if let Some(hooks) = &hooks {
+        if let Some(hooks) = hooks {
             hooks.show()?;
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    crate::config::write_atomic(&path, text.as_bytes())?;
-    writeln!(out, "{verb} {path_text}")?;
+    write_entry(entry)?;
+    writeln!(out, "{} {path_text}", entry.verb)?;
     drop(out);
-    if let Some(hooks) = &hooks {
-        hooks.write()?;
+    if let Some(hooks) = hooks {
+        hooks.write(false)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the host's MCP configuration file, creating its directory.
+fn write_entry(entry: &super::hooks::HooksPlan) -> anyhow::Result<()> {
+    if let Some(dir) = entry.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    crate::config::write_atomic(&entry.path, entry.text.as_bytes())?;
+    Ok(())
 }
 
 /// Copilot CLI's per-server `timeout` (ms) for a wait cap of `cap_s` seconds: the cap plus

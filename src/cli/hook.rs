@@ -81,6 +81,9 @@ pub struct DutyArgs {
     /// On duty for this long, then off by itself (`8h`, `90m`).
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
     pub for_: Option<Duration>,
+    /// Print the mode as JSON (`{"on", "until"}`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// On or off duty.
@@ -111,11 +114,26 @@ pub struct StopEvent {
 }
 
 impl StopEvent {
-    /// Reads the event, in either host's spelling.
-    pub fn parse(text: &str) -> Option<StopEvent> {
-        let v: Value = serde_json::from_str(text).ok()?;
+    /// Reads the event, in either host's spelling; or says what is wrong with it.
+    pub fn parse(text: &str) -> Result<StopEvent, String> {
+        let v: Value = match serde_json::from_str(text) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(other) => {
+                return Err(format!(
+                    "the host's event is {}, not a JSON object",
+                    crate::json_kind(&other)
+                ));
+            }
+            Err(_) if text.trim().is_empty() => {
+                return Err("the host sent no event on stdin".into());
+            }
+            Err(e) => return Err(format!("the host's event is not JSON: {e}")),
+        };
         let field = |names: &[&str]| names.iter().find_map(|n| v.get(*n)).cloned();
-        let session_id = match field(&["sessionId", "session_id"])? {
+        let Some(session_id) = field(&["sessionId", "session_id"]) else {
+            return Err("the host's event has no session id (`sessionId` or `session_id`)".into());
+        };
+        let session_id = match session_id {
             Value::String(s) => s,
             other => other.to_string(),
         };
@@ -127,7 +145,7 @@ impl StopEvent {
             None if v.get("sessionId").is_some() => Some(HookHost::Copilot),
             None => None,
         };
-        Some(StopEvent {
+        Ok(StopEvent {
             session_id,
             continued,
             host,
@@ -144,11 +162,12 @@ pub async fn stop(home: PathBuf, args: StopArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let Some(event) = StopEvent::parse(&text) else {
-        eprintln!(
-            "switchboard hook stop: the host's event has no session id; the stop goes through"
-        );
-        return Ok(ExitCode::SUCCESS);
+    let event = match StopEvent::parse(&text) {
+        Ok(event) => event,
+        Err(why) => {
+            eprintln!("switchboard hook stop: {why}; the stop goes through");
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     let host = args.host.or(event.host).unwrap_or(HookHost::Copilot);
     // No daemon: nothing can be queued; stay silent and fast.
@@ -253,7 +272,7 @@ pub async fn post_tool_use(home: PathBuf) -> anyhow::Result<ExitCode> {
 /// `switchboard duty [on|off] [--for 8h]`.
 pub async fn duty(home: PathBuf, args: DutyArgs) -> anyhow::Result<ExitCode> {
     if args.for_.is_some() && !matches!(args.mode, Some(DutyMode::On)) {
-        anyhow::bail!("`--for` goes with `duty on`");
+        return Err(super::exit::UsageError("`--for` goes with `duty on`".into()).into());
     }
     let view = Client::connect(&home)
         .await?
@@ -262,6 +281,10 @@ pub async fn duty(home: PathBuf, args: DutyArgs) -> anyhow::Result<ExitCode> {
             for_ms: args.for_.map(|d| d.as_millis() as u64),
         })
         .await?;
+    if args.json {
+        super::show::print_json(&serde_json::to_value(&view)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     writeln!(std::io::stdout().lock(), "{}", duty_line(&view))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -306,7 +329,10 @@ mod tests {
         assert_eq!(claude.session_id, "a-2");
         assert!(!claude.continued);
         assert_eq!(claude.host, Some(HookHost::Claude));
-        assert_eq!(StopEvent::parse(r#"{"cwd":"/w"}"#), None);
+        assert_eq!(
+            StopEvent::parse(r#"{"cwd":"/w"}"#),
+            Err("the host's event has no session id (`sessionId` or `session_id`)".into())
+        );
     }
 
     #[test]
@@ -332,6 +358,16 @@ mod tests {
             "a failure may follow a refusal"
         );
         assert!(tool_ran("not json").is_none());
-        assert_eq!(StopEvent::parse("not json"), None);
+        // Issue 47: non-JSON input said "the event has no session id".
+        let why = StopEvent::parse("not json").unwrap_err();
+        assert!(why.starts_with("the host's event is not JSON: "), "{why}");
+        assert_eq!(
+            StopEvent::parse("  \n").unwrap_err(),
+            "the host sent no event on stdin"
+        );
+        assert_eq!(
+            StopEvent::parse("[1]").unwrap_err(),
+            "the host's event is an array, not a JSON object"
+        );
     }
 }

@@ -95,8 +95,29 @@ pub struct HooksPlan {
 }
 
 impl HooksPlan {
-    /// Writes the file (unless it is up to date) and says what changed.
-    pub fn write(&self) -> anyhow::Result<()> {
+    /// What writing it does, for `install --json`: `{"path", "change", "what"}` (and
+    /// `"content"` in a dry run).
+    pub fn summary(&self, dry_run: bool) -> Value {
+        let change = if self.verb.contains("up to date") {
+            "unchanged"
+        } else if self.verb.starts_with("added") {
+            "added"
+        } else {
+            "updated"
+        };
+        let mut v = serde_json::json!({
+            "path": self.path.display().to_string(),
+            "change": change,
+            "what": self.what,
+        });
+        if dry_run {
+            v["content"] = self.text.clone().into();
+        }
+        v
+    }
+
+    /// Writes the file (unless it is up to date); says what changed unless `quiet`.
+    pub fn write(&self, quiet: bool) -> anyhow::Result<()> {
         let shown = self.path.display();
         if self.verb != UP_TO_DATE {
             if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -105,6 +126,9 @@ impl HooksPlan {
             }
             crate::config::write_atomic(&self.path, self.text.as_bytes())
                 .map_err(|e| anyhow::anyhow!("cannot write {shown}: {e}"))?;
+        }
+        if quiet {
+            return Ok(());
         }
         writeln!(
             std::io::stdout().lock(),
@@ -140,7 +164,7 @@ pub fn plan_copilot(exe: &str, home: &Path, mcp_config: &Path) -> anyhow::Result
         path,
         &doc,
         old.as_ref(),
-        "Copilot hooks (sessionStart, userPromptSubmitted → `pending --hook`; agentStop →          `hook stop`)",
+        "Copilot hooks (sessionStart, userPromptSubmitted → `pending --hook`; agentStop → `hook stop`)",
     ))
 }
 
@@ -366,7 +390,7 @@ mod tests {
                 "command": "/bin/switchboard --home /h hook post-tool-use", "timeout": 10}]}]),
             "{doc}"
         );
-        plan.write().unwrap();
+        plan.write(false).unwrap();
         let again = plan_claude("/bin/switchboard", Path::new("/h"), &settings).unwrap();
         assert_eq!(again.verb, UP_TO_DATE);
         // An older command of ours is replaced, not added beside.

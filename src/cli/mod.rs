@@ -5,7 +5,10 @@ mod control_cmds;
 pub mod exit;
 mod hook;
 mod hooks;
+mod man;
 mod rules;
+mod rules_lint;
+mod rules_running;
 mod send;
 mod serve;
 mod show;
@@ -28,6 +31,14 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `--json` alone, for the commands that take nothing else.
+#[derive(Debug, clap::Args)]
+pub struct JsonArgs {
+    /// Print JSON instead of a line.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -36,10 +47,11 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Run the daemon in the foreground: ingest, journals, rules, upstreams (systemd, tests).
     Daemon(serve::DaemonArgs),
-    /// Start the daemon in the background, unless one runs.
-    Start(serve::DaemonArgs),
+    /// Start the daemon in the background, unless one runs; warns when the rules on disk
+    /// are not the rules it runs.
+    Start(serve::StartArgs),
     /// Stop the daemon.
-    Stop,
+    Stop(serve::StopArgs),
     /// Whether the daemon runs, where it listens, how it is doing (exit 3: not running).
     Status(serve::StatusArgs),
     /// Post a message to the running server.
@@ -52,9 +64,9 @@ pub enum Command {
     /// List the open confirm requests, with rule, channel, excerpt and time left.
     Pending(control_cmds::PendingArgs),
     /// Pause rule evaluation (messages keep landing in the inbox).
-    Pause,
+    Pause(JsonArgs),
     /// Resume rule evaluation.
-    Resume,
+    Resume(JsonArgs),
     /// Inbox, rules and delivery counters of the running server.
     Stats(control_cmds::StatsArgs),
     /// Tail the inbox and actions, one line each.
@@ -81,8 +93,9 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff): `switchboard man | man -l -`.
-    Man,
+    /// Print the man page (roff): `switchboard man | man -l -`; `--dir DIR` writes one page
+    /// per command.
+    Man(man::ManArgs),
     /// What a host's hooks run: `hook stop` hands queued work to an agent about to stop.
     Hook {
         /// The hook.
@@ -94,6 +107,13 @@ pub enum Command {
 }
 
 impl Cli {
+    /// Parses the process's arguments with the examples and exit statuses in `--help`; a
+    /// wrong command line exits 2 with clap's message.
+    pub fn parse_args() -> Cli {
+        let matches = man::command().get_matches();
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
     /// The log file this command line's daemon writes (set when it was started in the
     /// background), for `main` to point tracing at.
     pub fn log_file(&self) -> Option<&std::path::Path> {
@@ -104,6 +124,14 @@ impl Cli {
         }
     }
 
+    /// Whether this command speaks for itself on stdout, so that its log says only what went
+    /// wrong (warnings and errors) unless `RUST_LOG` asks for more: `start` prints that it
+    /// started the daemon, an INFO line saying it again is noise. The daemon and a front
+    /// end (whose stderr is the host's MCP log) log at INFO.
+    pub fn quiet_log(&self) -> bool {
+        !matches!(&self.command, Command::Serve(_) | Command::Daemon(_))
+    }
+
     /// Whether this command line is a front end (`serve` on stdio): it relays one session
     /// between its host and the daemon, which one thread does with fewer wake-ups and
     /// hand-offs than a pool of workers, and a host may run many of them on one machine.
@@ -112,24 +140,45 @@ impl Cli {
     }
 }
 
+/// How the home was named on this command line, for hints: not at all when it is the default
+/// home however it was given (`switchboard start` reaches it).
+fn named_home(home: &std::path::Path, flag: bool) -> crate::home::HomeNamed {
+    use crate::home::HomeNamed;
+    let default = crate::config::Home::resolve_default();
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        std::path::absolute(a).ok() == std::path::absolute(b).ok()
+    };
+    if same(home, &default) {
+        return HomeNamed::Default;
+    }
+    let shown = std::path::absolute(home).unwrap_or_else(|_| home.to_path_buf());
+    if flag {
+        HomeNamed::Flag(shown)
+    } else {
+        HomeNamed::Env(shown)
+    }
+}
+
 /// Runs a parsed command line; the error, if any, is printed by `main`.
 pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    let explicit_home = cli.home.is_some()
-        || std::env::var_os(crate::config::HOME_ENV).is_some_and(|v| !v.is_empty());
+    let from_env = std::env::var_os(crate::config::HOME_ENV).filter(|v| !v.is_empty());
+    let explicit_home = cli.home.is_some() || from_env.is_some();
+    let flag = cli.home.is_some();
     let home = crate::config::Home::resolve(cli.home);
+    crate::home::set_home_named(named_home(&home, flag));
     match cli.command {
         Command::Serve(args) => serve::execute(home, args).await,
         Command::Daemon(args) => serve::daemon(home, args).await,
         Command::Start(args) => serve::start(home, args).await,
-        Command::Stop => serve::stop(home).await,
+        Command::Stop(args) => serve::stop(home, args).await,
         Command::Status(args) => serve::status(home, args).await,
         Command::Send(args) => send::execute(home, args).await,
         Command::List(args) => control_cmds::list(home, args).await,
         Command::Confirm(args) => control_cmds::confirm(home, args).await,
         Command::Pending(args) => control_cmds::pending(home, args).await,
         Command::Ui(args) => ui::run(home, args).await,
-        Command::Pause => control_cmds::pause(home, true).await,
-        Command::Resume => control_cmds::pause(home, false).await,
+        Command::Pause(args) => control_cmds::pause(home, true, args.json).await,
+        Command::Resume(args) => control_cmds::pause(home, false, args.json).await,
         Command::Stats(args) => control_cmds::stats(home, args).await,
         Command::Watch(args) => watch::execute(home, args).await,
         Command::Rules { command } => rules::execute(home, command).await,
@@ -150,12 +199,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             std::io::Write::write_all(&mut std::io::stdout().lock(), &text)?;
             Ok(std::process::ExitCode::SUCCESS)
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            let mut text = Vec::new();
-            clap_mangen::Man::new(cmd).render(&mut text)?;
-            std::io::Write::write_all(&mut std::io::stdout().lock(), &text)?;
-            Ok(std::process::ExitCode::SUCCESS)
-        }
+        Command::Man(args) => man::execute(args),
     }
 }

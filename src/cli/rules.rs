@@ -33,21 +33,23 @@ use crate::rules::{LoadError, RuleSet};
 /// The rules subcommands.
 #[derive(Debug, Subcommand)]
 pub enum RulesCommand {
-    /// Validate a rules file (default: the home's triggers.json); exit 1 when invalid.
+    /// Validate a rules file (default: the home's triggers.json, which a running daemon is
+    /// then made to run before this returns); exit 1 when invalid.
     Check(CheckArgs),
     /// Check expectations from a test file, or replay messages through rules and print the
     /// actions they produce.
     Test(TestArgs),
-    /// Ask the running server to reload triggers.json.
-    Reload,
+    /// Have the running daemon read triggers.json now; returns once it runs the file on
+    /// disk (an invalid file keeps the rules running, and exits 1).
+    Reload(ReloadArgs),
     /// Show the running server's rules: one line per rule, or JSON with `--json`.
     List(ListArgs),
     /// Print the JSON Schema of triggers.json.
     Schema,
 }
 
-/// Output format of `rules check`.
-#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+/// Output format of `rules check` and `config check` (`--format json` is `--json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// One line per error.
     #[default]
@@ -61,9 +63,21 @@ pub enum Format {
 pub struct CheckArgs {
     /// The file (default: triggers.json in the home).
     pub file: Option<PathBuf>,
-    /// Output format.
+    /// Print the errors as a JSON array of `{code, rule_index, rule, key, line, column,
+    /// message}` (`[]` when valid).
+    #[arg(long)]
+    pub json: bool,
+    /// `--format json` is `--json` (kept for the scripts that use it).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+}
+
+/// Options of `rules reload`.
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    /// Print the daemon's reload report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `rules test`.
@@ -82,6 +96,9 @@ pub struct TestArgs {
     /// Also print why each rule did not fire for each message (replay mode).
     #[arg(long)]
     pub explain: bool,
+    /// A test file's results as one JSON object (the replay mode prints JSON lines anyway).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `rules list`.
@@ -95,9 +112,9 @@ pub struct ListArgs {
 /// Runs a rules subcommand.
 pub async fn execute(home: PathBuf, command: RulesCommand) -> anyhow::Result<ExitCode> {
     match command {
-        RulesCommand::Check(args) => check(&home, args),
+        RulesCommand::Check(args) => check(&home, args).await,
         RulesCommand::Test(args) => match args.file {
-            Some(file) => test_file(&file),
+            Some(file) => test_file(&file, args.json),
             None => test(args),
         },
         RulesCommand::Schema => {
@@ -105,23 +122,25 @@ pub async fn execute(home: PathBuf, command: RulesCommand) -> anyhow::Result<Exi
             writeln!(std::io::stdout().lock(), "{schema}")?;
             Ok(ExitCode::SUCCESS)
         }
-        RulesCommand::Reload => super::control_cmds::reload(home).await,
+        RulesCommand::Reload(args) => reload(&home, args.json).await,
         RulesCommand::List(args) => rules_list(home, args.json).await,
     }
 }
 
 /// `rules check`: 0 when valid, 1 when invalid; errors on stdout (text lines or a JSON array).
-fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
+/// On the home's own file with a daemon running, it returns once the daemon runs the file.
+async fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let json = args.json || args.format == Format::Json;
     let explicit = args.file.is_some();
     let path = args.file.unwrap_or_else(|| home.join("triggers.json"));
     let shown = path.display().to_string();
-    let mut out = std::io::stdout().lock();
     let result = match RuleSet::load(&path) {
         Ok(None) if explicit => anyhow::bail!("cannot read {shown}: no such file"),
         Ok(None) => {
-            match args.format {
-                Format::Json => writeln!(out, "[]")?,
-                Format::Text => writeln!(
+            let mut out = std::io::stdout().lock();
+            match json {
+                true => writeln!(out, "[]")?,
+                false => writeln!(
                     out,
                     "{shown}: no such file; the built-in catch-all notify rule applies"
                 )?,
@@ -132,11 +151,57 @@ fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
         Err(LoadError::Invalid { errors, .. }) => Err(errors),
         Err(e @ LoadError::Io { .. }) => return Err(e.into()),
     };
-    match (result, args.format) {
-        (Ok(_), Format::Json) => writeln!(out, "[]")?,
-        (Ok(set), Format::Text) => {
-            for warning in placeholder_warnings(&set) {
-                eprintln!("{shown}: warning: {warning}");
+    let valid = result.is_ok();
+    print_check(&shown, result, json)?;
+    if !explicit {
+        // The daemon, when one runs, is made to run what was just checked.
+        match Client::connect(home).await {
+            Ok(mut client) => {
+                let report = super::rules_running::sync(&mut client, &path, false).await?;
+                let line = super::rules_running::running_line(&report, &path);
+                let in_sync = report.ok && report.running == report.hash;
+                match json {
+                    true => eprintln!("{line}"),
+                    false => writeln!(std::io::stdout().lock(), "{line}")?,
+                }
+                if valid && !in_sync {
+                    return Ok(super::exit::code(super::exit::FAILURE));
+                }
+            }
+            Err(e) if e.is::<crate::backend::NotRunning>() => {
+                let line = format!(
+                    "not running: no daemon runs on {}; `{}` loads these rules",
+                    home.display(),
+                    crate::home::command("start")
+                );
+                match json {
+                    true => eprintln!("{line}"),
+                    false => writeln!(std::io::stdout().lock(), "{line}")?,
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(if valid {
+        ExitCode::SUCCESS
+    } else {
+        super::exit::code(super::exit::FAILURE)
+    })
+}
+
+/// Prints what `rules check` found: `PATH: ok, N rules: …` (and the warnings), or every error.
+fn print_check(
+    shown: &str,
+    result: Result<RuleSet, Vec<crate::rules::RuleError>>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match (result, json) {
+        (Ok(_), true) => writeln!(out, "[]")?,
+        (Ok(set), false) => {
+            let text = std::fs::read_to_string(shown).unwrap_or_default();
+            for warning in super::rules_lint::warnings(&set, &text) {
+                eprintln!("{}", warning.render(shown));
             }
             let names: Vec<_> = set.rules().iter().map(|r| &*r.name).collect();
             writeln!(
@@ -148,13 +213,10 @@ fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
                 names.join(", ")
             )?;
         }
-        (Err(errors), Format::Json) => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&errors)?)?;
-            return Ok(ExitCode::from(1));
-        }
-        (Err(errors), Format::Text) => {
+        (Err(errors), true) => writeln!(out, "{}", serde_json::to_string_pretty(&errors)?)?,
+        (Err(errors), false) => {
             for e in &errors {
-                writeln!(out, "{}", e.render(&shown))?;
+                writeln!(out, "{}", e.render(shown))?;
             }
             writeln!(
                 out,
@@ -162,68 +224,37 @@ fn check(home: &Path, args: CheckArgs) -> anyhow::Result<ExitCode> {
                 errors.len(),
                 if errors.len() == 1 { "" } else { "s" }
             )?;
-            return Ok(ExitCode::from(1));
         }
     }
+    Ok(())
+}
+
+/// `rules reload`: the daemon reads triggers.json now; returns once it runs the file on disk.
+/// An invalid or missing file keeps the rules running: its errors, and exit 1.
+async fn reload(home: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let path = home.join("triggers.json");
+    let mut client = Client::connect(home).await?;
+    let report = super::rules_running::sync(&mut client, &path, true).await?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+        return Ok(super::exit::code(if report.ok {
+            super::exit::OK
+        } else {
+            super::exit::FAILURE
+        }));
+    }
+    if !report.ok {
+        for e in &report.errors {
+            eprintln!("{}", e.message);
+        }
+        anyhow::bail!(report.message);
+    }
+    writeln!(
+        std::io::stdout().lock(),
+        "{}",
+        super::rules_running::running_line(&report, &path)
+    )?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Placeholders and matchers that read a metadata key no message of the rule's server carries:
-/// `{{meta.KEY}}` of a missing key renders as nothing and a matcher sees the empty string, so a
-/// typo (`{{meta.fingerprnt}}`) would make every dedup key empty without a word. Only rules on a
-/// built-in source's server are checked: other senders choose their own keys.
-fn placeholder_warnings(set: &RuleSet) -> Vec<String> {
-    let mut warnings = Vec::new();
-    for (i, rule) in set.rules().iter().enumerate() {
-        let crate::rules::NamePattern::Exact(server) = &rule.server else {
-            continue;
-        };
-        let Some((keys, prefixes)) = crate::sources::known_meta_keys(server) else {
-            continue;
-        };
-        let known = |k: &str| {
-            keys.contains(&k)
-                || prefixes
-                    .iter()
-                    .any(|p| k.starts_with(p) && k.len() > p.len())
-        };
-        let templates = [
-            ("prompt", rule.prompt.as_ref()),
-            ("dedupKey", rule.dedup_key.as_ref()),
-            ("resolveKey", rule.resolve.as_ref().map(|r| &r.key)),
-        ];
-        let mut seen = Vec::new();
-        for (field, template) in templates {
-            for key in template.into_iter().flat_map(|t| t.meta_keys()) {
-                if !known(key) && !seen.contains(&(field, key)) {
-                    seen.push((field, key));
-                    warnings.push(format!(
-                        "rule {i} `{}`: `{{{{meta.{key}}}}}` in `{field}` is set by no `{server}` message, so it renders empty{}",
-                        rule.name,
-                        suggestion(key, keys)
-                    ));
-                }
-            }
-        }
-        for m in &rule.matchers {
-            let key = m.key();
-            if !known(key) {
-                warnings.push(format!(
-                    "rule {i} `{}`: matcher key `{key}` is set by no `{server}` message, so it always sees \"\"{}",
-                    rule.name,
-                    suggestion(key, keys)
-                ));
-            }
-        }
-    }
-    warnings
-}
-
-/// `; did you mean `KEY`?` for the closest known key, when one is close.
-fn suggestion(key: &str, keys: &[&str]) -> String {
-    crate::rules::suggest(key, keys)
-        .map(|k| format!("; did you mean `{k}`?"))
-        .unwrap_or_default()
 }
 
 /// One line of a `rules test` messages file. A `channels.jsonl` record also fits
@@ -517,7 +548,7 @@ impl Outcome {
 }
 
 /// `rules test FILE.json`: every test, passed or failed; exit 1 on any failure.
-fn test_file(path: &Path) -> anyhow::Result<ExitCode> {
+fn test_file(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let shown = path.display().to_string();
     let text = read_regular(path, MAX_READ).with_context(|| format!("cannot read {shown}"))?;
     let file: TestFile = serde_json::from_str(&text).map_err(|e| {
@@ -585,6 +616,7 @@ fn test_file(path: &Path) -> anyhow::Result<ExitCode> {
 
     let mut out = std::io::stdout().lock();
     let (mut passed, mut failed) = (0, 0);
+    let mut results = Vec::new();
     for (name, messages, expect) in cases {
         let outcomes = run_case(&rules, messages);
         let failures: Vec<String> = expect
@@ -593,21 +625,34 @@ fn test_file(path: &Path) -> anyhow::Result<ExitCode> {
             .collect();
         if failures.is_empty() {
             passed += 1;
-            writeln!(out, "passed: {name}")?;
         } else {
             failed += 1;
+        }
+        if json {
+            results
+                .push(json!({"name": name, "passed": failures.is_empty(), "failures": failures}));
+            continue;
+        }
+        if failures.is_empty() {
+            writeln!(out, "passed: {name}")?;
+        } else {
             writeln!(out, "failed: {name}")?;
             for f in failures {
                 writeln!(out, "  {f}")?;
             }
         }
     }
-    writeln!(
-        out,
-        "{} test{}: {passed} passed, {failed} failed",
-        passed + failed,
-        if passed + failed == 1 { "" } else { "s" }
-    )?;
+    if json {
+        let all = json!({"passed": passed, "failed": failed, "tests": results});
+        writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
+    } else {
+        writeln!(
+            out,
+            "{} test{}: {passed} passed, {failed} failed",
+            passed + failed,
+            if passed + failed == 1 { "" } else { "s" }
+        )?;
+    }
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

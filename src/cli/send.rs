@@ -32,6 +32,9 @@ pub struct SendArgs {
     pub to: Option<String>,
     /// The message text.
     pub text: String,
+    /// Print `{"accepted": [{"seq", "duplicate"}]}`, as HTTP ingest answers.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_meta(s: &str) -> Result<(String, String), String> {
@@ -60,6 +63,10 @@ pub async fn execute(home: PathBuf, args: SendArgs) -> anyhow::Result<ExitCode> 
     let Some(first) = appended.first() else {
         anyhow::bail!("the daemon stored nothing and said nothing");
     };
+    if args.json {
+        super::show::print_json(&serde_json::json!({"accepted": appended}))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = std::io::stdout().lock();
     if first.duplicate {
         writeln!(out, "duplicate of seq {}", first.seq)?;

@@ -99,11 +99,16 @@ pub async fn execute(home: PathBuf, args: ServeArgs) -> anyhow::Result<ExitCode>
     if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         eprintln!(
             "switchboard serve speaks MCP (JSON-RPC) on stdin and stdout: an MCP host starts it \
-             (`switchboard install copilot` or `switchboard install claude`)"
+             (`{}` or `{}`)",
+            crate::home::command("install copilot"),
+            crate::home::command("install claude")
         );
         eprintln!(
-            "to run switchboard from a terminal, use `switchboard start` (or `switchboard daemon` \
-             in the foreground), and `switchboard watch` to see what arrives"
+            "to run switchboard from a terminal, use `{}` (or `{}` in the foreground), and `{}` \
+             to see what arrives",
+            crate::home::command("start"),
+            crate::home::command("daemon"),
+            crate::home::command("watch")
         );
     }
     let frontend = FrontendOptions {
@@ -120,10 +125,33 @@ pub async fn daemon(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
+/// Options of `start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    #[command(flatten)]
+    daemon: DaemonArgs,
+    /// Print the daemon's status as JSON, with `"started"`: false when one already ran.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// Print `{"stopped", "pid"}` (or `{"running": false}`) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `start`: the daemon in the background, unless one runs.
-pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> {
+pub async fn start(home: PathBuf, args: StartArgs) -> anyhow::Result<ExitCode> {
+    let (json, args) = (args.json, args.daemon);
     let mut out = std::io::stdout();
     if let Ok(Some(status)) = status_of(&home).await {
+        if json {
+            print_status_json(&mut out, &status, Some(false))?;
+            return Ok(ExitCode::SUCCESS);
+        }
         writeln!(
             out,
             "switchboard daemon already running (pid {}) on {}",
@@ -133,11 +161,14 @@ pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> 
         if !differs.is_empty() {
             writeln!(
                 out,
-                "  it keeps the settings it was started with ({}); to change them, run \
-                 `switchboard stop`, then `switchboard start` with the new flags",
-                differs.join("; ")
+                "  it keeps the settings it was started with ({}); to change them, run `{}`, \
+                 then `{}` with the new flags",
+                differs.join("; "),
+                crate::home::command("stop"),
+                crate::home::command("start")
             )?;
         }
+        warn_rules(&status);
         return Ok(ExitCode::SUCCESS);
     }
     // A taken ingest port fails the start with one line, before anything is launched.
@@ -160,6 +191,10 @@ pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> 
     let status = status_of(&home)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the daemon started but does not answer"))?;
+    if json {
+        print_status_json(&mut out, &status, Some(true))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     writeln!(
         out,
         "switchboard daemon started (pid {}) on {}",
@@ -169,17 +204,54 @@ pub async fn start(home: PathBuf, args: DaemonArgs) -> anyhow::Result<ExitCode> 
     if let Some(log) = &status.log {
         writeln!(out, "  log: {log}")?;
     }
+    warn_rules(&status);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `start`'s warning when the daemon does not run the rules on disk (an invalid
+/// `triggers.json`: it runs the built-in catch-all rule instead, or the rules it had).
+fn warn_rules(status: &Status) {
+    if let Some(rules) = status.rules.as_ref().filter(|r| !r.in_sync) {
+        eprintln!(
+            "warning: {}; `{}` says more",
+            rules.line,
+            crate::home::command("rules check")
+        );
+    }
+}
+
+/// The status as `status --json` prints it, with `started` for `start --json`.
+fn print_status_json(
+    out: &mut impl Write,
+    status: &Status,
+    started: Option<bool>,
+) -> anyhow::Result<()> {
+    let mut v = serde_json::to_value(status)?;
+    v["running"] = true.into();
+    if let Some(started) = started {
+        v["started"] = started.into();
+    }
+    writeln!(out, "{v}")?;
+    Ok(())
 }
 
 /// How long `stop` waits for the daemon to exit.
 const STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// `stop`: asks the daemon to stop and waits until it has.
-pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
+pub async fn stop(home: PathBuf, args: StopArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     let Some(status) = status_of(&home).await? else {
-        writeln!(out, "no switchboard daemon runs on {}", home.display())?;
+        if args.json {
+            let home = home.display().to_string();
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"running": false, "home": home})
+            )?;
+        } else {
+            writeln!(out, "no switchboard daemon runs on {}", home.display())?;
+        }
         return Ok(ExitCode::SUCCESS);
     };
     let mut client = Client::connect(&home).await?;
@@ -199,7 +271,16 @@ pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    writeln!(out, "switchboard daemon stopped (pid {})", status.pid)?;
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"stopped": true, "pid": status.pid, "home": status.home,
+                "unsaved": stopping.unsaved})
+        )?;
+    } else {
+        writeln!(out, "switchboard daemon stopped (pid {})", status.pid)?;
+    }
     if stopping.unsaved > 0 {
         eprintln!(
             "error: {} changes of state were not saved: the actions journal cannot be written \
@@ -212,7 +293,7 @@ pub async fn stop(home: PathBuf) -> anyhow::Result<ExitCode> {
                 .map(|c| c.strip_prefix("failing: ").unwrap_or(c))
                 .unwrap_or("unknown cause")
         );
-        return Ok(ExitCode::from(super::exit::UNSAVED));
+        return Ok(super::exit::code(super::exit::UNSAVED));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -241,9 +322,7 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::from(3));
     };
     if args.json {
-        let mut v = serde_json::to_value(&status)?;
-        v["running"] = true.into();
-        writeln!(out, "{v}")?;
+        print_status_json(&mut out, &status, None)?;
         return Ok(ExitCode::SUCCESS);
     }
     let s = &status.stats.core;
@@ -262,12 +341,16 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         "  inbox: last seq {}, {} in the ring; journal {}",
         s.inbox.last_seq, s.inbox.ring_depth, s.inbox.journal_status
     )?;
-    writeln!(
-        out,
-        "  rules: {} loaded{}",
-        s.rules_loaded,
-        if s.paused { ", evaluation PAUSED" } else { "" }
-    )?;
+    let paused = if s.paused { ", evaluation PAUSED" } else { "" };
+    match &status.rules {
+        Some(rules) if !rules.in_sync => {
+            let colour = super::show::colour(std::io::IsTerminal::is_terminal(&out));
+            let line = format!("  rules: {}{paused}", rules.line);
+            writeln!(out, "{}", super::show::paint(colour, "1;31", &line))?;
+        }
+        Some(rules) => writeln!(out, "  rules: {}{paused}", rules.line)?,
+        None => writeln!(out, "  rules: {} loaded{paused}", s.rules_loaded)?,
+    }
     if let Some(failed) = s.last_reload.as_ref().filter(|r| !r.ok) {
         writeln!(
             out,

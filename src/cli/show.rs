@@ -125,6 +125,25 @@ pub fn upstream_line(u: &UpstreamState) -> String {
     line
 }
 
+/// Whether to colour what goes to a stream: on a terminal, or where `CLICOLOR_FORCE` asks for
+/// it, and never where `NO_COLOR` is set (<https://no-color.org>).
+pub fn colour(is_terminal: bool) -> bool {
+    let set = |name| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    if set("NO_COLOR") {
+        return false;
+    }
+    is_terminal || (set("CLICOLOR_FORCE") && std::env::var_os("CLICOLOR_FORCE") != Some("0".into()))
+}
+
+/// `text` in the SGR style `code` (`1;31`: bold red) when `colour`, else as it is.
+pub fn paint(colour: bool, code: &str, text: &str) -> String {
+    if colour {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
 /// Pretty JSON on stdout, for `--json`.
 pub fn print_json(value: &serde_json::Value) -> std::io::Result<()> {
     use std::io::Write;

@@ -22,6 +22,9 @@ pub struct UiArgs {
     /// Sign every browser out of the page and forget every link not opened yet.
     #[arg(long, conflicts_with_all = ["no_open", "public"])]
     pub revoke: bool,
+    /// Print `{"url": ...}` (and open nothing); with `--revoke`, `{"sessions", "links"}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Prints a fresh one-time link to the page (it works once, for two minutes) and opens it; or,
@@ -31,13 +34,20 @@ pub async fn run(home: PathBuf, args: UiArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     if args.revoke {
         let revoked = client.call(UiRevoke {}).await?;
+        if args.json {
+            super::show::print_json(
+                &serde_json::json!({"sessions": revoked.sessions, "links": revoked.links}),
+            )?;
+            return Ok(ExitCode::SUCCESS);
+        }
         writeln!(
             out,
-            "revoked {} page session{} and {} unused link{}; run `switchboard ui` for a new link",
+            "revoked {} page session{} and {} unused link{}; run `{}` for a new link",
             revoked.sessions,
             if revoked.sessions == 1 { "" } else { "s" },
             revoked.links,
             if revoked.links == 1 { "" } else { "s" },
+            crate::home::command("ui")
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -46,10 +56,19 @@ pub async fn run(home: PathBuf, args: UiArgs) -> anyhow::Result<ExitCode> {
             public: args.public,
         })
         .await?;
+    if args.json {
+        let mut v = serde_json::json!({"url": link.url});
+        if let Some(note) = &link.note {
+            v["note"] = note.clone().into();
+        }
+        super::show::print_json(&v)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     writeln!(
         out,
-        "{}\nthis link works once, for two minutes; run `switchboard ui` again for another",
-        link.url
+        "{}\nthis link works once, for two minutes; run `{}` again for another",
+        link.url,
+        crate::home::command("ui")
     )?;
     if let Some(note) = &link.note {
         writeln!(out, "{note}")?;

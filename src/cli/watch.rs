@@ -35,6 +35,8 @@ pub enum WatchEvent {
     Action(Event),
     /// A matching rule that did not fire (dedup, rate limit).
     Suppressed(crate::metrics::Suppression),
+    /// A file of the home was reloaded, or could not be.
+    Reload(crate::control::ops::Reloaded),
 }
 
 /// Options of `watch`.
@@ -81,6 +83,7 @@ impl Stream {
             match self.client.next_push().await {
                 Ok(Some(Down::Event(e))) => return Ok(WatchEvent::Action(e)),
                 Ok(Some(Down::Suppressed(s))) => return Ok(WatchEvent::Suppressed(s)),
+                Ok(Some(Down::Reloaded(r))) => return Ok(WatchEvent::Reload(r)),
                 Ok(Some(Down::Committed(seq))) if seq > self.after => {
                     let read = self
                         .client
@@ -150,7 +153,7 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
     let stdout = std::io::stdout();
     let tty = std::io::IsTerminal::is_terminal(&stdout);
     let style = Style {
-        colour: tty && !args.json && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        colour: !args.json && super::show::colour(tty),
         width: (tty && !args.full && !args.json)
             .then(terminal_width)
             .flatten(),
@@ -213,7 +216,8 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
                         if !args.json {
                             let note = format!(
                                 "reconnected: the daemon restarted ({why}); messages that came \
-                                 in between are in `switchboard list`"
+                                 in between are in `{}`",
+                                crate::home::command("list")
                             );
                             let mut out = stdout.lock();
                             writeln!(out, "{}", style.paint("2", note))?;
@@ -223,9 +227,11 @@ pub async fn execute(home: std::path::PathBuf, args: WatchArgs) -> anyhow::Resul
                     }
                     None => anyhow::bail!(
                         "the switchboard on {} went away ({why}) and did not come back within \
-                         {}s; start it again with `switchboard start` and rerun `switchboard watch`",
+                         {}s; start it again with `{}` and rerun `{}`",
                         home.display(),
-                        RECONNECT_FOR.as_secs()
+                        RECONNECT_FOR.as_secs(),
+                        crate::home::command("start"),
+                        crate::home::command("watch")
                     ),
                 }
             }
@@ -260,6 +266,11 @@ pub fn json_line(event: &WatchEvent) -> Value {
         WatchEvent::Action(Event::Queued { item }) => {
             json!({"type": "action", "event": "queued", "item": ItemView::from(item)})
         }
+        WatchEvent::Reload(r) => {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            v["type"] = "reload".into();
+            v
+        }
         other => serde_json::to_value(other).unwrap_or_default(),
     }
 }
@@ -269,7 +280,7 @@ fn kind_label(kind: ItemKind) -> &'static str {
         ItemKind::Nudge => "nudge",
         ItemKind::ConfirmRequest => "confirm?",
         ItemKind::Auto => "auto",
-        ItemKind::Approved => "approved",
+        ItemKind::Approved => "work",
     }
 }
 
@@ -284,21 +295,28 @@ pub fn text_line(event: &WatchEvent, style: Style) -> String {
                 ItemKind::Auto => "35",
                 ItemKind::Approved => "32",
             };
+            // Only a confirm request is answered: approved work carries its confirm's expiry,
+            // which says nothing any more (the `approved` line said who answered).
             let expires = item
                 .expires_at
+                .filter(|_| item.kind == ItemKind::ConfirmRequest)
                 .map(|e| {
                     let left = (e - chrono::Utc::now()).num_seconds().max(0) as u64;
                     format!(
-                        " (answer within {}: `switchboard confirm {} yes|no`)",
+                        " (answer within {}: `{}`)",
                         humantime::format_duration(std::time::Duration::from_secs(left)),
-                        item.action_id
+                        crate::home::command(&format!("confirm {} yes|no", item.action_id))
                     )
                 })
                 .unwrap_or_default();
+            let queued = match item.kind {
+                ItemKind::Approved => ", queued for the agent",
+                _ => "",
+            };
             style.paint(
                 code,
                 format!(
-                    "  {} #{} [{}] seq {}{expires}: {}",
+                    "  {} #{} [{}] seq {}{queued}{expires}: {}",
                     kind_label(item.kind),
                     item.action_id,
                     escape(&item.rule),
@@ -316,6 +334,10 @@ pub fn text_line(event: &WatchEvent, style: Style) -> String {
             // Rule, consumer names and reasons can come from outside (a client's name): escaped.
             style.paint(code, format!("  {}", escape(&transition_line(e))))
         }
+        WatchEvent::Reload(r) => style.paint(
+            if r.ok { "32" } else { "1;31" },
+            escape(&r.line).into_owned(),
+        ),
         WatchEvent::Suppressed(s) => style.paint(
             "2",
             format!(

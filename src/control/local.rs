@@ -108,6 +108,8 @@ pub struct Parts {
     statuses: Vec<(String, StatusFn)>,
     metrics: Vec<MetricsFn>,
     web: Option<Arc<dyn WebLinks>>,
+    /// Reloads of the home's files, for `watch`.
+    reloads: tokio::sync::broadcast::Sender<super::ops::Reloaded>,
 }
 
 impl Parts {
@@ -121,6 +123,7 @@ impl Parts {
             statuses: Vec::new(),
             metrics: Vec::new(),
             web: None,
+            reloads: tokio::sync::broadcast::channel(16).0,
         }
     }
 
@@ -310,5 +313,17 @@ impl Local {
     /// The settings front ends follow.
     pub fn settings(&self) -> FrontendSettings {
         self.parts.frontend.clone()
+    }
+
+    /// Tells whoever watches that a file of the home was reloaded (or could not be).
+    pub fn announce(&self, reloaded: super::ops::Reloaded) {
+        let _ = self.parts.reloads.send(reloaded);
+    }
+
+    /// Reloads as they happen (`watch`).
+    pub(in crate::control) fn reloads(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<super::ops::Reloaded> {
+        self.parts.reloads.subscribe()
     }
 }

@@ -200,7 +200,8 @@ pub enum ApiError {
     /// Occurs when the daemon does not know the call (it is an older build).
     #[error(
         "the daemon does not know the call `{call}`: it speaks control protocol {protocol}; \
-         run `switchboard stop` so that the next front end starts the installed switchboard"
+         run `{}` so that the next front end starts the installed switchboard",
+        crate::home::command("stop")
     )]
     UnknownCall {
         /// The call's name.

@@ -285,7 +285,8 @@ async fn handle(
             ),
             Role::Operator => format!(
                 "the control socket is busy: {MAX_OPERATORS} operator commands are connected; \
-                 retry, or stop the `switchboard watch` commands you do not need"
+                 retry, or stop the `{}` commands you do not need",
+                crate::home::command("watch")
             ),
         };
         tracing::warn!(client = hello.pid, "{message}");
@@ -533,8 +534,8 @@ fn refusal(id: u64, error: ApiError) -> Down {
     })
 }
 
-/// Forwards transitions, commits, tool changes (and suppressions, for `watch`) until the
-/// client is gone.
+/// Forwards transitions, commits, tool changes (and suppressions and reloads, for `watch`)
+/// until the client is gone.
 ///
 /// A front end is sent only the transitions it acts on ([`for_front_ends`]): with N sessions
 /// attached, each wake-up makes N `delivered` events, and sending them all to every front end
@@ -550,6 +551,7 @@ async fn forward_feed(
     feed.tools.mark_unchanged();
     let mut suppressed =
         suppressions.then(|| local.core().components().metrics.suppressions.subscribe());
+    let mut reloads = suppressions.then(|| local.reloads());
     loop {
         let down = tokio::select! {
             _ = gone.cancelled() => return,
@@ -577,6 +579,16 @@ async fn forward_feed(
                 }
             } => match s {
                 Ok(s) => Down::Suppressed(s),
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return,
+            },
+            r = async {
+                match reloads.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match r {
+                Ok(r) => Down::Reloaded(r),
                 Err(RecvError::Lagged(_)) => continue,
                 Err(RecvError::Closed) => return,
             },

@@ -136,6 +136,8 @@ pub enum Down {
     ToolsChanged(u64),
     /// A matching rule that did not fire.
     Suppressed(Suppression),
+    /// A file of the home was reloaded, or could not be (`watch` only).
+    Reloaded(super::ops::Reloaded),
     /// The daemon is stopping on purpose (`switchboard stop`, a signal, its lock lost): a
     /// front end starts it again only when it next needs it.
     Stopping,
@@ -259,8 +261,12 @@ pub fn mismatch(ours: u32, theirs: u32, their_version: &str, we_are_daemon: bool
     };
     format!(
         "the running daemon (switchboard {}) speaks control protocol {}, this command \
-         (switchboard {}) speaks {}; run `switchboard stop`, then retry: the next command starts \
+         (switchboard {}) speaks {}; run `{}`, then retry: the next command starts \
          the installed switchboard",
-        daemon.1, daemon.0, front.1, front.0
+        daemon.1,
+        daemon.0,
+        front.1,
+        front.0,
+        crate::home::command("stop")
     )
 }

@@ -83,11 +83,15 @@ impl Write for Rotating {
 
 /// Logs to stderr (stdout is the MCP channel in stdio mode), or to `log_file` (rotated by
 /// size) for a daemon started in the background. `RUST_LOG` sets the level.
-pub fn init_tracing(log_file: Option<&std::path::Path>) {
+///
+/// `quiet`: a command that prints for people logs warnings and errors only, unless `RUST_LOG`
+/// says otherwise.
+pub fn init_tracing(log_file: Option<&std::path::Path>, quiet: bool) {
     // rmcp logs every request it handles at INFO (the whole `initialize` params among them):
     // into a host's MCP log that is noise, so it speaks at WARN unless RUST_LOG says more.
+    let default = if quiet { "warn" } else { "info,rmcp=warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false);

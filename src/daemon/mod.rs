@@ -219,7 +219,11 @@ fn reload_on_signals(
         tasks: cx.tasks,
     };
     if let Err(err) = crate::watch::spawn(watched) {
-        tracing::warn!(cause = %err, "cannot watch the home for rule changes; use `switchboard rules reload` or SIGHUP");
+        tracing::warn!(
+            cause = %err,
+            "cannot watch the home for rule changes; use `{}` or SIGHUP",
+            crate::home::command("rules reload")
+        );
     }
     Ok(())
 }
@@ -284,7 +288,7 @@ fn spawn_reload_on_sighup(local: &Local, tasks: &TaskTracker) -> anyhow::Result<
                 _ = local.shutdown().cancelled() => break,
                 got = hup.recv() => {
                     if got.is_none() { break; }
-                    let _ = local.call(crate::control::ops::Reload {}).await;
+                    let _ = local.call(crate::control::ops::Reload::default()).await;
                 }
             }
         }

@@ -116,9 +116,11 @@ pub fn check_token_env(home: &Home, env: Option<&str>) -> anyhow::Result<()> {
             "`SWITCHBOARD_TOKEN` in this front end's environment is not the ingest token of the \
              daemon of {}: a front end does not change the daemon's token (senders using it \
              would get 401); remove `SWITCHBOARD_TOKEN` from the MCP host's entry for \
-             switchboard, or change the token on purpose with `switchboard stop`, then \
-             `SWITCHBOARD_TOKEN=... switchboard start`",
-            home.dir().display()
+             switchboard, or change the token on purpose with `{}`, then \
+             `SWITCHBOARD_TOKEN=... {}`",
+            home.dir().display(),
+            crate::home::command("stop"),
+            crate::home::command("start")
         ),
         _ => Ok(()),
     }

@@ -132,11 +132,9 @@ impl TimeInterval {
         let days_of_month = days(raw.days_of_month.as_deref()).map_err(fail("daysOfMonth"))?;
         let location = match raw.location.as_deref().map(str::trim) {
             None | Some("") => Tz::UTC,
-            Some(name) => name.parse::<Tz>().map_err(|_| IntervalError {
+            Some(name) => time_zone(name).map_err(|hint| IntervalError {
                 field: "location",
-                reason: format!(
-                    "unknown time zone \"{name}\"; use an IANA name such as \"Europe/Berlin\" or \"UTC\""
-                ),
+                reason: format!("unknown time zone \"{name}\"; {hint}"),
             })?,
         };
         Ok(TimeInterval {
@@ -283,6 +281,20 @@ fn days(list: Option<&[String]>) -> Result<Vec<(i8, i8)>, String> {
         out.push((a, b));
     }
     Ok(out)
+}
+
+/// The IANA time zone `name`; else a hint: `did you mean "America/New_York"?` (for a name
+/// that differs only in case, or a close one), or an example.
+pub fn time_zone(name: &str) -> Result<Tz, String> {
+    if let Ok(tz) = name.parse::<Tz>() {
+        return Ok(tz);
+    }
+    let names: Vec<&str> = chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()).collect();
+    let hint = match super::error::suggest(name, &names) {
+        Some(close) => format!("did you mean \"{close}\"?"),
+        None => "use an IANA name such as \"Europe/Berlin\" or \"UTC\"".into(),
+    };
+    Err(hint)
 }
 
 #[cfg(test)]
@@ -522,5 +534,26 @@ mod tests {
             assert_eq!(e.field, *field, "{raw:?}");
             assert!(e.reason.contains(reason), "{raw:?}: {}", e.reason);
         }
+    }
+
+    #[test]
+    fn a_time_zone_in_the_wrong_case_or_misspelt_is_named() {
+        assert_eq!(
+            time_zone("America/New_York"),
+            Ok(chrono_tz::America::New_York)
+        );
+        assert_eq!(
+            time_zone("America/New_york"),
+            Err("did you mean \"America/New_York\"?".into())
+        );
+        assert_eq!(
+            time_zone("Europe/Pariss"),
+            Err("did you mean \"Europe/Paris\"?".into())
+        );
+        assert!(
+            time_zone("Mars/Olympus")
+                .unwrap_err()
+                .contains("such as \"Europe/Berlin\"")
+        );
     }
 }

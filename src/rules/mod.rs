@@ -26,7 +26,7 @@ pub use content::ContentRegex;
 pub(crate) use error::suggest;
 pub use error::{ErrorCode, LoadError, RuleError};
 pub use file::{RawFile, RawRule};
-pub use interval::{NamedIntervals, TimeInterval};
+pub use interval::{NamedIntervals, TimeInterval, time_zone};
 pub use matcher::{MatchOp, Matcher};
 pub use pattern::NamePattern;
 pub use template::Template;
@@ -185,19 +185,30 @@ impl RuleSet {
 
     /// Loads `path`: `Ok(None)` when it does not exist.
     pub fn load(path: &Path) -> Result<Option<RuleSet>, LoadError> {
-        match crate::home::read_regular(path, crate::home::MAX_READ) {
-            Ok(text) => RuleSet::parse(&text)
-                .map(Some)
-                .map_err(|errors| LoadError::Invalid {
-                    path: path.display().to_string(),
-                    errors,
-                }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(LoadError::Io {
+        RuleSet::load_hashed(path).1
+    }
+
+    /// [`RuleSet::load`], with the [`file_hash`] of the text it read (`None` when there was
+    /// no file, or it could not be read): what the daemon ran, for `rules check` to compare
+    /// with the file on disk. Only a regular file is read, within
+    /// [`crate::home::MAX_READ`].
+    pub fn load_hashed(path: &Path) -> (Option<String>, Result<Option<RuleSet>, LoadError>) {
+        let text = match crate::home::read_regular(path, crate::home::MAX_READ) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (None, Ok(None)),
+            Err(source) => {
+                let path = path.display().to_string();
+                return (None, Err(LoadError::Io { path, source }));
+            }
+        };
+        let hash = Some(file_hash(text.as_bytes()));
+        let loaded = RuleSet::parse(&text)
+            .map(Some)
+            .map_err(|errors| LoadError::Invalid {
                 path: path.display().to_string(),
-                source,
-            }),
-        }
+                errors,
+            });
+        (hash, loaded)
     }
 
     /// The rules in file order.
@@ -219,6 +230,17 @@ impl RuleSet {
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
+}
+
+/// The SHA-256 of a rules file's bytes, in hex: the daemon's reload report carries the hash of
+/// the file it read and of the file it runs, and `rules check` compares them with the file on
+/// disk.
+pub fn file_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The JSON Schema of `triggers.json`, for editors.

@@ -99,27 +99,33 @@ pub struct ScheduleError {
 }
 
 impl Schedule {
-    /// Parses the expression and the time zone.
+    /// Parses the expression and the time zone; the first problem.
     pub fn compile(settings: &ScheduleSettings) -> Result<Schedule, ScheduleError> {
+        Schedule::build(settings).map_err(|mut problems| problems.remove(0))
+    }
+
+    /// Parses the expression and the time zone, each on its own: every problem, for
+    /// `config check`.
+    pub fn build(settings: &ScheduleSettings) -> Result<Schedule, Vec<ScheduleError>> {
         let cron = parse_cron(&settings.cron).map_err(|cause| ScheduleError {
             code: ErrorCode::InvalidCron,
             key: "cron",
             message: format!("invalid `cron` \"{}\": {cause}", settings.cron),
-        })?;
+        });
         let zone = settings.timezone.as_deref().unwrap_or("UTC");
-        let tz = zone.parse::<chrono_tz::Tz>().map_err(|_| ScheduleError {
+        let tz = crate::rules::time_zone(zone).map_err(|hint| ScheduleError {
             code: ErrorCode::InvalidTimezone,
             key: "timezone",
-            message: format!(
-                "invalid `timezone` \"{zone}\": not an IANA time zone; use a name such as \
-                     \"Europe/Berlin\" or \"UTC\""
-            ),
-        })?;
-        Ok(Schedule {
-            settings: settings.clone(),
-            cron,
-            tz,
-        })
+            message: format!("invalid `timezone` \"{zone}\": not an IANA time zone; {hint}"),
+        });
+        match (cron, tz) {
+            (Ok(cron), Ok(tz)) => Ok(Schedule {
+                settings: settings.clone(),
+                cron,
+                tz,
+            }),
+            (cron, tz) => Err(cron.err().into_iter().chain(tz.err()).collect()),
+        }
     }
 
     /// The schedule's name.
@@ -260,10 +266,15 @@ pub fn check(text: &str, raw: &Value) -> Vec<ConfigError> {
                     key: Some(format!("schedules[{i}].{key}")),
                     line: pos.map(|p| p.line),
                     column: pos.map(|p| p.column),
-                    message: format!(
-                        "{label}: unknown key `{key}`; the keys are {}",
-                        SCHEDULE_KEYS.join(", ")
-                    ),
+                    message: match crate::rules::suggest(key, SCHEDULE_KEYS) {
+                        Some(close) => {
+                            format!("{label}: unknown key `{key}`; did you mean `{close}`?")
+                        }
+                        None => format!(
+                            "{label}: unknown key `{key}`; the keys are {}",
+                            SCHEDULE_KEYS.join(", ")
+                        ),
+                    },
                 });
             }
         }
@@ -301,7 +312,7 @@ pub fn check(text: &str, raw: &Value) -> Vec<ConfigError> {
                 ),
             ));
         }
-        if let Err(e) = Schedule::compile(&settings) {
+        for e in Schedule::build(&settings).err().into_iter().flatten() {
             errors.push(error(
                 e.code,
                 Some(i),

@@ -125,7 +125,8 @@ mod linux {
                             tracing::warn!(
                                 cause = %err,
                                 "cannot read the watch of the home any more; rule and config \
-                                 edits are picked up by `switchboard rules reload` and SIGHUP only"
+                                 edits are picked up by `{}` and SIGHUP only",
+                                crate::home::command("rules reload")
                             );
                             break;
                         }

@@ -119,6 +119,7 @@ fn page_answer(sb: &Switchboard, (cookie, csrf): &(String, String), id: u64) -> 
             ("Cookie", cookie),
             ("Content-Type", "application/json"),
             ("X-CSRF-Token", csrf),
+            ("Sec-Fetch-Site", "same-origin"),
         ],
         body.as_bytes(),
     )

@@ -132,7 +132,14 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         (pending_ids(sb.home.path()) == [1]).then_some(())
     });
 
-    // Without the cookie: nothing of the inbox anywhere under /ui, with or without the token.
+    // Without the cookie: nothing of the inbox anywhere under /ui, with or without the token;
+    // the page says how to get a session, on this home.
+    let ui_here = format!(
+        "<code>switchboard --home {} ui</code>",
+        sb.home.path().display()
+    );
+    let signed_out = http_request(&ingest, "GET", "/ui", &[], b"");
+    assert!(signed_out.body.contains(&ui_here), "{}", signed_out.body);
     let bearer = format!("Bearer {}", sb.token());
     for path in ["/ui", "/ui/", "/ui/api/state", "/ui/api/events"] {
         for headers in [vec![], vec![("Authorization", bearer.as_str())]] {
@@ -161,6 +168,7 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
     let session = cookie.split(';').next().unwrap().to_string();
     let again = http_request(&ingest, "GET", &login, &[], b"");
     assert_eq!(again.status, 403, "a link works once");
+    assert!(again.body.contains(&ui_here), "{}", again.body);
     assert!(again.header("set-cookie").is_none());
 
     let page = http_request(&ingest, "GET", "/ui", &[("Cookie", &session)], b"");
@@ -186,15 +194,30 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
     // State-changing requests: the CSRF token, JSON, and no other site.
     let body = br#"{"id": 1, "decision": "approve"}"#;
     let json_type = ("Content-Type", "application/json");
+    let same_origin = ("Sec-Fetch-Site", "same-origin");
     let answer = |headers: &[(&str, &str)]| {
         let headers = [&[("Cookie", session.as_str())][..], headers].concat();
         http_request(&ingest, "POST", "/ui/api/confirm", &headers, body)
     };
-    answer(&[json_type]).assert_error(403, "csrf");
+    answer(&[json_type, same_origin]).assert_error(403, "csrf");
+    // Issue 47: with the cookie and the token but neither `Origin` nor `Sec-Fetch-Site`, the
+    // answer was taken; what the README says is now true: no `same-origin`, no answer.
+    let r = answer(&[json_type, ("X-CSRF-Token", &csrf)]);
+    r.assert_error(403, "cross_site");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("`Sec-Fetch-Site: same-origin`"),
+        "{}",
+        r.body
+    );
+    // An `Origin` on another host is refused even beside `same-origin` (a proxy may add that).
     answer(&[
         json_type,
         ("X-CSRF-Token", &csrf),
         ("Origin", "http://evil.example"),
+        same_origin,
     ])
     .assert_error(403, "cross_site");
     // Another host stays another site over TLS too, and through a proxy naming another host.
@@ -203,6 +226,7 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         ("X-CSRF-Token", &csrf),
         ("Origin", "https://evil.example"),
         ("X-Forwarded-Host", "approvals.example"),
+        same_origin,
     ])
     .assert_error(403, "cross_site");
     answer(&[
@@ -211,7 +235,11 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         ("Sec-Fetch-Site", "cross-site"),
     ])
     .assert_error(403, "cross_site");
-    let r = answer(&[("Content-Type", "text/plain"), ("X-CSRF-Token", &csrf)]);
+    let r = answer(&[
+        ("Content-Type", "text/plain"),
+        ("X-CSRF-Token", &csrf),
+        same_origin,
+    ]);
     r.assert_error(415, "unsupported_media_type");
     assert_eq!(pending_ids(sb.home.path()), [1], "nothing answered it yet");
 
@@ -236,7 +264,12 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         &ingest,
         "POST",
         "/ui/api/confirm",
-        &[("Cookie", &session), json_type, ("X-CSRF-Token", &csrf)],
+        &[
+            ("Cookie", &session),
+            json_type,
+            ("X-CSRF-Token", &csrf),
+            same_origin,
+        ],
         br#"{"id": 1, "decision": "deny"}"#,
     );
     // Each kind of refusal keeps its own status and code (it was 409 `refused` for all).
@@ -353,7 +386,10 @@ fn a_page_served_beyond_loopback_needs_public_and_revoke_signs_everyone_out() {
     assert!(
         err.contains(&format!(
             "the approval page is served on 0.0.0.0:{port} over plain HTTP, beyond this machine"
-        )) && err.contains("`switchboard ui --public`"),
+        )) && err.contains(&format!(
+            "`switchboard --home {} ui --public`",
+            sb.home.path().display()
+        )),
         "{err}"
     );
     let out = sb.cli(&["ui", "--no-open", "--public"]);
@@ -398,7 +434,11 @@ fn a_page_served_beyond_loopback_needs_public_and_revoke_signs_everyone_out() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout(&out).trim(),
-        "revoked 1 page session and 1 unused link; run `switchboard ui` for a new link"
+        format!(
+            "revoked 1 page session and 1 unused link; run `switchboard --home {} ui` for a new \
+             link",
+            sb.home.path().display()
+        )
     );
     let state = http_request(&addr, "GET", "/ui/api/state", &[("Cookie", &session)], b"");
     state.assert_error(401, "no_session");
@@ -451,6 +491,7 @@ fn an_expired_confirm_leaves_the_page_and_pending_says_how_it_ended() {
             ("Cookie", session.as_str()),
             ("Content-Type", "application/json"),
             ("X-CSRF-Token", &csrf),
+            ("Sec-Fetch-Site", "same-origin"),
         ];
         http_request(&ingest, "POST", "/ui/api/confirm", &headers, body)
     };

@@ -9,7 +9,7 @@ use super::util::*;
 fn a_second_server_on_the_same_home_names_the_owner() {
     let sb = Switchboard::start();
     let out = cli_in(sb.home.path(), &["serve", "--no-stdio", "--no-listen"]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
         err.contains(&format!("another switchboard (pid {})", sb.pid())),
@@ -29,7 +29,7 @@ fn sigterm_exits_cleanly_and_removes_the_endpoint() {
 fn control_commands_without_a_server_explain_how_to_start_one() {
     let home = tempfile::tempdir().unwrap();
     let out = cli_in(home.path(), &["stats"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         stderr(&out).contains("no switchboard is running"),
         "{}",
@@ -218,9 +218,11 @@ fn pending_lists_open_confirms_and_confirm_needs_an_explicit_answer() {
     let out = sb.cli(&["confirm", "1"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
+    // The hints name the home the command was given.
+    let cmd = format!("switchboard --home {}", sb.home.path().display());
     assert!(
-        err.contains("confirm 1 needs an answer: `switchboard confirm 1 yes`")
-            && err.contains("`switchboard pending` lists the open requests"),
+        err.contains(&format!("confirm 1 needs an answer: `{cmd} confirm 1 yes`"))
+            && err.contains(&format!("`{cmd} pending` lists the open requests")),
         "{err}"
     );
     assert!(
@@ -312,7 +314,8 @@ fn serve_on_a_terminal_says_it_speaks_mcp_on_stdin() {
         "{}",
         run.stdout
     );
-    assert!(first[1].contains("switchboard start"), "{}", run.stdout);
+    let start = format!("switchboard --home {} start", home.path().display());
+    assert!(first[1].contains(&start), "{}", run.stdout);
     // Not on a terminal (as a host starts it): nothing of the kind.
     let sb = Switchboard::start();
     assert!(!sb.log().contains("speaks MCP"));
@@ -328,7 +331,7 @@ fn start_on_a_taken_port_fails_with_one_line_unless_no_listen() {
     let home = tempfile::tempdir().unwrap();
     let _guard = DaemonGuard(home.path().to_path_buf());
     let out = cli_in(home.path(), &["start", "--listen", &addr]);
-    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(
@@ -346,7 +349,7 @@ fn start_on_a_taken_port_fails_with_one_line_unless_no_listen() {
     )
     .unwrap();
     let out = cli_in(home.path(), &["start"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains(&format!("cannot listen on {addr}")));
 
     let out = cli_in(home.path(), &["start", "--no-listen"]);
@@ -384,13 +387,14 @@ fn completions_and_the_man_page_cover_every_command() {
     assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
 }
 
-/// The README's quick start, run as written (but for `cargo install`, which the test build
-/// replaces, and the ingest port, which is a free one) against a temporary home: `HOME` is a
-/// temporary directory, so `~/.switchboard` is a new home, and `switchboard` on `PATH` is the
-/// binary under test. What the reader would see must show: the curl message in `watch`, the
-/// rules check, and the confirm in `pending`.
+/// The README's quick start, pasted as one block (issue 47): one `bash` runs every line
+/// after `cargo install` (which the test build replaces), with no wait between them, in a
+/// fresh `HOME` (so `~/.switchboard` is a new home) with the binary under test on `PATH`; the
+/// only change is the ingest port, a free one. It must end as the reader expects: the confirm
+/// pending, with the tools of its rule; `rules check` said the daemon runs the file; the
+/// hooks were installed; `watch` shows the confirm.
 #[test]
-fn the_readme_quick_start_runs_as_written() {
+fn the_readme_quick_start_pasted_as_one_block_ends_with_the_confirm_pending() {
     use std::os::unix::process::CommandExt;
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
@@ -400,6 +404,10 @@ fn the_readme_quick_start_runs_as_written() {
         .nth(1)
         .and_then(|rest| rest.split("\n```").next())
         .expect("the quick start block");
+    assert!(
+        block.contains("install claude --hooks"),
+        "the quick start installs the hooks:\n{block}"
+    );
     let port = free_port();
     let script: Vec<String> = block
         .lines()
@@ -412,19 +420,6 @@ fn the_readme_quick_start_runs_as_written() {
             )
         })
         .collect();
-    // The rules are reloaded a moment after the save; a reader typing the next line is slower
-    // than that, a script is not: run the lines after `send` once the reload shows.
-    let split = script
-        .iter()
-        .position(|l| l.starts_with("switchboard send"))
-        .expect("a send line");
-    let (setup, rest) = script.split_at(split);
-    // A reader sees `watch`'s header before typing the curl line; a script waits for it.
-    let curl = setup
-        .iter()
-        .position(|l| l.starts_with("curl"))
-        .expect("a curl line");
-    let (start, setup) = setup.split_at(curl);
 
     let root = tempfile::tempdir().unwrap();
     let bin_dir = root.path().join("bin");
@@ -435,74 +430,121 @@ fn the_readme_quick_start_runs_as_written() {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out_file = root.path().join("out.txt");
-    // Each run is its own process group, so that `watch &` can be stopped with it.
-    let run = |lines: &[String]| -> (std::process::ExitStatus, i32) {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&out_file)
-            .unwrap();
-        let mut child = Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &lines.join("\n")])
-            .current_dir(root.path())
-            .env("HOME", root.path())
-            .env("PATH", &path)
-            .env_remove("SWITCHBOARD_HOME")
-            .env_remove("SWITCHBOARD_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let group = child.id() as i32;
-        (child.wait().unwrap(), group)
-    };
     let home = root.path().join(".switchboard");
     let _daemon = DaemonGuard(home.clone());
+    let out_file = root.path().join("out.txt");
+    let shown = || std::fs::read_to_string(&out_file).unwrap_or_default();
+    // As a paste: one shell reads every line, none waits for the one before to be seen.
+    let out = std::fs::File::create(&out_file).unwrap();
+    let mut child = Command::new("bash")
+        .args(["-c", &script.join("\n")])
+        .current_dir(root.path())
+        .env("HOME", root.path())
+        .env("PATH", &path)
+        .env_remove("SWITCHBOARD_HOME")
+        .env_remove("SWITCHBOARD_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        // Its own process group, so that `watch &` stops with it.
+        .process_group(0)
+        .spawn()
+        .unwrap();
     struct Group(i32);
     impl Drop for Group {
         fn drop(&mut self) {
             unsafe { libc::kill(-self.0, libc::SIGKILL) };
         }
     }
-    let shown = || std::fs::read_to_string(&out_file).unwrap_or_default();
+    let _group = Group(child.id() as i32);
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    let text = shown();
+    assert!(status.success(), "{status}:\n{text}");
+    // `watch &` writes to the same terminal: its lines come in between.
+    assert!(
+        text.contains(": ok, 1 rule: ci-failed\n")
+            && text.contains("\nrunning: 1 rule from triggers.json, saved "),
+        "rules check says the daemon runs the file:\n{text}"
+    );
+    // The last line's output, `pending`: the confirm, not the built-in rule's nudge.
+    assert!(
+        text.lines().any(|l| l.starts_with('#')
+            && l.contains(" [ci-failed] cli/ci/main seq 2, 29m")
+            && l.ends_with(" left: build 42 failed")),
+        "the confirm is pending at the end:\n{text}"
+    );
+    assert!(!text.contains("no pending confirms"), "{text}");
+    let open = stdout(&cli_in(&home, &["pending", "--json"]));
+    let open: serde_json::Value = serde_json::from_str(&open).unwrap();
+    assert_eq!(open[0]["rule"], "ci-failed", "{open}");
+    assert!(
+        !open[0]["tools"].as_array().unwrap().is_empty(),
+        "its rule has tools: {open}"
+    );
+    assert!(
+        root.path().join(".mcp.json").exists()
+            && root.path().join(".claude/settings.json").exists(),
+        "install claude --hooks wrote .mcp.json and the hooks:\n{text}"
+    );
+    // `watch &` shows the confirm: live, or among the pending when it started after it.
+    eventually(Duration::from_secs(10), "watch shows the confirm", || {
+        let text = shown();
+        text.lines()
+            .any(|l| {
+                (l.starts_with("  confirm? #") || l.starts_with("  pending #"))
+                    && l.contains(" [ci-failed] ")
+            })
+            .then_some(())
+    });
+}
 
-    let (status, group) = run(start);
-    let watch = Group(group);
-    assert!(status.success(), "{}", shown());
-    eventually(Duration::from_secs(10), "watch has started", || {
-        shown().contains("watching ").then_some(())
-    });
-    assert!(run(setup).0.success(), "{}", shown());
-    assert!(
-        shown().contains(": ok, 1 rule: ci-failed"),
-        "rules check:\n{}",
-        shown()
-    );
-    assert!(
-        root.path().join(".mcp.json").exists(),
-        "install claude wrote .mcp.json"
-    );
-    eventually(
-        Duration::from_secs(10),
-        "watch shows the curl message",
-        || shown().contains("hello from curl").then_some(()),
-    );
-    eventually(Duration::from_secs(10), "the new rules are live", || {
-        let list = stdout(&cli_in(&home, &["rules", "list", "--json"]));
-        list.contains("ci-failed").then_some(())
-    });
-    let (send, pending) = rest.split_at(1);
-    assert!(run(send).0.success(), "{}", shown());
-    eventually(Duration::from_secs(10), "pending shows the confirm", || {
-        let before = shown();
-        assert!(run(pending).0.success(), "{before}");
-        let after = shown();
-        after[before.len()..].contains("ci-failed").then_some(())
-    });
-    drop(watch);
+/// Every code fence of the Markdown pages (README.md, docs/*.md) is a line of its own and
+/// closed (issue 47: one glued to a paragraph rendered the duration syntax and "Checking
+/// rules" as one code block).
+#[test]
+fn every_markdown_fence_is_a_line_of_its_own_and_is_closed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    if let Ok(docs) = std::fs::read_dir(root.join("docs")) {
+        pages.extend(
+            docs.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "md")),
+        );
+    }
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let shown = page.strip_prefix(root).unwrap().display().to_string();
+        // The backticks of the open fence and its line.
+        let mut open: Option<(usize, usize)> = None;
+        for (n, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            let ticks = trimmed.chars().take_while(|c| *c == '`').count();
+            match open {
+                Some((width, _)) if ticks >= width && trimmed.trim_end().len() == ticks => {
+                    open = None;
+                }
+                // A closing fence with text after it closes nothing: the text that follows
+                // renders as code.
+                Some((width, _)) => assert!(
+                    ticks < width,
+                    "{shown}:{}: a fence with text after it: {line}",
+                    n + 1
+                ),
+                None if ticks >= 3 => open = Some((ticks, n + 1)),
+                None => assert!(
+                    !line.contains("```"),
+                    "{shown}:{}: a fence inside a line of text: {line}",
+                    n + 1
+                ),
+            }
+        }
+        assert!(
+            open.is_none(),
+            "{shown}:{}: a fence that is never closed",
+            open.unwrap().1
+        );
+    }
 }
 
 /// A pipe whose reader is already gone: what `switchboard status | true` writes into.

@@ -45,7 +45,10 @@ fn a_front_end_of_another_protocol_is_refused_at_its_hello_with_what_to_do() {
         assert!(
             message.contains("speaks control protocol 3")
                 && message.contains(&format!("(switchboard 9.9.9) speaks {protocol}"))
-                && message.contains("run `switchboard stop`, then retry"),
+                && message.contains(&format!(
+                    "run `switchboard --home {} stop`, then retry",
+                    sb.home.path().display()
+                )),
             "{message}"
         );
         let mut rest = String::new();
@@ -63,7 +66,11 @@ fn a_front_end_of_another_protocol_is_refused_at_its_hello_with_what_to_do() {
     assert_eq!(answer["ok"], false, "{answer}");
     let error = answer["error"].as_str().unwrap();
     assert!(
-        error.contains("(switchboard 0.0.9) speaks 1") && error.contains("switchboard stop"),
+        error.contains("(switchboard 0.0.9) speaks 1")
+            && error.contains(&format!(
+                "`switchboard --home {} stop`",
+                sb.home.path().display()
+            )),
         "{error}"
     );
     sb.terminate();

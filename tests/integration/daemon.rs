@@ -515,11 +515,12 @@ fn chown(path: &std::path::Path, uid: u32) {
     std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
 }
 
-/// `daemon` and `start` both refuse the home with exit 2; their error, once.
+/// `daemon` and `start` both refuse the home with exit 1 (a failure, not a wrong command
+/// line); their error, once.
 fn refused(home: &std::path::Path) -> String {
     let mut said = Vec::new();
     for args in [&["daemon", "--no-listen"][..], &["start", "--no-listen"]] {
-        said.push(exits_2(
+        said.push(exits_1(
             std::process::Command::new(bin())
                 .arg("--home")
                 .arg(home)
@@ -698,11 +699,15 @@ fn a_front_end_with_another_token_is_refused_and_the_daemons_token_stays() {
         cmd
     };
     let refused_front_end = || {
-        let err = exits_2(&mut front_end(Some("from-the-front-end")));
+        let err = exits_1(&mut front_end(Some("from-the-front-end")));
         assert!(
             err.contains(
                 "`SWITCHBOARD_TOKEN` in this front end's environment is not the ingest token"
-            ) && err.contains("switchboard stop"),
+            ) && err.contains(&format!(
+                "`switchboard --home {home} stop`, then `SWITCHBOARD_TOKEN=... switchboard \
+                 --home {home} start`",
+                home = home.display()
+            )),
             "{err}"
         );
     };

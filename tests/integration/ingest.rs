@@ -351,7 +351,7 @@ fn disable_auth_off_loopback_refuses_to_start() {
         .unwrap()
         .read_to_string(&mut err)
         .unwrap();
-    assert_eq!(status.code(), Some(2), "{err}");
+    assert_eq!(status.code(), Some(1), "{err}");
     assert!(
         err.contains("`http.disableAuth` is only honoured on a loopback address, but ingest listens on 0.0.0.0:"),
         "{err}"

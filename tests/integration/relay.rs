@@ -296,6 +296,7 @@ async fn http_requests_are_confirms_answered_back_to_the_host() {
             ("Cookie", &cookie),
             ("Content-Type", "application/json"),
             ("X-CSRF-Token", &csrf),
+            ("Sec-Fetch-Site", "same-origin"),
         ],
         json!({"id": id, "decision": "approve"})
             .to_string()

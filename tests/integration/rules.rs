@@ -686,7 +686,7 @@ fn rules_list_for_people_and_for_scripts() {
 /// FIFO that nobody writes, and read `/dev/zero` without end.
 #[test]
 fn test_refuses_a_fifo_or_a_device_at_once() {
-    use super::util::exits_2;
+    use super::util::exits_1;
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules.json");
     std::fs::write(
@@ -721,7 +721,7 @@ fn test_refuses_a_fifo_or_a_device_at_once() {
             "/dev/zero",
         ),
     ] {
-        let err = exits_2(
+        let err = exits_1(
             std::process::Command::new(super::util::bin())
                 .arg("--home")
                 .arg(dir.path())

@@ -570,14 +570,15 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// Runs `cmd` (killed after 20 s: a daemon that does not refuse runs until killed) and asserts
-/// that it exits with status 2, as a refused command does; its stderr.
+/// that it exits with status 1, as a command that fails does (2 is for a wrong command line);
+/// its stderr.
 #[track_caller]
-pub fn exits_2(cmd: &mut Command) -> String {
+pub fn exits_1(cmd: &mut Command) -> String {
     let shown = format!("{cmd:?}");
     let run = run_limited(cmd, Duration::from_secs(20));
     assert_eq!(
         run.status.and_then(|s| s.code()),
-        Some(2),
+        Some(1),
         "{shown} ({}): {}",
         run.describe(),
         run.stderr
@@ -890,13 +891,12 @@ impl Watch {
         watch
     }
 
-    /// The first line from here on that contains `needle` (the lines before it are passed
-    /// over).
-    pub fn line_with(&mut self, needle: &str) -> String {
+    /// Every line from here on up to the first that contains `needle`, that one included.
+    pub fn lines_up_to(&mut self, needle: &str) -> Vec<String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(at) = self.seen.iter().position(|l| l.contains(needle)) {
-                return self.seen.drain(..=at).next_back().unwrap();
+                return self.seen.drain(..=at).collect();
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
@@ -904,6 +904,12 @@ impl Watch {
                 Err(_) => panic!("watch printed no line with {needle:?}: {:#?}", self.seen),
             }
         }
+    }
+
+    /// The first line from here on that contains `needle` (the lines before it are passed
+    /// over).
+    pub fn line_with(&mut self, needle: &str) -> String {
+        self.lines_up_to(needle).pop().unwrap()
     }
 }
 

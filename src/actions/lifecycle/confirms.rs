@@ -42,7 +42,8 @@ pub enum ConfirmError {
     /// The answering window's consumer is not among the rule's `consumers`.
     #[error(
         "confirm {id} is for consumers {consumers}, not `{consumer}`; answer it from one of \
-         their windows, or with `switchboard confirm`"
+         their windows, or with `{}`",
+        crate::home::command("confirm")
     )]
     NotForConsumer {
         /// The action id.
@@ -81,7 +82,8 @@ pub enum ConfirmError {
     #[error(
         "confirm {id} is the host's permission prompt for the agent's own `{tool}` call: an agent \
          may not answer it; a person answers it in the terminal, on the approval page or with \
-         `switchboard confirm {id} yes|no`"
+         `{}`",
+        crate::home::command(&format!("confirm {id} yes|no"))
     )]
     OwnPermission {
         /// The action id.

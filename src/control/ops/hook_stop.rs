@@ -183,13 +183,14 @@ pub fn confirms_reason(items: &[Item]) -> String {
     let mut text = format!(
         "switchboard: {} the user's answer. Do not run {}: ask the user, and answer only with \
          what the user says, with the `channel_confirm` tool (`id`, `decision` \"yes\" or \
-         \"no\") or the command `switchboard confirm ID yes|no`.\n",
+         \"no\") or the command `{}`.\n",
         if items.len() == 1 {
             "1 confirm request waits for".to_string()
         } else {
             format!("{} confirm requests wait for", items.len())
         },
         if items.len() == 1 { "it" } else { "them" },
+        crate::home::command("confirm ID yes|no"),
     );
     for item in items {
         text.push_str(&format!(

@@ -271,8 +271,9 @@ impl McpServer {
                 tracing::warn!(
                     "{} ignored: `mcp.permissionRelay` is off (this session's later ones are \
                      ignored silently); set it to true to answer the host's permission prompts \
-                     with `switchboard confirm` or the approval page",
-                    relay::REQUEST
+                     with `{}` or the approval page",
+                    relay::REQUEST,
+                    crate::home::command("confirm")
                 );
             }
             return;

@@ -700,7 +700,7 @@ async fn rules_reload(
     _: NoArgs,
     _: RequestContext<RoleServer>,
 ) -> Result<ReloadReport, Refusal> {
-    let report = s.api.call(Reload {}).await?;
+    let report = s.api.call(Reload::default()).await?;
     if report.ok {
         Ok(report)
     } else {

@@ -73,9 +73,10 @@ impl WebAccess {
             tracing::warn!(
                 %bound,
                 "the approval page is served on {bound} over plain HTTP: anyone on the network \
-                 path could read its links and session cookie; `switchboard ui` gives a link only \
-                 with `--public` (put a TLS reverse proxy in front and list it in \
-                 `http.trustedProxies`, or listen on 127.0.0.1)"
+                 path could read its links and session cookie; `{}` gives a link only with \
+                 `--public` (put a TLS reverse proxy in front and list it in \
+                 `http.trustedProxies`, or listen on 127.0.0.1)",
+                crate::home::command("ui")
             );
         }
         *self.served.lock().unwrap() = Some(Served {
@@ -124,11 +125,10 @@ impl WebAccess {
 impl WebLinks for WebAccess {
     fn link(&self, public: bool) -> Result<WebLink, String> {
         let Some(served) = self.served.lock().unwrap().clone() else {
-            return Err(
-                "the approval page is not served yet: the ingest listener is not bound; \
-                        check `switchboard status`"
-                    .into(),
-            );
+            return Err(format!(
+                "the approval page is not served yet: the ingest listener is not bound; check `{}`",
+                crate::home::command("status")
+            ));
         };
         let bound = served.bound;
         if served.exposed && !public {
@@ -136,7 +136,8 @@ impl WebLinks for WebAccess {
                 "the approval page is served on {bound} over plain HTTP, beyond this machine: the \
                  link and the session cookie would cross the network readable by anyone on the \
                  way; put a TLS reverse proxy in front and list it in `http.trustedProxies`, or \
-                 listen on 127.0.0.1, or run `switchboard ui --public` to accept that"
+                 listen on 127.0.0.1, or run `{}` to accept that",
+                crate::home::command("ui --public")
             ));
         }
         let mut notes = Vec::new();

@@ -9,9 +9,9 @@
 //!
 //! Access ([`access`]): nothing under `/ui` but the static files and the login answers
 //! without the session cookie that a one-time link of `switchboard ui` sets; a state-changing
-//! request also needs the session's CSRF token in `X-CSRF-Token`, a JSON body, and no
-//! cross-site `Origin` or `Sec-Fetch-Site`, all checked from the headers before the body is
-//! read. `X-Forwarded-Host` and `X-Forwarded-Proto` count only from a proxy listed in
+//! request also needs the session's CSRF token in `X-CSRF-Token`, a JSON body,
+//! `Sec-Fetch-Site: same-origin` (which every current browser sends) and no cross-site
+//! `Origin`, all checked from the headers before the body is read. `X-Forwarded-Host` and `X-Forwarded-Proto` count only from a proxy listed in
 //! `http.trustedProxies`; reached over https that way, the cookie is `Secure`. Served beyond
 //! this machine with no such proxy, the page is plain HTTP: `switchboard ui` then gives a link
 //! only with `--public`. `switchboard ui --revoke` ends every session and unused link.
@@ -52,10 +52,24 @@ const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("app.js");
 const STYLE: &str = include_str!("app.css");
 
-/// What the page shows without a session: how to get one, and nothing of the inbox.
-const SIGNED_OUT: &str = "<!doctype html><meta charset=utf-8><meta name=viewport \
-    content=\"width=device-width\"><title>switchboard</title><p>This page needs a session: run \
-    <code>switchboard ui</code> and open the link it prints (it works once, for two minutes).";
+/// What the page shows without a session: how to get one (the command names the home), and
+/// nothing of the inbox.
+fn signed_out_page() -> String {
+    format!(
+        "<!doctype html><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+         <title>switchboard</title><p>This page needs a session: run <code>{}</code> and open \
+         the link it prints (it works once, for two minutes).",
+        ui_command()
+    )
+}
+
+/// `switchboard ui` on this home, escaped for HTML.
+fn ui_command() -> String {
+    crate::home::command("ui")
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
 
 /// How many recent messages and closed confirms the page shows.
 const RECENT: usize = 20;
@@ -142,7 +156,10 @@ fn signed_out() -> Response {
     refusal(
         StatusCode::UNAUTHORIZED,
         "no_session",
-        "no session: run `switchboard ui` and open the link it prints",
+        &format!(
+            "no session: run `{}` and open the link it prints",
+            crate::home::command("ui")
+        ),
     )
 }
 
@@ -152,7 +169,7 @@ async fn page(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions) 
             (
                 StatusCode::UNAUTHORIZED,
                 [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-                SIGNED_OUT,
+                signed_out_page(),
             )
                 .into_response(),
         );
@@ -191,8 +208,11 @@ async fn login(
             (
                 StatusCode::FORBIDDEN,
                 [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-                "<!doctype html><meta charset=utf-8><title>switchboard</title><p>This link was \
-                 used already or has expired: run <code>switchboard ui</code> for a new one.",
+                format!(
+                    "<!doctype html><meta charset=utf-8><title>switchboard</title><p>This link \
+                     was used already or has expired: run <code>{}</code> for a new one.",
+                    ui_command()
+                ),
             )
                 .into_response(),
         );
@@ -345,14 +365,26 @@ fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> O
     let Some(session) = session(web, headers, extensions) else {
         return Some(signed_out());
     };
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-        && site != "same-origin"
-    {
-        return Some(refusal(
-            StatusCode::FORBIDDEN,
-            "cross_site",
-            "a request from another site cannot answer a confirm",
-        ));
+    // Every browser the page runs in says where a request comes from; one that does not say
+    // it comes from the page itself answers nothing (issue 47: with neither this nor `Origin`
+    // a request was accepted).
+    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        Some("same-origin") => {}
+        Some(_) => {
+            return Some(refusal(
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "a request from another site cannot answer a confirm",
+            ));
+        }
+        None => {
+            return Some(refusal(
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "an answer must come from the approval page: the request has no \
+                 `Sec-Fetch-Site: same-origin`, which browsers send",
+            ));
+        }
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         let header_of = |name| {

@@ -200,6 +200,23 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// An error outside any upstream, about `key`, written at `pos`.
+    pub fn at(
+        code: ErrorCode,
+        key: impl Into<String>,
+        pos: Option<super::locate::Pos>,
+        message: String,
+    ) -> ConfigError {
+        ConfigError {
+            code,
+            upstream: None,
+            key: Some(key.into()),
+            line: pos.map(|p| p.line),
+            column: pos.map(|p| p.column),
+            message,
+        }
+    }
+
     /// `PATH:LINE:COL: upstream `NAME`: MESSAGE`.
     pub fn render(&self, path: &str) -> String {
         match (self.line, self.column) {
