@@ -14,6 +14,7 @@ pub mod file;
 pub mod interval;
 pub mod matcher;
 pub mod pattern;
+mod stand_in;
 pub mod template;
 
 use std::path::Path;
