@@ -166,9 +166,28 @@ pub struct Scratch {
     /// Bumped for every message; a slot below stamped with it is this message's.
     generation: u32,
     regex_stamp: Vec<u32>,
-    regex_hit: Vec<bool>,
+    regex_hit: Vec<Hit>,
     literal_stamp: Vec<u32>,
 }
+
+/// A regex's verdict on this message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Hit {
+    #[default]
+    No,
+    Yes,
+    /// Not decided within its budget.
+    Undecided,
+}
+
+impl From<bool> for Hit {
+    fn from(matched: bool) -> Hit {
+        if matched { Hit::Yes } else { Hit::No }
+    }
+}
+
+/// Set on a rule of [`Index::matches`] whose content regex was not decided within its budget.
+pub const UNDECIDED: u32 = 1 << 31;
 
 impl Scratch {
     fn begin(&mut self, index: &Index) {
@@ -176,7 +195,7 @@ impl Scratch {
         if self.regex_stamp.len() != regexes || self.literal_stamp.len() != lits {
             *self = Scratch::default();
             self.regex_stamp = vec![0; regexes];
-            self.regex_hit = vec![false; regexes];
+            self.regex_hit = vec![Hit::No; regexes];
             self.literal_stamp = vec![0; lits];
         }
         if self.generation == u32::MAX {
@@ -583,7 +602,9 @@ impl Index {
     }
 
     /// The enabled rules that match `msg`, in file order, up to and including the first that
-    /// has `stop`, appended to `out`.
+    /// has `stop`, appended to `out`. A rule whose content regex was not decided within its
+    /// budget is listed with [`UNDECIDED`] set, and ends the list when it has `stop` (it fails
+    /// closed, see [`crate::rules::Rule::fails_closed`]).
     pub fn matches(
         &self,
         rules: &RuleSet,
@@ -640,10 +661,10 @@ impl Index {
                     let id = *id as usize;
                     if regex_stamp[id] != generation {
                         regex_stamp[id] = generation;
-                        regex_hit[id] = false;
+                        regex_hit[id] = Hit::No;
                     }
-                    if !regex_hit[id] && exact.holds(content, end) {
-                        regex_hit[id] = true;
+                    if regex_hit[id] == Hit::No && exact.holds(content, end) {
+                        regex_hit[id] = Hit::Yes;
                     }
                 }
             });
@@ -662,7 +683,7 @@ impl Index {
                 let hits = set.matches(&msg.content);
                 for (slot, &id) in self.set_regex.iter().enumerate() {
                     scratch.regex_stamp[id as usize] = generation;
-                    scratch.regex_hit[id as usize] = hits.matched(slot);
+                    scratch.regex_hit[id as usize] = hits.matched(slot).into();
                 }
             }
         }
@@ -678,13 +699,27 @@ impl Index {
                 let id = id as usize;
                 if scratch.regex_stamp[id] != generation {
                     scratch.regex_stamp[id] = generation;
-                    scratch.regex_hit[id] = all[self.regexes[id] as usize]
+                    scratch.regex_hit[id] = match all[self.regexes[id] as usize]
                         .content_regex
                         .as_ref()
-                        .is_some_and(|re| re.is_match(&msg.content));
+                        .map(|re| re.check(&msg.content))
+                    {
+                        Some(Ok(matched)) => matched.into(),
+                        Some(Err(_)) => Hit::Undecided,
+                        None => Hit::No,
+                    };
                 }
-                if !scratch.regex_hit[id] {
-                    continue;
+                match scratch.regex_hit[id] {
+                    Hit::Yes => {}
+                    Hit::No => continue,
+                    Hit::Undecided => {
+                        // A `stop` rule fails closed: it ends the list.
+                        out.push(i | UNDECIDED);
+                        if rule.stop {
+                            break;
+                        }
+                        continue;
+                    }
                 }
             }
             out.push(i);
