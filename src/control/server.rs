@@ -222,6 +222,11 @@ async fn handle(
     room: Arc<Room>,
     handshake: tokio::sync::OwnedSemaphorePermit,
 ) -> std::io::Result<()> {
+    let peer = stream
+        .peer_cred()
+        .ok()
+        .and_then(|c| c.pid())
+        .and_then(|pid| u32::try_from(pid).ok());
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     let mut line = Vec::new();
@@ -299,7 +304,7 @@ async fn handle(
         listeners: room.listeners.clone(),
     });
     write_line(&mut write, &welcome).await?;
-    connection(local, read, write, hello).await;
+    connection(local, read, write, hello, peer).await;
     Ok(())
 }
 
@@ -309,6 +314,7 @@ async fn connection(
     mut read: BufReader<OwnedReadHalf>,
     write: OwnedWriteHalf,
     hello: Hello,
+    peer: Option<u32>,
 ) {
     let shutdown = local.shutdown().clone();
     let (tx, rx) = mpsc::channel::<Down>(1024);
@@ -368,6 +374,7 @@ async fn connection(
                 local: &local,
                 cancel: CancellationToken::new(),
                 sessions: Some(&sessions),
+                peer,
             };
             let done = call.apply(&cx).await;
             let _ = tx.send(reply(id, done)).await;
@@ -386,6 +393,7 @@ async fn connection(
                 local: &local,
                 cancel,
                 sessions: Some(&sessions),
+                peer,
             };
             let done = call.apply(&cx).await;
             in_flight.lock().unwrap().remove(&id);
