@@ -182,7 +182,9 @@ pub fn permission_action(
         prompt,
         tools: vec![tool.to_string()],
         created: now,
-        expires: Some(now + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::MAX)),
+        expires: chrono::Duration::from_std(timeout)
+            .ok()
+            .and_then(|d| now.checked_add_signed(d)),
         delivery: Delivery::Wait,
         approve_via: ANSWERED_VIA.to_vec(),
         consumers: Audience::everyone(),
