@@ -696,20 +696,12 @@ impl Index {
                 continue;
             }
             if let Some(id) = check.regex {
-                let id = id as usize;
-                if scratch.regex_stamp[id] != generation {
-                    scratch.regex_stamp[id] = generation;
-                    scratch.regex_hit[id] = match all[self.regexes[id] as usize]
-                        .content_regex
-                        .as_ref()
-                        .map(|re| re.check(&msg.content))
-                    {
-                        Some(Ok(matched)) => matched.into(),
-                        Some(Err(_)) => Hit::Undecided,
-                        None => Hit::No,
-                    };
-                }
-                match scratch.regex_hit[id] {
+                let seen = (
+                    &mut scratch.regex_stamp[..],
+                    &mut scratch.regex_hit[..],
+                    generation,
+                );
+                match self.regex_hit(all, id as usize, msg, seen) {
                     Hit::Yes => {}
                     Hit::No => continue,
                     Hit::Undecided => {
@@ -727,5 +719,31 @@ impl Index {
                 break;
             }
         }
+    }
+
+    /// Whether content regex `id` matches `msg`, decided once per message (`stamp` says
+    /// whether the scan of the literals or the regex set decided it already, in `hit`):
+    /// [`Hit::Undecided`] when its budget ran out.
+    #[inline]
+    fn regex_hit(
+        &self,
+        all: &[crate::rules::Rule],
+        id: usize,
+        msg: &Message,
+        (stamp, hit, generation): (&mut [u32], &mut [Hit], u32),
+    ) -> Hit {
+        if stamp[id] != generation {
+            stamp[id] = generation;
+            hit[id] = match all[self.regexes[id] as usize]
+                .content_regex
+                .as_ref()
+                .map(|re| re.check(&msg.content))
+            {
+                Some(Ok(matched)) => matched.into(),
+                Some(Err(_)) => Hit::Undecided,
+                None => Hit::No,
+            };
+        }
+        hit[id]
     }
 }
