@@ -27,13 +27,22 @@ impl Nats {
     /// Starts one, or `None` (the test is skipped; under `CI=true` it fails) where there is no
     /// apt-get to install it.
     fn start() -> Option<Nats> {
+        Nats::start_with(None)
+    }
+
+    /// [`Nats::start`], with clients required to give `token`.
+    fn start_with_token(token: &str) -> Option<Nats> {
+        Nats::start_with(Some(token.to_string()))
+    }
+
+    fn start_with(auth: Option<String>) -> Option<Nats> {
         let binary = nats_binary()?;
         let mut nats = Nats {
             binary,
             port: free_port(),
             store: tempfile::tempdir().unwrap(),
             child: None,
-            auth: None,
+            auth,
         };
         nats.spawn();
         Some(nats)
@@ -41,20 +50,6 @@ impl Nats {
 
     fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// [`Nats::start`], with clients required to give `token`.
-    fn start_with_token(token: &str) -> Option<Nats> {
-        let binary = nats_binary()?;
-        let mut nats = Nats {
-            binary,
-            port: free_port(),
-            store: tempfile::tempdir().unwrap(),
-            child: None,
-            auth: Some(token.to_string()),
-        };
-        nats.spawn();
-        Some(nats)
     }
 
     /// Starts the server on the same port and store; returns once it accepts connections.

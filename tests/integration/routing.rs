@@ -41,6 +41,11 @@ async fn items(client: &Client, n: usize, limit: Duration) -> Vec<(String, Strin
     got
 }
 
+/// A Copilot CLI window on `home` whose front end reads as consumer `name`.
+async fn window(home: &std::path::Path, name: &str) -> Client {
+    front_end(home, "copilot-cli", &["--no-listen", "--consumer", name]).await
+}
+
 fn item(kind: &str, rule: &str, content: &str) -> (String, String, String) {
     (kind.into(), rule.into(), content.into())
 }
@@ -51,13 +56,8 @@ async fn each_window_gets_only_its_rules_work_and_absent_consumers_work_waits() 
     std::fs::write(home.path().join("triggers.json"), RULES).unwrap();
     let _guard = DaemonGuard(home.path().to_path_buf());
     let home = home.path();
-    let pay = front_end(
-        home,
-        "copilot-cli",
-        &["--no-listen", "--consumer", "payments-eu"],
-    )
-    .await;
-    let infra = front_end(home, "copilot-cli", &["--no-listen", "--consumer", "infra"]).await;
+    let pay = window(home, "payments-eu").await;
+    let infra = window(home, "infra").await;
     let listed = stdout(&cli_in(home, &["rules", "list"]));
     let line = |name: &str| {
         listed
@@ -182,12 +182,7 @@ async fn a_window_cannot_read_as_another_windows_consumer() {
     std::fs::write(home.path().join("triggers.json"), RULES).unwrap();
     let _guard = DaemonGuard(home.path().to_path_buf());
     let home = home.path();
-    let pay = front_end(
-        home,
-        "copilot-cli",
-        &["--no-listen", "--consumer", "payments-eu"],
-    )
-    .await;
+    let pay = window(home, "payments-eu").await;
     let out = cli_in(
         home,
         &[
@@ -244,7 +239,7 @@ async fn a_window_cannot_read_as_another_windows_consumer() {
     }
 
     // Infra's window gets its work, none of it taken.
-    let infra = front_end(home, "copilot-cli", &["--no-listen", "--consumer", "infra"]).await;
+    let infra = window(home, "infra").await;
     assert_eq!(
         items(&infra, 2, Duration::from_secs(10)).await,
         [
