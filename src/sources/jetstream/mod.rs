@@ -520,7 +520,10 @@ impl Shared {
         source: &str,
     ) -> Result<Vec<Appended>, ApiError> {
         if self.client.connection_state() != async_nats::connection::State::Connected {
-            return Err(self.unreachable("is not reachable"));
+            return Err(match self.connection_error.lock().unwrap().clone() {
+                Some(why) => self.unreachable(format_args!("is not reachable ({why})")),
+                None => self.unreachable("is not reachable"),
+            });
         }
         if !self.ready.load(Ordering::Acquire) {
             return Err(match self.error.lock().unwrap().clone() {
@@ -992,6 +995,11 @@ fn connection_event(error: &Mutex<Option<String>>, event: async_nats::Event) {
     let why = match event {
         Event::Connected => {
             *error.lock().unwrap() = None;
+            return;
+        }
+        // Not a slow consumer: that is no reason the connection fails.
+        Event::ServerError(e @ async_nats::ServerError::SlowConsumer(_)) => {
+            tracing::debug!(cause = %e, "jetstream: slow consumer");
             return;
         }
         Event::ServerError(e) => e.to_string(),
