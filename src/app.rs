@@ -29,7 +29,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::actions::duty::{Duty, HookStats};
 use crate::actions::journal::ActionLog;
-use crate::actions::lifecycle::{LifecycleStats, PendingConfirm};
+use crate::actions::lifecycle::{LifecycleStats, PendingConfirm, consumer_name_problem};
 use crate::actions::writer::JournalWriter;
 use crate::actions::{ActionId, ActionSettings, Lifecycle};
 use crate::duration::Backoff;
@@ -186,6 +186,7 @@ impl Core {
         let restored = replay.live.len();
         lifecycle.restore(replay.live.into_values());
         lifecycle.start_from(mark);
+        remember_consumers(&state, &lifecycle);
         let core = Core::assemble(
             Some(home),
             settings,
@@ -749,3 +750,23 @@ const DISPATCH_BATCH: usize = 256;
 /// The dispatcher's first and longest wait for messages it cannot read yet.
 const UNREADABLE_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const UNREADABLE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The consumers `state.json` keeps cursors for, remembered by the lifecycle (oldest cursor
+/// first) so that they count towards `actions.maxConsumers`: past the maximum the oldest are
+/// forgotten with their cursors, and so is a name no consumer may have (a file written before
+/// names were bounded).
+fn remember_consumers(state: &StateStore, lifecycle: &Lifecycle) {
+    let mut cursors = state.cursors();
+    cursors.retain(|(name, _)| {
+        let ok = consumer_name_problem(name).is_none();
+        if !ok {
+            state.remove_cursor(name);
+        }
+        ok
+    });
+    cursors.sort_by_key(|(_, seq)| *seq);
+    lifecycle.remember_consumers(cursors.iter().map(|(name, seq)| (name.as_str(), *seq)));
+    for gone in lifecycle.take_forgotten() {
+        state.remove_cursor(&gone);
+    }
+}

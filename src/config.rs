@@ -150,7 +150,7 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
             let pos = loc.value(&["jetstream", key]);
             let code = match key {
                 "servers" => ErrorCode::InvalidUrl,
-                "stream" | "subjectPrefix" => ErrorCode::InvalidName,
+                "stream" | "subjectPrefix" | "instance" => ErrorCode::InvalidName,
                 _ => ErrorCode::WrongType,
             };
             errors.push(ConfigError::at(

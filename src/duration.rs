@@ -101,8 +101,24 @@ pub fn parse_quota(count: &str, period: &str) -> Result<(std::num::NonZeroU32, D
     Ok((count, period))
 }
 
-/// Parses a rules-file duration; the error is the reason, ready to follow a colon.
+/// The longest duration any file or argument may give: 100 years (`"876000h"`). Longer ones
+/// are refused as they are read, so that no deadline computed from one (now + it) overflows.
+pub const MAX: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// Parses a rules-file duration, at most [`MAX`]; the error is the reason, ready to follow a
+/// colon.
 pub fn parse(text: &str) -> Result<Duration, String> {
+    let d = parse_unbounded(text)?;
+    if d > MAX {
+        return Err(format!(
+            "\"{}\" is longer than the longest duration, 100 years (\"876000h\")",
+            text.trim()
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_unbounded(text: &str) -> Result<Duration, String> {
     let s = text.trim();
     if s.is_empty() {
         return Err("empty duration; write e.g. \"5m\", or \"0\" for none".into());
@@ -287,6 +303,28 @@ mod tests {
             parse("fortnight")
                 .unwrap_err()
                 .starts_with("not a duration; expected Go syntax")
+        );
+    }
+
+    /// Issue 46: `duty on --for 99999999999h` parsed, and `now +` it panicked a daemon task.
+    #[test]
+    fn durations_are_bounded() {
+        assert_eq!(parse("876000h"), Ok(MAX));
+        for text in [
+            "99999999999h",
+            "876001h",
+            "200 years",
+            "1000000000000000000000s",
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(
+                e.contains("longer than the longest") || e.contains("too long"),
+                "{text}: {e}"
+            );
+        }
+        assert_eq!(
+            parse("99999999999h").unwrap_err(),
+            "\"99999999999h\" is longer than the longest duration, 100 years (\"876000h\")"
         );
     }
 }

@@ -548,12 +548,14 @@ pub fn scrape_hooks(out: &mut Scrape, hooks: &crate::actions::duty::HookStats) {
 }
 
 /// `switchboard_regex_budget_total`: searches of each rule's content or resolve regex that its
-/// budget stopped (see [`crate::rules::ContentRegex::check`]); the rule did not fire for those
-/// messages. Counted since the rules loaded.
+/// budget stopped (see [`crate::rules::ContentRegex::check`]): a confirm or `stop` rule counted
+/// those messages as matching (a person decides), an auto or notify rule did not fire on them
+/// (`switchboard_suppressed_total{reason="regex_budget"}`). Counted since the rules loaded.
 pub fn scrape_regex_budget(out: &mut Scrape, rules: &crate::rules::RuleSet) {
     let c = out.counter(
         "switchboard_regex_budget_total",
-        "Content regex searches stopped by their budget (the rule did not fire), by rule.",
+        "Content regex searches stopped by their budget, by rule: a confirm or stop rule counts \
+         the message as a match (a person decides), an auto or notify rule does not fire.",
     );
     for rule in rules.rules() {
         let n = rule.content_regex.as_ref().map_or(0, |re| re.over_budget())

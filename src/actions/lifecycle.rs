@@ -55,7 +55,7 @@ pub use event::Event;
 pub use item::{Item, ItemKind};
 pub use offer::Offered;
 pub use relay::{PermissionRequest, RULE_PREFIX, RelayError, permission_action};
-pub use sessions::SessionId;
+pub use sessions::{MAX_CONSUMER_NAME, SessionId, consumer_name_problem, fit_consumer_name};
 pub use shared::{Shareable, WORK_KEY};
 pub use stats::{Counters, LifecycleStats, PendingConfirm};
 
@@ -153,7 +153,10 @@ impl Lifecycle {
         };
         Lifecycle {
             inner: Arc::new(Inner {
-                state: Mutex::default(),
+                state: Mutex::new(State {
+                    sessions: sessions::Sessions::new(settings.max_consumers),
+                    ..State::default()
+                }),
                 journal,
                 events: broadcast::channel(4096).0,
                 wake: Notify::new(),
@@ -405,15 +408,9 @@ impl Lifecycle {
     pub fn open_session_numbered(&self, prefix: &str) -> SessionId {
         let mut s = self.lock();
         let id = s.sessions.next_id();
-        let consumer = format!("{prefix}#{id}");
+        let consumer = fit_consumer_name(prefix, &format!("#{id}"));
         s.open_session(id, consumer, true, None, self.inner.hold);
         id
-    }
-
-    /// Makes sure `consumer` exists (a tool's explicit `consumer` argument), starting after
-    /// `cursor` when it has one.
-    pub fn ensure_consumer(&self, consumer: &str, cursor: Option<Seq>) {
-        self.lock().ensure_consumer(consumer, cursor);
     }
 
     /// Ends a session: its claims go back to the queue, and its own consumer is forgotten.
@@ -648,6 +645,29 @@ impl Lifecycle {
     /// The last `limit` confirms closed since start, oldest first: how each ended.
     pub fn closed_confirms(&self, limit: usize) -> Vec<ClosedConfirm> {
         self.lock().confirms.recently_closed(limit)
+    }
+
+    /// The consumers forgotten since last asked, to stay within `actions.maxConsumers`: their
+    /// cursors go too.
+    pub fn take_forgotten(&self) -> Vec<String> {
+        self.lock().sessions.take_forgotten()
+    }
+
+    /// Remembers consumers known before a restart (their saved cursors), oldest use first, so
+    /// that they count towards `actions.maxConsumers` and are forgotten in turn.
+    pub fn remember_consumers<'a>(&self, consumers: impl IntoIterator<Item = (&'a str, Seq)>) {
+        let mut s = self.lock();
+        for (name, cursor) in consumers {
+            s.ensure_consumer(name, Some(cursor));
+        }
+    }
+
+    /// The consumer live session `session` reads as.
+    pub fn consumer_of(&self, session: SessionId) -> Option<String> {
+        self.lock()
+            .sessions
+            .consumer_of(session)
+            .map(str::to_string)
     }
 
     /// Whether a live session reads as `consumer`.

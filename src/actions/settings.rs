@@ -21,6 +21,9 @@ pub struct ActionSettings {
     /// `"24h"`): an older warning is no longer news.
     #[serde(with = "crate::duration::text")]
     pub held_nudge_max_age: Duration,
+    /// How many consumers are remembered (`maxConsumers`, default 256): past that, the one
+    /// used longest ago that no live session reads as is forgotten, with its cursor.
+    pub max_consumers: usize,
 }
 
 impl Default for ActionSettings {
@@ -29,6 +32,7 @@ impl Default for ActionSettings {
             queue_capacity: 64,
             held_nudges: 20,
             held_nudge_max_age: Duration::from_secs(24 * 60 * 60),
+            max_consumers: 256,
         }
     }
 }

@@ -392,6 +392,13 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
                         let action = actions.next().expect("one action per fired rule");
                         out.push(action_line(index, &action));
                     }
+                    Decision::Undecided(_) => {
+                        let action = actions.next().expect("one action per fired rule");
+                        let mut line = action_line(index, &action);
+                        line["undecided"] = "regex_budget".into();
+                        line["detail"] = undecided(compiled, &msg).into();
+                        out.push(line);
+                    }
                     Decision::NoMatch => {
                         let mut line = json!({"msg": index, "rule": rule, "reason": "no_match"});
                         if let Some((failed, detail)) = mismatch(compiled, &msg) {
@@ -403,7 +410,7 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
                     other => {
                         let mut line =
                             json!({"msg": index, "rule": rule, "reason": other.reason()});
-                        if let Some(detail) = held_back(compiled, other, arrival) {
+                        if let Some(detail) = held_back(compiled, &msg, other, arrival) {
                             line["detail"] = detail.into();
                         }
                         out.push(line);
@@ -419,10 +426,32 @@ pub fn replay(rules: RuleSet, lines: &[String], explain: bool) -> Result<Vec<Val
     Ok(out)
 }
 
-/// For a rule the clock held back, which time interval did, in a sentence.
-fn held_back(rule: &crate::rules::Rule, decision: Decision, at: DateTime<Utc>) -> Option<String> {
+/// Why `rule` counted `msg` as undecided, in a sentence.
+fn undecided(rule: &crate::rules::Rule, msg: &Message) -> String {
+    let pattern = rule.content_regex.as_ref().map_or("", |re| re.as_str());
+    let then = if rule.fails_closed() {
+        "a confirm or `stop` rule counts that as a match, and a person decides"
+    } else {
+        "an auto or notify rule without `stop` does not fire on that"
+    };
+    format!(
+        "whether content ({} bytes) matches `contentRegex` \"{pattern}\" could not be decided \
+         within the regex budget; {then}",
+        msg.content.len()
+    )
+}
+
+/// For a rule the clock held back, which time interval did, and for one whose content regex
+/// was undecided, why; in a sentence.
+fn held_back(
+    rule: &crate::rules::Rule,
+    msg: &Message,
+    decision: Decision,
+    at: DateTime<Utc>,
+) -> Option<String> {
     let when = at.format("%Y-%m-%dT%H:%M:%SZ, a %A");
     match decision {
+        Decision::RegexBudget => Some(undecided(rule, msg)),
         Decision::Muted => rule
             .muted_by(at)
             .map(|n| format!("{when}, is inside `muteTimeIntervals` \"{}\"", n.name)),
@@ -523,6 +552,7 @@ const REASONS: &[&str] = &[
     "dedup",
     "rate_limited",
     "stopped",
+    "regex_budget",
 ];
 
 /// What one rule did with one message.
@@ -732,8 +762,11 @@ fn run_case(
         for ((name, decision), rule) in decisions.into_iter().zip(rules.rules()) {
             let (mode, detail) = match decision {
                 Decision::Fired(_) => (actions.next().map(|a| a.mode), None),
+                Decision::Undecided(_) => {
+                    (actions.next().map(|a| a.mode), Some(undecided(rule, &msg)))
+                }
                 Decision::NoMatch => (None, mismatch(rule, &msg).map(|(_, d)| d)),
-                other => (None, held_back(rule, other, at)),
+                other => (None, held_back(rule, &msg, other, at)),
             };
             by_rule.insert(
                 name,

@@ -27,9 +27,17 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_stdio: bool,
     /// Read as this named consumer, which resumes its cursor across restarts (default: a
-    /// consumer of this session's own, `CLIENT#N`).
-    #[arg(long, value_name = "NAME")]
+    /// consumer of this session's own, `CLIENT#N`); at most 64 bytes.
+    #[arg(long, value_name = "NAME", value_parser = consumer_name)]
     pub consumer: Option<String>,
+}
+
+/// A `--consumer` name, checked as the daemon checks it.
+fn consumer_name(name: &str) -> Result<String, String> {
+    match crate::actions::lifecycle::consumer_name_problem(name) {
+        Some(problem) => Err(problem),
+        None => Ok(name.to_string()),
+    }
 }
 
 /// The daemon's flags (`daemon`, `start`, and `serve`, which passes them on when it starts

@@ -346,6 +346,9 @@ pub fn text_line(event: &WatchEvent, style: Style) -> String {
                 match s.reason.as_str() {
                     "dedup" => "dedup (a repeat inside its dedupWindow)",
                     "rate_limited" => "rate limited (over its rateLimit)",
+                    "regex_budget" =>
+                        "regex_budget (its contentRegex could not be decided within \
+                                       its budget; an auto or notify rule does not fire on that)",
                     other => other,
                 }
             ),

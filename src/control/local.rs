@@ -271,6 +271,7 @@ impl Local {
             local: self,
             cancel,
             sessions: None,
+            peer: None,
         };
         op.apply(&cx).await
     }
@@ -282,6 +283,7 @@ impl Local {
             local: self,
             cancel: CancellationToken::new(),
             sessions: None,
+            peer: None,
         };
         use futures::FutureExt;
         op.apply(&cx).now_or_never().unwrap_or_else(|| {

@@ -27,6 +27,7 @@
 
 pub mod local;
 pub mod ops;
+pub mod peer;
 pub mod refused;
 pub mod server;
 pub mod view;
@@ -112,6 +113,9 @@ pub struct Ctx<'a> {
     pub cancel: CancellationToken,
     /// The sessions of the connection the call came on; `None` for a local call.
     pub sessions: Option<&'a server::Sessions>,
+    /// The process at the other end of the control connection the call came on, from the
+    /// socket's credentials ([`peer`]); `None` for a local call.
+    pub peer: Option<u32>,
 }
 
 impl Ctx<'_> {

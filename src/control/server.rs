@@ -229,6 +229,11 @@ async fn handle(
     room: Arc<Room>,
     handshake: tokio::sync::OwnedSemaphorePermit,
 ) -> std::io::Result<()> {
+    let peer = stream
+        .peer_cred()
+        .ok()
+        .and_then(|c| c.pid())
+        .and_then(|pid| u32::try_from(pid).ok());
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     let mut line = Vec::new();
@@ -307,7 +312,7 @@ async fn handle(
         listeners: room.listeners.clone(),
     });
     write_line(&mut write, &welcome).await?;
-    connection(local, read, write, hello).await;
+    connection(local, read, write, hello, peer).await;
     Ok(())
 }
 
@@ -317,6 +322,7 @@ async fn connection(
     mut read: BufReader<OwnedReadHalf>,
     write: OwnedWriteHalf,
     hello: Hello,
+    peer: Option<u32>,
 ) {
     let shutdown = local.shutdown().clone();
     let (tx, rx) = mpsc::channel::<Down>(1024);
@@ -376,6 +382,7 @@ async fn connection(
                 local: &local,
                 cancel: CancellationToken::new(),
                 sessions: Some(&sessions),
+                peer,
             };
             let done = call.apply(&cx).await;
             let _ = tx.send(reply(id, done)).await;
@@ -394,6 +401,7 @@ async fn connection(
                 local: &local,
                 cancel,
                 sessions: Some(&sessions),
+                peer,
             };
             let done = call.apply(&cx).await;
             in_flight.lock().unwrap().remove(&id);

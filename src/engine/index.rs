@@ -166,9 +166,28 @@ pub struct Scratch {
     /// Bumped for every message; a slot below stamped with it is this message's.
     generation: u32,
     regex_stamp: Vec<u32>,
-    regex_hit: Vec<bool>,
+    regex_hit: Vec<Hit>,
     literal_stamp: Vec<u32>,
 }
+
+/// A regex's verdict on this message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Hit {
+    #[default]
+    No,
+    Yes,
+    /// Not decided within its budget.
+    Undecided,
+}
+
+impl From<bool> for Hit {
+    fn from(matched: bool) -> Hit {
+        if matched { Hit::Yes } else { Hit::No }
+    }
+}
+
+/// Set on a rule of [`Index::matches`] whose content regex was not decided within its budget.
+pub const UNDECIDED: u32 = 1 << 31;
 
 impl Scratch {
     fn begin(&mut self, index: &Index) {
@@ -176,7 +195,7 @@ impl Scratch {
         if self.regex_stamp.len() != regexes || self.literal_stamp.len() != lits {
             *self = Scratch::default();
             self.regex_stamp = vec![0; regexes];
-            self.regex_hit = vec![false; regexes];
+            self.regex_hit = vec![Hit::No; regexes];
             self.literal_stamp = vec![0; lits];
         }
         if self.generation == u32::MAX {
@@ -583,7 +602,9 @@ impl Index {
     }
 
     /// The enabled rules that match `msg`, in file order, up to and including the first that
-    /// has `stop`, appended to `out`.
+    /// has `stop`, appended to `out`. A rule whose content regex was not decided within its
+    /// budget is listed with [`UNDECIDED`] set, and ends the list when it has `stop` (it fails
+    /// closed, see [`crate::rules::Rule::fails_closed`]).
     pub fn matches(
         &self,
         rules: &RuleSet,
@@ -640,10 +661,10 @@ impl Index {
                     let id = *id as usize;
                     if regex_stamp[id] != generation {
                         regex_stamp[id] = generation;
-                        regex_hit[id] = false;
+                        regex_hit[id] = Hit::No;
                     }
-                    if !regex_hit[id] && exact.holds(content, end) {
-                        regex_hit[id] = true;
+                    if regex_hit[id] == Hit::No && exact.holds(content, end) {
+                        regex_hit[id] = Hit::Yes;
                     }
                 }
             });
@@ -662,7 +683,7 @@ impl Index {
                 let hits = set.matches(&msg.content);
                 for (slot, &id) in self.set_regex.iter().enumerate() {
                     scratch.regex_stamp[id as usize] = generation;
-                    scratch.regex_hit[id as usize] = hits.matched(slot);
+                    scratch.regex_hit[id as usize] = hits.matched(slot).into();
                 }
             }
         }
@@ -675,16 +696,22 @@ impl Index {
                 continue;
             }
             if let Some(id) = check.regex {
-                let id = id as usize;
-                if scratch.regex_stamp[id] != generation {
-                    scratch.regex_stamp[id] = generation;
-                    scratch.regex_hit[id] = all[self.regexes[id] as usize]
-                        .content_regex
-                        .as_ref()
-                        .is_some_and(|re| re.is_match(&msg.content));
-                }
-                if !scratch.regex_hit[id] {
-                    continue;
+                let seen = (
+                    &mut scratch.regex_stamp[..],
+                    &mut scratch.regex_hit[..],
+                    generation,
+                );
+                match self.regex_hit(all, id as usize, msg, seen) {
+                    Hit::Yes => {}
+                    Hit::No => continue,
+                    Hit::Undecided => {
+                        // A `stop` rule fails closed: it ends the list.
+                        out.push(i | UNDECIDED);
+                        if rule.stop {
+                            break;
+                        }
+                        continue;
+                    }
                 }
             }
             out.push(i);
@@ -692,5 +719,31 @@ impl Index {
                 break;
             }
         }
+    }
+
+    /// Whether content regex `id` matches `msg`, decided once per message (`stamp` says
+    /// whether the scan of the literals or the regex set decided it already, in `hit`):
+    /// [`Hit::Undecided`] when its budget ran out.
+    #[inline]
+    fn regex_hit(
+        &self,
+        all: &[crate::rules::Rule],
+        id: usize,
+        msg: &Message,
+        (stamp, hit, generation): (&mut [u32], &mut [Hit], u32),
+    ) -> Hit {
+        if stamp[id] != generation {
+            stamp[id] = generation;
+            hit[id] = match all[self.regexes[id] as usize]
+                .content_regex
+                .as_ref()
+                .map(|re| re.check(&msg.content))
+            {
+                Some(Ok(matched)) => matched.into(),
+                Some(Err(_)) => Hit::Undecided,
+                None => Hit::No,
+            };
+        }
+        hit[id]
     }
 }

@@ -5,7 +5,10 @@
 //! with `stop` ends the message's evaluation (fired or suppressed alike); per rule the order is
 //! match (server, channel, matchers, content) → time intervals (`muteTimeIntervals`, then
 //! `activeTimeIntervals`, read at `now`) → dedup → rateLimit, and state changes only when a
-//! rule fires. State (dedup windows,
+//! rule fires. A rule whose content regex cannot be decided within its budget fails closed
+//! ([`Rule::fails_closed`]): a confirm or `stop` rule counts the message as a match and what it
+//! fires is put to a person, saying why (work becomes a confirm); an auto or notify rule without
+//! `stop` does not fire, suppressed as `regex_budget`. State (dedup windows,
 //! fire times) is keyed by rule name and survives [`Engine::swap`] for rules whose name is
 //! unchanged, and a restart through [`Engine::limits_snapshot`] and [`Engine::restore_limits`]
 //! (the caller keeps the snapshot in `state.json`). While paused nothing fires and nothing
@@ -33,7 +36,7 @@ pub use limits::{DEDUP_KEY_BYTES, LimitsSnapshot, RuleMemory, RuleState, default
 
 use crate::actions::{Action, ActionId, Mode};
 use crate::message::Message;
-use crate::rules::{Rule, RuleSet};
+use crate::rules::{Matched, Rule, RuleSet, UNDECIDED_NOTE};
 
 /// Why a matching rule did not fire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -47,6 +50,9 @@ pub enum SuppressReason {
     Inactive,
     /// Inside one of its `muteTimeIntervals`.
     Muted,
+    /// Its content regex could not be decided within its budget, and the rule does not fail
+    /// closed (an auto or notify rule without `stop`).
+    RegexBudget,
 }
 
 impl SuppressReason {
@@ -57,6 +63,7 @@ impl SuppressReason {
             SuppressReason::RateLimited => "rate_limited",
             SuppressReason::Inactive => "inactive",
             SuppressReason::Muted => "muted",
+            SuppressReason::RegexBudget => "regex_budget",
         }
     }
 }
@@ -76,6 +83,13 @@ pub struct Suppressed {
 pub enum Decision {
     /// It fired this action.
     Fired(ActionId),
+    /// Its content regex could not be decided within its budget and the rule fails closed
+    /// (confirm or `stop`): it fired this action, which puts the message to a person and says
+    /// why.
+    Undecided(ActionId),
+    /// Its content regex could not be decided within its budget, and an auto or notify rule
+    /// without `stop` does not fire on that.
+    RegexBudget,
     /// Server, channel, matchers or content did not match.
     NoMatch,
     /// The rule is disabled.
@@ -98,7 +112,7 @@ impl Decision {
     /// The snake_case reason a rule did not fire, or `None` when it fired.
     pub fn reason(self) -> Option<&'static str> {
         match self {
-            Decision::Fired(_) => None,
+            Decision::Fired(_) | Decision::Undecided(_) => None,
             Decision::NoMatch => Some("no_match"),
             Decision::Disabled => Some("disabled"),
             Decision::Dedup => Some("dedup"),
@@ -107,6 +121,7 @@ impl Decision {
             Decision::Muted => Some("muted"),
             Decision::Paused => Some("paused"),
             Decision::Stopped => Some("stopped"),
+            Decision::RegexBudget => Some("regex_budget"),
         }
     }
 }
@@ -305,9 +320,22 @@ impl Engine {
         live.index.matches(&live.rules, msg, scratch, hits);
         // The index stops listing candidates after the first that has `stop`.
         let rules = live.rules.rules();
-        for &i in hits.iter() {
-            let i = i as usize;
-            decide(&rules[i], &mut state[i], counters, msg, now, &mut eval);
+        for &hit in hits.iter() {
+            let i = (hit & !index::UNDECIDED) as usize;
+            let undecided = hit & index::UNDECIDED != 0;
+            if undecided && !rules[i].fails_closed() {
+                budget_suppressed(&rules[i], &mut eval);
+                continue;
+            }
+            decide(
+                &rules[i],
+                &mut state[i],
+                counters,
+                msg,
+                now,
+                undecided,
+                &mut eval,
+            );
         }
         eval
     }
@@ -321,11 +349,29 @@ impl Engine {
         }
         let rules = self.live.rules.rules();
         for (rule, state) in rules.iter().zip(&mut self.state) {
-            if rule.enabled && rule.is_match(msg) {
-                decide(rule, state, &mut self.counters, msg, now, &mut eval);
-                if rule.stop {
-                    break;
+            if !rule.enabled {
+                continue;
+            }
+            let undecided = match rule.check(msg) {
+                Matched::No => continue,
+                Matched::Yes => false,
+                Matched::Undecided if rule.fails_closed() => true,
+                Matched::Undecided => {
+                    budget_suppressed(rule, &mut eval);
+                    continue;
                 }
+            };
+            decide(
+                rule,
+                state,
+                &mut self.counters,
+                msg,
+                now,
+                undecided,
+                &mut eval,
+            );
+            if rule.stop {
+                break;
             }
         }
         eval
@@ -349,11 +395,27 @@ impl Engine {
                 Decision::Stopped
             } else if !rule.enabled {
                 Decision::Disabled
-            } else if !rule.is_match(msg) {
-                Decision::NoMatch
             } else {
-                stopped = rule.stop;
-                decide(rule, state, &mut self.counters, msg, now, &mut eval)
+                match rule.check(msg) {
+                    Matched::No => Decision::NoMatch,
+                    Matched::Undecided if !rule.fails_closed() => {
+                        budget_suppressed(rule, &mut eval);
+                        Decision::RegexBudget
+                    }
+                    matched => {
+                        stopped = rule.stop;
+                        let undecided = matched == Matched::Undecided;
+                        decide(
+                            rule,
+                            state,
+                            &mut self.counters,
+                            msg,
+                            now,
+                            undecided,
+                            &mut eval,
+                        )
+                    }
+                }
             };
             decisions.push((rule.name.to_string(), decision));
         }
@@ -361,13 +423,25 @@ impl Engine {
     }
 }
 
-/// Time intervals, dedup, rate limit and fire for `rule`, which matched; `state` is its state.
+/// Records that `rule` did not fire because its content regex was undecided.
+#[cold]
+fn budget_suppressed(rule: &Rule, eval: &mut Evaluation) {
+    eval.suppressed.push(Suppressed {
+        rule: rule.name.clone(),
+        reason: SuppressReason::RegexBudget,
+    });
+}
+
+/// Time intervals, dedup, rate limit and fire for `rule`, which matched (`undecided`: which
+/// counts as matching although its content regex could not be decided, see
+/// [`Rule::fails_closed`]); `state` is its state.
 fn decide(
     rule: &Rule,
     state: &mut RuleState,
     counters: &mut Counters,
     msg: &Message,
     now: DateTime<Utc>,
+    undecided: bool,
     eval: &mut Evaluation,
 ) -> Decision {
     // The default key borrows the content; it is copied only when the rule fires.
@@ -403,6 +477,7 @@ fn decide(
             SuppressReason::RateLimited => Decision::RateLimited,
             SuppressReason::Inactive => Decision::Inactive,
             SuppressReason::Muted => Decision::Muted,
+            SuppressReason::RegexBudget => Decision::RegexBudget,
         };
     }
     state.record(
@@ -413,15 +488,20 @@ fn decide(
     counters.limits_version += 1;
     let id = counters.next_id;
     counters.next_id += 1;
+    let (mode, prompt) = if undecided {
+        undecided_action(rule, msg)
+    } else {
+        (rule.mode, rule.render_prompt(msg))
+    };
     eval.actions.push(Action {
         id,
         rule: rule.name.clone(),
-        mode: rule.mode,
+        mode,
         seq: msg.seq,
-        prompt: rule.render_prompt(msg),
+        prompt,
         tools: copied(&rule.tools),
         created: now,
-        expires: (rule.mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
+        expires: (mode == Mode::Confirm).then(|| limits::plus(now, rule.confirm_timeout)),
         delivery: rule.delivery,
         approve_via: copied(&rule.approve_via),
         consumers: match msg.metadata.value(crate::actions::TO_CONSUMER_KEY) {
@@ -429,7 +509,23 @@ fn decide(
             to => crate::actions::Audience::only(to),
         },
     });
-    Decision::Fired(id)
+    if undecided {
+        Decision::Undecided(id)
+    } else {
+        Decision::Fired(id)
+    }
+}
+
+/// The mode and prompt of what `rule` fires on a message it could not decide: a person
+/// decides, so work becomes a confirm (a nudge stays one), and the prompt says why first.
+#[cold]
+fn undecided_action(rule: &Rule, msg: &Message) -> (Mode, String) {
+    let mode = match rule.mode {
+        Mode::Auto => Mode::Confirm,
+        other => other,
+    };
+    let prompt = format!("{UNDECIDED_NOTE}\n\n{}", rule.render_prompt(msg));
+    (mode, prompt)
 }
 
 /// A copy of `list` for a new action. Most rules have no tools or `approveVia` (nor

@@ -992,3 +992,67 @@ fn property_index_decides_what_the_naive_loop_decides() {
         "fired {fired}, suppressed {suppressed}, stops {stops}"
     );
 }
+
+/// Issue 46.3: a rule whose content regex cannot be decided within its budget fails closed. A
+/// confirm or `stop` rule counts the message as matching (its confirm says why, and an auto
+/// `stop` rule's work becomes a confirm: a person decides); an auto or notify rule without
+/// `stop` does not fire, and is suppressed with `regex_budget`. The index, the naive loop and
+/// the explained loop agree.
+#[test]
+fn an_undecided_regex_fails_closed() {
+    let thrash = r#"[\\s\\S]{1,5000}ZZZ"#;
+    let set = rules(&format!(
+        r#"{{"rules": [
+        {{"name": "notify", "contentRegex": "{thrash}"}},
+        {{"name": "guard", "contentRegex": "{thrash}", "mode": "confirm", "prompt": "check",
+          "stop": true}},
+        {{"name": "run", "mode": "auto", "prompt": "run", "tools": ["bash"]}}
+    ]}}"#
+    ));
+    let mut big = "a".repeat(200_000);
+    big.push_str("ZZZ");
+    let m = msg(1, "s", "c", &big);
+    let naive = Engine::new(set.clone()).evaluate_naive(&m, t(0));
+    let (explained, decisions) = Engine::new(set.clone()).evaluate_explained(&m, t(0));
+    let indexed = Engine::new(set.clone()).evaluate(&m, t(0));
+    for eval in [&indexed, &naive, &explained] {
+        let fired: Vec<_> = eval.actions.iter().map(|a| (&*a.rule, a.mode)).collect();
+        assert_eq!(fired, [("guard", Mode::Confirm)]);
+        assert!(eval.actions[0].prompt.starts_with(UNDECIDED_NOTE));
+        assert!(eval.actions[0].prompt.ends_with("\n\ncheck"));
+        assert_eq!(
+            eval.suppressed,
+            [Suppressed {
+                rule: "notify".into(),
+                reason: SuppressReason::RegexBudget
+            }]
+        );
+    }
+    let reasons: Vec<_> = decisions.iter().map(|(n, d)| (&**n, *d)).collect();
+    assert_eq!(
+        reasons,
+        [
+            ("notify", Decision::RegexBudget),
+            ("guard", Decision::Undecided(1)),
+            ("run", Decision::Stopped)
+        ]
+    );
+    assert_eq!(decisions[0].1.reason(), Some("regex_budget"));
+
+    // Work of a `stop` rule that cannot decide is put to a person first.
+    let set = rules(&format!(
+        r#"{{"rules": [{{"name": "deploy", "contentRegex": "{thrash}", "mode": "auto",
+            "prompt": "deploy", "tools": ["bash"], "stop": true}}, {{"name": "after"}}]}}"#
+    ));
+    for eval in [
+        Engine::new(set.clone()).evaluate(&m, t(0)),
+        Engine::new(set.clone()).evaluate_naive(&m, t(0)),
+    ] {
+        let fired: Vec<_> = eval.actions.iter().map(|a| (&*a.rule, a.mode)).collect();
+        assert_eq!(fired, [("deploy", Mode::Confirm)]);
+        assert!(eval.actions[0].expires.is_some());
+    }
+    // The same rules decide a short message as usual.
+    let short = msg(2, "s", "c", "abcZZZ");
+    assert_eq!(fired(&mut Engine::new(set), &short, t(0)), ["deploy"]);
+}

@@ -141,6 +141,17 @@ impl StateStore {
         last_seq.saturating_sub(self.cursor_or_boot(consumer))
     }
 
+    /// Every consumer's cursor.
+    pub fn cursors(&self) -> Vec<(String, Seq)> {
+        let inner = self.inner.lock().unwrap();
+        inner
+            .state
+            .cursors
+            .iter()
+            .map(|(name, &seq)| (name.clone(), seq))
+            .collect()
+    }
+
     /// Forgets a consumer's cursor (a session's own consumer, when the session ends).
     pub fn remove_cursor(&self, consumer: &str) {
         let mut inner = self.inner.lock().unwrap();

@@ -105,10 +105,26 @@ pub fn compile(text: &str) -> Result<RuleSet, Vec<RuleError>> {
     }
 
     if errors.is_empty() {
+        share_regexes(&mut rules);
         Ok(RuleSet::new(rules, false))
     } else {
         errors.sort_by_key(|e| (e.line, e.column));
         Err(errors)
+    }
+}
+
+/// Rules with the same `contentRegex` share one compiled regex: it is built once, and its
+/// searches stopped by the budget are counted for each rule that shares it (the engine runs
+/// it once per message for all of them).
+fn share_regexes(rules: &mut [Rule]) {
+    let mut first: HashMap<String, ContentRegex> = HashMap::new();
+    for re in rules.iter_mut().filter_map(|r| r.content_regex.as_mut()) {
+        match first.get(re.as_str()) {
+            Some(shared) => *re = shared.clone(),
+            None => {
+                first.insert(re.as_str().to_string(), re.clone());
+            }
+        }
     }
 }
 

@@ -25,8 +25,15 @@
 //! (after [`GIVE_UP_AFTER_CLEARS`] cache clears at a low rate of bytes per state) and the
 //! fallback runs only while NFA states × bytes stays under [`FALLBACK_BUDGET`] (a few hundred
 //! milliseconds at most). Above it the search stops: [`ContentRegex::check`] answers
-//! [`OverBudget`], the rule does not fire for that message, and the regex counts it
-//! ([`ContentRegex::over_budget`], `switchboard_regex_budget_total` in `/metrics`).
+//! [`OverBudget`] and the regex counts it ([`ContentRegex::over_budget`],
+//! `switchboard_regex_budget_total` in `/metrics`). What an undecided rule does is the rule's
+//! to say, and it fails closed: see [`crate::rules::Rule::check`].
+//!
+//! The lazy DFA also quits on the first non-ASCII byte of a message when the pattern has a
+//! Unicode word boundary (`\b`), which a guard usually has. Before the fallback, the message is
+//! then tried once more with its non-ASCII characters stood in for by ASCII bytes, when the
+//! pattern allows ([`super::stand_in`]): a long message with a few accented letters, arrows or
+//! emoji is decided by the lazy DFA, in time linear in its length.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -35,8 +42,10 @@ use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::nfa::thompson::{self, WhichCaptures};
 use regex_automata::util::pool::Pool;
 use regex_automata::util::syntax;
-use regex_automata::{Input, MatchKind, meta};
+use regex_automata::{Input, MatchErrorKind, MatchKind, meta};
 use regex_syntax::hir::{Class, Hir, HirKind};
+
+use super::stand_in::StandIns;
 
 /// The compiled size limit `regex::Regex` uses by default (10 MiB).
 const NFA_SIZE_LIMIT: usize = 10 * (1 << 20);
@@ -90,6 +99,9 @@ struct Matcher {
     nfa_states: usize,
     /// `regex`'s meta regex, built the first time the lazy DFA gives up.
     fallback: OnceLock<Option<meta::Regex>>,
+    /// For a pattern with a Unicode word boundary: how a message with non-ASCII characters
+    /// is made ASCII for the lazy DFA, when it can be.
+    stand_ins: Option<StandIns>,
 }
 
 impl std::fmt::Debug for Matcher {
@@ -141,7 +153,8 @@ impl ContentRegex {
     }
 
     /// Whether the regex matches anywhere in `haystack`; a search over the budget counts as no
-    /// match (and is counted, see [`ContentRegex::over_budget`]).
+    /// match (and is counted, see [`ContentRegex::over_budget`]). A rule decides through
+    /// [`ContentRegex::check`], and fails closed.
     pub fn is_match(&self, haystack: &str) -> bool {
         self.check(haystack).unwrap_or(false)
     }
@@ -168,8 +181,10 @@ impl ContentRegex {
             tracing::warn!(
                 regex = %self.source,
                 bytes = haystack.len(),
-                "content regex over its budget: treated as not matching (regex_budget); \
-                 simplify the pattern (a large counted repetition such as {{1,5000}} is the usual cause)"
+                "content regex over its budget, undecided (regex_budget): a confirm or `stop` \
+                 rule counts the message as a match and a person decides, an auto or notify rule \
+                 does not fire; simplify the pattern (a large counted repetition such as \
+                 {{1,5000}} is the usual cause)"
             );
         }
         answer
@@ -226,32 +241,50 @@ impl Matcher {
         if let Some(fallback) = fallback {
             let _ = lock.set(Some(fallback));
         }
+        let stand_ins = hir
+            .properties()
+            .look_set()
+            .contains_word_unicode()
+            .then(|| StandIns::of(hir))
+            .flatten();
         Ok(Matcher {
             dfa,
             caches,
             nfa_states,
             fallback: lock,
+            stand_ins,
         })
     }
 
     fn check(&self, hir: &Hir, haystack: &str) -> Result<bool, OverBudget> {
-        let input = Input::new(haystack).earliest(true);
-        let searched = {
-            let mut cache = self.caches.get();
-            self.dfa.try_search_fwd(&mut cache, &input)
+        let quit = match self.search(haystack.as_bytes()) {
+            Ok(found) => return Ok(found),
+            Err(kind) => matches!(kind, MatchErrorKind::Quit { .. }),
         };
-        match searched {
-            Ok(found) => Ok(found.is_some()),
-            // Gave up (thrashing) or quit (a Unicode word boundary on non-ASCII text): the
-            // PikeVM answers, if it can within the budget.
-            Err(_) => {
-                if self.nfa_states.saturating_mul(haystack.len()) > FALLBACK_BUDGET {
-                    return Err(OverBudget);
-                }
-                let fallback = self.fallback.get_or_init(|| build(hir).ok());
-                Ok(fallback.as_ref().is_some_and(|re| re.is_match(haystack)))
-            }
+        // Quit on a non-ASCII byte (a Unicode word boundary): the message with stand-ins.
+        if quit
+            && let Some(copy) = self.stand_ins.as_ref().and_then(|s| s.copy(haystack))
+            && let Ok(found) = self.search(&copy)
+        {
+            return Ok(found);
         }
+        // Gave up (thrashing), or no stand-ins: the PikeVM answers, if it can within the
+        // budget.
+        if self.nfa_states.saturating_mul(haystack.len()) > FALLBACK_BUDGET {
+            return Err(OverBudget);
+        }
+        let fallback = self.fallback.get_or_init(|| build(hir).ok());
+        Ok(fallback.as_ref().is_some_and(|re| re.is_match(haystack)))
+    }
+
+    /// The lazy DFA's verdict on `haystack`, or why it stopped.
+    fn search(&self, haystack: &[u8]) -> Result<bool, MatchErrorKind> {
+        let input = Input::new(haystack).earliest(true);
+        let mut cache = self.caches.get();
+        self.dfa
+            .try_search_fwd(&mut cache, &input)
+            .map(|found| found.is_some())
+            .map_err(|e| e.kind().clone())
     }
 }
 
@@ -440,6 +473,40 @@ mod tests {
         assert_eq!(re.check("abcZZZ"), Ok(true));
         assert_eq!(re.check("abc"), Ok(false));
         assert_eq!(re.over_budget(), 2);
+    }
+
+    /// Issue 46.3: a guard with word boundaries over a 260 kB message with one accented
+    /// letter went to the PikeVM, over its budget, and counted as not matching. The message
+    /// with a stand-in for the letter is decided by the lazy DFA.
+    #[test]
+    fn a_word_boundary_over_a_long_message_with_one_accent_is_decided() {
+        let guard = ContentRegex::new(
+            r"(?i)\b(?:rm\s+-rf|drop\s+(?:table|database)|truncate\s+table|chmod\s+-R\s+777)\b",
+        )
+        .unwrap();
+        let mut message = "routine log line, nothing to see\n".repeat(8_000);
+        message.push_str("café closed; ");
+        assert_eq!(guard.check(&message), Ok(false));
+        message.push_str("now DROP TABLE users;");
+        assert!(message.len() > 256_000);
+        assert_eq!(guard.check(&message), Ok(true));
+        let states = guard
+            .inner
+            .matcher
+            .get()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .nfa_states;
+        assert!(
+            states * message.len() > FALLBACK_BUDGET,
+            "the PikeVM would be over its budget: {states} states"
+        );
+        assert_eq!(guard.over_budget(), 0);
+        // A letter the pattern can match (`(?i)s` matches `ſ`) is not stood in for: the
+        // budget decides, and fails closed (see `Rule::check`).
+        message.push('ſ');
+        assert_eq!(guard.check(&message), Err(OverBudget));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod file;
 pub mod interval;
 pub mod matcher;
 pub mod pattern;
+mod stand_in;
 pub mod template;
 
 use std::path::Path;
@@ -114,16 +115,57 @@ pub struct Resolve {
     pub key: Template,
 }
 
+/// Whether a rule matches a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matched {
+    /// Server, channel, matchers or content do not match.
+    No,
+    /// Everything matches.
+    Yes,
+    /// Server, channel and matchers match, but whether the content regex does could not be
+    /// found within its budget (`regex_budget`, see [`ContentRegex::check`]).
+    Undecided,
+}
+
+/// What an action fired on an undecided message says first: why a person is asked.
+pub const UNDECIDED_NOTE: &str = "switchboard could not decide within its regex budget \
+                                  (regex_budget) whether this message matches the rule's \
+                                  `contentRegex`, so it counts as a match and a person decides.";
+
 impl Rule {
-    /// Whether the message matches server, channel, matchers and content.
+    /// Whether the message matches server, channel, matchers and content; a message whose
+    /// content regex is undecided matches when the rule [fails closed](Rule::fails_closed).
     pub fn is_match(&self, msg: &Message) -> bool {
-        self.server.is_match(&msg.server)
+        match self.check(msg) {
+            Matched::Yes => true,
+            Matched::No => false,
+            Matched::Undecided => self.fails_closed(),
+        }
+    }
+
+    /// Whether the message matches server, channel, matchers and content, or could not be
+    /// decided within the content regex's budget.
+    pub fn check(&self, msg: &Message) -> Matched {
+        if !(self.server.is_match(&msg.server)
             && self.channel.is_match(&msg.channel)
-            && self.matchers_hold(msg)
-            && self
-                .content_regex
-                .as_ref()
-                .is_none_or(|re| re.is_match(&msg.content))
+            && self.matchers_hold(msg))
+        {
+            return Matched::No;
+        }
+        match self.content_regex.as_ref().map(|re| re.check(&msg.content)) {
+            None | Some(Ok(true)) => Matched::Yes,
+            Some(Ok(false)) => Matched::No,
+            Some(Err(_)) => Matched::Undecided,
+        }
+    }
+
+    /// Whether a message this rule cannot decide (see [`Matched::Undecided`]) counts as a
+    /// match: for a confirm rule, whose confirm puts the message to a person, and a `stop`
+    /// rule, which guards the rules after it. An auto or notify rule without `stop` does not
+    /// fire on what it cannot decide; what a `stop` rule fires on it is put to a person (see
+    /// `engine`).
+    pub fn fails_closed(&self) -> bool {
+        self.mode == Mode::Confirm || self.stop
     }
 
     /// Whether every matcher holds for the message's metadata.

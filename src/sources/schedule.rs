@@ -21,6 +21,10 @@
 //! time zone (chrono-tz): a wall-clock time that a DST change skips fires at the first instant
 //! after the gap, and one that it repeats fires once.
 //!
+//! Every schedule runs on one timer task (a queue of wake-up times, one sleep for the
+//! earliest), and the state is written once per wake-up, however many schedules fired: 3,000
+//! schedules are one task and at most one blocking write at a time, not thousands.
+//!
 //! The wait for the next firing re-reads the wall clock at least every
 //! [`RECHECK_EVERY`], so a clock step or a suspended machine delays a firing by at most that
 //! much; firings that fell inside a suspend collapse into one, the latest.
@@ -364,13 +368,19 @@ impl State {
         self.marks.lock().unwrap().get(name).map(|m| m.through)
     }
 
-    async fn set(self: &Arc<State>, name: &str, through: DateTime<Utc>) {
+    /// Records how far schedules' firings were handled, all in one write (off the async
+    /// workers): one blocking thread however many schedules moved.
+    async fn set(self: &Arc<State>, moved: Vec<(String, DateTime<Utc>)>) {
+        if moved.is_empty() {
+            return;
+        }
         let state = self.clone();
-        let name = name.to_string();
         let written = tokio::task::spawn_blocking(move || {
-            // The lock is held across the write so that two schedules' writes land in order.
+            // The lock is held across the write so that two writes land in order.
             let mut marks = state.marks.lock().unwrap();
-            marks.insert(name, Mark { through });
+            for (name, through) in moved {
+                marks.insert(name, Mark { through });
+            }
             let text = serde_json::to_vec_pretty(&*marks).unwrap_or_default();
             write_atomic(&state.path, &text)
         })
@@ -382,17 +392,19 @@ impl State {
     }
 }
 
-/// Starts every schedule on the context's tasks; `state` is `schedules.json`.
+/// Starts the schedules on the context's tasks, all on one timer task however many there are;
+/// `state` is `schedules.json`.
 pub fn start(cx: &SourceContext, schedules: &[ScheduleSettings], state: &Path) {
     if schedules.is_empty() {
         return;
     }
     let state = Arc::new(State::load(state.to_path_buf()));
+    let mut compiled = Vec::with_capacity(schedules.len());
     for settings in schedules {
         match Schedule::compile(settings) {
             Ok(schedule) => {
                 tracing::info!(schedule = %schedule.name(), cron = %settings.cron, "schedule started");
-                cx.tasks().spawn(run(cx.clone(), schedule, state.clone()));
+                compiled.push(schedule);
             }
             // `config check` and the start refuse such a file; this is a second line of defence.
             Err(e) => {
@@ -400,52 +412,110 @@ pub fn start(cx: &SourceContext, schedules: &[ScheduleSettings], state: &Path) {
             }
         }
     }
+    cx.tasks().spawn(run(cx.clone(), compiled, state));
 }
 
-/// Fires `schedule` until shutdown.
-async fn run(cx: SourceContext, schedule: Schedule, state: Arc<State>) {
-    let name = schedule.name().to_string();
+/// One schedule as the timer runs it: up to when its firings were handled, and its next one.
+struct Timed {
+    schedule: Schedule,
+    through: DateTime<Utc>,
+    next: DateTime<Utc>,
+}
+
+/// Fires every schedule until shutdown, from one task: a queue of wake-up times (each
+/// schedule's next firing, or its retry), one sleep for the earliest.
+async fn run(cx: SourceContext, schedules: Vec<Schedule>, state: Arc<State>) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
     let now = Utc::now();
-    let mut through = match state.through(&name) {
-        Some(last) if schedule.settings.catch_up && last < now => last,
-        _ => {
-            state.set(&name, now).await;
-            now
-        }
-    };
-    loop {
+    let mut timed = Vec::with_capacity(schedules.len());
+    let mut moved = Vec::new();
+    let mut queue = BinaryHeap::new();
+    for schedule in schedules {
+        let name = schedule.name().to_string();
+        let through = match state.through(&name) {
+            Some(last) if schedule.settings.catch_up && last < now => last,
+            _ => {
+                moved.push((name.clone(), now));
+                now
+            }
+        };
         let Some(next) = schedule.next_after(through) else {
             tracing::info!(schedule = %name, "schedule never fires again");
-            return;
+            continue;
         };
-        loop {
-            let now = Utc::now();
-            if now >= next {
-                break;
-            }
-            let wait = (next - now).to_std().unwrap_or_default().min(RECHECK_EVERY);
+        queue.push(Reverse((next, timed.len())));
+        timed.push(Timed {
+            schedule,
+            through,
+            next,
+        });
+    }
+    state.set(moved).await;
+    while let Some(&Reverse((wake, _))) = queue.peek() {
+        // The wall clock is read again at least every `RECHECK_EVERY`.
+        let now = Utc::now();
+        if now < wake {
+            let wait = (wake - now).to_std().unwrap_or_default().min(RECHECK_EVERY);
             tokio::select! {
                 _ = cx.shutdown().cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
             }
+            continue;
         }
-        // The latest firing due: `next` itself, unless the wait overslept (a suspend) or this
-        // is a catch-up, which fires the latest missed one only.
-        let at = schedule.latest_due(through, Utc::now()).unwrap_or(next);
-        match cx.append(vec![schedule.message(at)], SERVER).await {
-            Ok(appended) => {
-                let duplicate = appended.first().is_some_and(|a| a.duplicate);
-                tracing::info!(schedule = %name, at = %format_timestamp(at), duplicate, "schedule fired");
-                through = at;
-                state.set(&name, at).await;
+        let mut moved = Vec::new();
+        while let Some(&Reverse((wake, i))) = queue.peek() {
+            if wake > now {
+                break;
             }
-            Err(e) => {
-                tracing::warn!(schedule = %name, cause = %e, "schedule firing not stored; retrying");
-                tokio::select! {
-                    _ = cx.shutdown().cancelled() => return,
-                    _ = tokio::time::sleep(RETRY_AFTER) => {}
+            queue.pop();
+            let t = &mut timed[i];
+            match fire(&cx, t).await {
+                Some(at) => {
+                    moved.push((t.schedule.name().to_string(), at));
+                    match t.schedule.next_after(at) {
+                        Some(next) => {
+                            t.next = next;
+                            queue.push(Reverse((next, i)));
+                        }
+                        None => {
+                            tracing::info!(schedule = %t.schedule.name(), "schedule never fires again");
+                        }
+                    }
+                }
+                None => {
+                    let retry = chrono::Duration::from_std(RETRY_AFTER).unwrap_or_default();
+                    queue.push(Reverse((Utc::now() + retry, i)));
                 }
             }
+            if cx.shutdown().is_cancelled() {
+                break;
+            }
+        }
+        state.set(moved).await;
+    }
+}
+
+/// Appends the latest firing of `t` that is due: its `next`, unless the wait overslept (a
+/// suspend) or this is a catch-up, which fires the latest missed one only. The firing's
+/// time once stored; `None` when the append failed (it is tried again).
+async fn fire(cx: &SourceContext, t: &mut Timed) -> Option<DateTime<Utc>> {
+    let name = t.schedule.name();
+    let at = t
+        .schedule
+        .latest_due(t.through, Utc::now())
+        .unwrap_or(t.next);
+    match cx.append(vec![t.schedule.message(at)], SERVER).await {
+        Ok(appended) => {
+            let duplicate = appended.first().is_some_and(|a| a.duplicate);
+            tracing::info!(schedule = %name, at = %format_timestamp(at), duplicate, "schedule fired");
+            t.through = at;
+            Some(at)
+        }
+        Err(e) => {
+            tracing::warn!(schedule = %name, cause = %e, "schedule firing not stored; retrying");
+            None
         }
     }
 }

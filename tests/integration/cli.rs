@@ -51,6 +51,36 @@ fn pause_and_resume_through_the_control_socket() {
     assert_eq!(stats["paused"], false);
 }
 
+/// Issue 46: `duty on --for 99999999999h` panicked a daemon task. Every duration is bounded
+/// (100 years): the CLI refuses a longer one with a clear error, the daemon refuses one sent
+/// straight to its control socket, and it still answers.
+#[test]
+fn a_duration_too_long_is_a_clear_error_not_a_panic() {
+    let sb = Switchboard::start();
+    let out = sb.cli(&["duty", "on", "--for", "99999999999h"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\"99999999999h\" is longer than the longest duration, 100 years"),
+        "{}",
+        stderr(&out)
+    );
+    let r = control(
+        sb.home.path(),
+        serde_json::json!({"op": "duty", "on": true, "for_ms": u64::MAX}),
+    );
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(
+        r["error"]
+            .to_string()
+            .contains("longer than the longest duration"),
+        "{r}"
+    );
+    let on = sb.cli(&["duty", "on", "--for", "8h"]);
+    assert!(on.status.success(), "{}", stderr(&on));
+    assert!(stdout(&on).starts_with("on duty until"), "{}", stdout(&on));
+    assert!(!sb.log().contains("panicked"), "{}", sb.log());
+}
+
 #[test]
 fn install_copilot_keeps_existing_servers() {
     let dir = tempfile::tempdir().unwrap();

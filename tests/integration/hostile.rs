@@ -1043,3 +1043,156 @@ fn a_slow_regex_does_not_hold_up_another_rules_work() {
     );
     eprintln!("the quick rule's work was recorded {waited:?} after it was sent");
 }
+
+/// Issue 46.3: a guard (`confirm`, `stop`) whose regex gave up on a 260 kB message with one
+/// non-ASCII character counted as not matching, so the auto rule after it ran with `bash` and
+/// no confirm; `rules test --explain` said `no_match`. That message is now decided (the guard
+/// asks). A message the guard still cannot decide within its budget (it holds a `ſ`, which
+/// `(?i)s` matches) counts as a match for the guard, whose confirm says why, and as no match
+/// for a notify rule; `rules test --explain` and `/metrics` say `regex_budget`.
+#[test]
+fn a_guard_that_cannot_decide_its_regex_fails_closed() {
+    const GUARD: &str =
+        r"(?i)\\b(?:rm\\s+-rf|drop\\s+(?:table|database)|truncate\\s+table|chmod\\s+-R\\s+777)\\b";
+    let rules = format!(
+        r#"{{"rules": [
+  {{"name": "audit", "contentRegex": "{GUARD}", "prompt": "note it"}},
+  {{"name": "guard", "contentRegex": "{GUARD}", "mode": "confirm", "prompt": "dangerous: ask first",
+   "stop": true}},
+  {{"name": "run", "mode": "auto", "prompt": "handle it", "tools": ["bash"]}}
+]}}"#
+    );
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", &rules);
+    sb.spawn();
+    let filler = "routine log line, nothing to see\n".repeat(7_900);
+    let accented = format!("{filler}café closed; now DROP TABLE users;");
+    let undecidable = format!("{filler}ſ; now DROP TABLE users;");
+    assert!(accented.len() > 260_000);
+    let seqs = send_messages(
+        sb.home.path(),
+        &[
+            ("db", accented.as_str()),
+            ("db", undecidable.as_str()),
+            ("db", "all quiet"),
+        ],
+    );
+    let records = eventually(Duration::from_secs(30), "the quiet message's work", || {
+        let records = action_records(sb.home.path());
+        records
+            .iter()
+            .any(|r| r["action"]["seq"] == seqs[2] && r["action"]["rule"] == "run")
+            .then_some(records)
+    });
+    let fired = |seq: u64| -> Vec<(String, String, String)> {
+        records
+            .iter()
+            .filter(|r| r["action"]["seq"] == seq)
+            .map(|r| {
+                let a = &r["action"];
+                (
+                    a["rule"].as_str().unwrap().to_string(),
+                    a["mode"].as_str().unwrap().to_string(),
+                    a["prompt"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let accented_fired = fired(seqs[0]);
+    let rules_modes: Vec<_> = accented_fired
+        .iter()
+        .map(|(r, m, _)| (r.as_str(), m.as_str()))
+        .collect();
+    assert_eq!(
+        rules_modes,
+        [("audit", "notify"), ("guard", "confirm")],
+        "decided: the guard asks, nothing runs"
+    );
+    assert_eq!(accented_fired[1].2, "dangerous: ask first");
+    let undecided = fired(seqs[1]);
+    let rules_modes: Vec<_> = undecided
+        .iter()
+        .map(|(r, m, _)| (r.as_str(), m.as_str()))
+        .collect();
+    assert_eq!(
+        rules_modes,
+        [("guard", "confirm")],
+        "undecided: the guard asks"
+    );
+    assert!(
+        undecided[0].2.contains("regex budget (regex_budget)")
+            && undecided[0].2.ends_with("\n\ndangerous: ask first"),
+        "the confirm says why: {}",
+        undecided[0].2
+    );
+    assert_eq!(
+        metric(&sb, "switchboard_regex_budget_total{rule=\"guard\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &sb,
+            "switchboard_suppressed_total{rule=\"audit\",reason=\"regex_budget\"}"
+        ),
+        Some(1.0)
+    );
+
+    // `rules test --explain` says the same.
+    let dir = sb.home.path();
+    std::fs::write(dir.join("guard-rules.json"), &rules).unwrap();
+    let lines: Vec<String> = [&accented, &undecidable]
+        .iter()
+        .map(|c| {
+            json!({"server": "test", "channel": "db", "content": c, "timestamp": "2026-11-22T10:00:00Z"})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(dir.join("guard-messages.jsonl"), lines.join("\n")).unwrap();
+    let out = sb.cli(&[
+        "rules",
+        "test",
+        "--rules",
+        dir.join("guard-rules.json").to_str().unwrap(),
+        "--messages",
+        dir.join("guard-messages.jsonl").to_str().unwrap(),
+        "--explain",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let explained: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary: Vec<_> = explained
+        .iter()
+        .map(|l| {
+            (
+                l["msg"].as_u64().unwrap(),
+                l["rule"].as_str().unwrap(),
+                l["mode"]
+                    .as_str()
+                    .or(l["reason"].as_str())
+                    .unwrap_or_default(),
+                l["undecided"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (0, "audit", "notify", ""),
+            (0, "guard", "confirm", ""),
+            (0, "run", "stopped", ""),
+            (1, "audit", "regex_budget", ""),
+            (1, "guard", "confirm", "regex_budget"),
+            (1, "run", "stopped", ""),
+        ]
+    );
+    assert!(
+        explained[3]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("could not be decided within the regex budget"),
+        "{}",
+        explained[3]
+    );
+}

@@ -19,18 +19,30 @@ struct Nats {
     port: u16,
     store: tempfile::TempDir,
     child: Option<Child>,
+    /// The token clients must give, if any.
+    auth: Option<String>,
 }
 
 impl Nats {
     /// Starts one, or `None` (the test is skipped; under `CI=true` it fails) where there is no
     /// apt-get to install it.
     fn start() -> Option<Nats> {
+        Nats::start_with(None)
+    }
+
+    /// [`Nats::start`], with clients required to give `token`.
+    fn start_with_token(token: &str) -> Option<Nats> {
+        Nats::start_with(Some(token.to_string()))
+    }
+
+    fn start_with(auth: Option<String>) -> Option<Nats> {
         let binary = nats_binary()?;
         let mut nats = Nats {
             binary,
             port: free_port(),
             store: tempfile::tempdir().unwrap(),
             child: None,
+            auth,
         };
         nats.spawn();
         Some(nats)
@@ -42,7 +54,13 @@ impl Nats {
 
     /// Starts the server on the same port and store; returns once it accepts connections.
     fn spawn(&mut self) {
+        let auth = self
+            .auth
+            .as_deref()
+            .map(|t| vec!["--auth".to_string(), t.to_string()])
+            .unwrap_or_default();
         let child = Command::new(&self.binary)
+            .args(auth)
             .args([
                 "-js",
                 "-a",
@@ -511,14 +529,10 @@ fn a_journal_outage_while_consuming_stores_each_message_once() {
         return skip("`chattr +i` is refused here");
     }
     let guard = Immutable(&journal);
-    // JetStream has it; the ingest's reply waits up to `publishTimeout` (2 s) for the store.
+    // JetStream has it; the ingest's reply waits up to `publishTimeout` (2 s) for the store,
+    // and is a 503 when it did not come: never a 202 with seq 0 (issue 46.6).
     let r = post(&a, plain("m1"));
-    assert_eq!(r.status, 202, "{}", r.body);
-    assert_eq!(
-        r.seqs(),
-        [(0, false)],
-        "in the stream, not yet on this inbox's disk"
-    );
+    r.assert_error(503, "unavailable");
     assert_eq!(
         consumer_info(&nats, "a").num_ack_pending,
         1,
@@ -536,6 +550,121 @@ fn a_journal_outage_while_consuming_stores_each_message_once() {
         on_disk.lines().filter(|l| l.contains("\"m1\"")).count(),
         1,
         "{on_disk}"
+    );
+}
+
+/// Issue 46.6: instance names that differ only in punctuation (`ada laptop`, `ada.laptop`)
+/// shared one durable consumer. `instance` is letters, digits, `_` and `-`, refused by
+/// `config check` and at start otherwise.
+#[test]
+fn an_instance_name_a_nats_name_cannot_hold_is_refused() {
+    let sb = Switchboard::new();
+    sb.write(
+        "switchboard.json",
+        r#"{"jetstream": {"servers": ["nats://127.0.0.1:4222"], "instance": "ada laptop"}}"#,
+    );
+    let out = sb.cli(&["config", "check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "`jetstream.instance` \"ada laptop\": an instance name is letters, digits, `_` and `-`"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    let json = sb.cli(&["config", "check", "--format", "json"]);
+    let errors: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(errors[0]["key"], "jetstream.instance", "{errors}");
+    assert_eq!(errors[0]["code"], "invalid_name", "{errors}");
+    let daemon = sb.cli(&["daemon", "--no-listen"]);
+    assert!(!daemon.status.success());
+    assert!(
+        super::util::stderr(&daemon).contains("`jetstream.instance` \"ada laptop\""),
+        "{}",
+        super::util::stderr(&daemon)
+    );
+}
+
+/// Issue 46.6: two daemons reading as one durable consumer each stored half of the stream,
+/// and each ingest answered 202 `{"seq":0}` for the other half. The second daemon on a
+/// consumer name is refused: `status` says who holds it, its ingest is 503, the first stores
+/// every message; once the first is gone the second takes over.
+#[test]
+fn a_second_daemon_on_one_consumer_name_is_refused() {
+    let Some(nats) = Nats::start() else { return };
+    let mut first = instance(&nats, "ada-laptop");
+    let mut second = home_on(&nats, "ada-laptop");
+    second.spawn_with(&["daemon", "--listen", "127.0.0.1:0"]);
+    let refused = eventually(Duration::from_secs(20), "the second refused", || {
+        let st = jetstream_state(&second);
+        let error = st["error"].as_str()?.to_string();
+        error.contains("another daemon").then_some((st, error))
+    });
+    assert_eq!(refused.0["ready"], false, "{}", refused.0);
+    assert!(
+        refused.1.contains(
+            "already reads stream `SWITCHBOARD` as consumer `ada-laptop`; give each daemon its own \
+             `jetstream.instance`"
+        ),
+        "{}",
+        refused.1
+    );
+    let status = stdout(&second.cli(&["status"]));
+    assert!(
+        status.contains("NOT READY") && status.contains("another daemon"),
+        "{status}"
+    );
+    let plain = |c: &str| serde_json::json!({"server": "http", "channel": "x", "content": c});
+    post(&second, plain("refused")).assert_error(503, "unavailable");
+    for i in 0..6 {
+        let r = post(&first, plain(&format!("m{i}")));
+        assert_eq!(r.status, 202, "{}", r.body);
+        assert_eq!(r.seqs(), [(i + 1, false)], "stored by the first, each one");
+    }
+    assert_eq!(contents(&first), ["m0", "m1", "m2", "m3", "m4", "m5"]);
+    assert!(contents(&second).is_empty());
+
+    first.kill9();
+    eventually(Duration::from_secs(20), "the second takes over", || {
+        (jetstream_state(&second)["ready"] == true).then_some(())
+    });
+    let r = post(&second, plain("m6"));
+    assert_eq!(r.status, 202, "{}", r.body);
+}
+
+/// Issue 46: a wrong JetStream credential showed only as `NOT READY` in `status`; the reason
+/// was in the log. `status` (and `status --json`) says it.
+#[test]
+fn a_refused_credential_is_shown_in_status() {
+    let Some(nats) = Nats::start_with_token("s3cret") else {
+        return;
+    };
+    let mut sb = Switchboard::new();
+    sb.write(
+        "switchboard.json",
+        &serde_json::json!({"jetstream": {
+            "servers": [nats.url()], "instance": "a", "token": "wrong", "heartbeat": "200ms"
+        }})
+        .to_string(),
+    );
+    sb.spawn_with(&["daemon", "--listen", "127.0.0.1:0"]);
+    let st = eventually(Duration::from_secs(20), "the reason shown", || {
+        let st = jetstream_state(&sb);
+        st["error"].is_string().then_some(st)
+    });
+    assert_eq!(st["ready"], false, "{st}");
+    assert!(
+        st["error"]
+            .as_str()
+            .unwrap()
+            .contains("connection: authorization violation"),
+        "{st}"
+    );
+    let status = stdout(&sb.cli(&["status"]));
+    assert!(
+        status.contains("NOT READY")
+            && status.contains("error: connection: authorization violation"),
+        "{status}"
     );
 }
 

@@ -409,23 +409,25 @@ async fn two_sessions_named_alike_each_get_every_nudge(http: bool) {
     let (_, name_b) = consumer_of(&beta).await;
     assert!(name_a.starts_with("copilot-cli#") && name_b.starts_with("copilot-cli#"));
     assert_ne!(name_a, name_b);
-    // A named consumer starts from its start: only what comes next.
+    // No tool argument reads as another consumer (issue 46.4): a session is its consumer.
     let c = wait(&alpha, 0.2).await;
     assert!(c["items"].as_array().unwrap().is_empty());
+    let (refusal, is_error) = call(
+        &alpha,
+        "wait_for_inbound_message",
+        json!({"timeout_s": 0.2, "consumer": "gamma"}),
+    )
+    .await;
+    assert!(is_error, "{refusal}");
     assert!(
-        call(
-            &alpha,
-            "wait_for_inbound_message",
-            json!({"timeout_s": 0.2, "consumer": "gamma"})
-        )
-        .await
-        .0["items"]
-            .as_array()
+        refusal["error"]
+            .as_str()
             .unwrap()
-            .is_empty()
+            .contains("reads only as its own consumer"),
+        "{refusal}"
     );
     h.send("alerts/x", "three");
-    let c = wait_for(&alpha, json!({"timeout_s": 2, "consumer": "gamma"}), 1).await;
+    let c = wait_for(&alpha, json!({"timeout_s": 2, "consumer": name_a}), 1).await;
     assert_eq!(kinds(&c), [("nudge".into(), "three".into())]);
 }
 

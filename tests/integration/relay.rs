@@ -57,18 +57,34 @@ fn home(on: bool) -> Switchboard {
     sb
 }
 
-/// The stand-in host on a `serve` front end over stdio.
+/// The stand-in host on a `serve` front end over stdio, started by this process (as Claude
+/// Code starts it: this process is the host, and the hooks it runs are its children too).
 async fn stdio_host(sb: &Switchboard) -> (HostClient, Host) {
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.arg("--home")
+        .arg(sb.home.path())
+        .args(["serve", "--no-listen"]);
+    host_on(sb, cmd).await
+}
+
+/// The stand-in host on a `serve` front end over stdio that another process started: a shell
+/// that stays its parent, as another host window would be.
+async fn stdio_host_elsewhere(sb: &Switchboard) -> (HostClient, Host) {
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#""$0" --home "$1" serve --no-listen; exit $?"#)
+        .arg(bin())
+        .arg(sb.home.path());
+    host_on(sb, cmd).await
+}
+
+async fn host_on(sb: &Switchboard, mut cmd: tokio::process::Command) -> (HostClient, Host) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(sb.home.path().join("test-server.log"))
         .unwrap();
-    let mut cmd = tokio::process::Command::new(bin());
-    cmd.arg("--home")
-        .arg(sb.home.path())
-        .args(["serve", "--no-listen"])
-        .env("RUST_LOG", "switchboard=debug,info");
+    cmd.env("RUST_LOG", "switchboard=debug,info");
     let (transport, _) = TokioChildProcess::builder(cmd)
         .stderr(Stdio::from(log))
         .spawn()
@@ -371,7 +387,9 @@ fn post_tool_use(sb: &Switchboard, tool: &str, input: &Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_allowed_in_the_hosts_own_dialog_is_shown_answered_there() {
-    let (sb, client, host) = http_host().await;
+    let mut sb = home(true);
+    sb.spawn();
+    let (client, host) = stdio_host(&sb).await;
     let mut watch = Watch::start(sb.home.path());
 
     // Claude Code's preview: the input as compact JSON (cut to 200 characters, then `…`).
@@ -436,4 +454,49 @@ async fn a_call_allowed_in_the_hosts_own_dialog_is_shown_answered_there() {
         [json!({"request_id": "fghij", "behavior": "allow"})]
     );
     client.cancel().await.ok();
+}
+
+/// Issue 46.5: one window's `hook post-tool-use` closed another window's permission request
+/// (the oldest with the same tool), and a request with an empty or cut preview was closed by
+/// any input that began the same way. A hook closes only a request of the host it runs under,
+/// for the same tool and the whole input.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_closes_only_its_own_windows_request_for_the_whole_input() {
+    let mut sb = home(true);
+    sb.spawn();
+    let (here, _) = stdio_host(&sb).await;
+    let (elsewhere, _) = stdio_host_elsewhere(&sb).await;
+    let ls = json!({"command": "ls"});
+    let ls_preview = serde_json::to_string(&ls).unwrap();
+
+    // The other window asks for `ls`; this window's agent runs `ls`: not the other's answer.
+    ask_with(&elsewhere, "aaaaa", "Bash", &ls_preview).await;
+    let theirs = id_of(&pending_request(&sb, "aaaaa").await);
+    post_tool_use(&sb, "Bash", &ls);
+    // Nothing to say what a non-answer looks like but time: the next request here is closed
+    // by the next hook, in order, and the other window's is still open then.
+    ask_with(&here, "bbbbb", "Bash", "").await;
+    let empty = id_of(&pending_request(&sb, "bbbbb").await);
+    ask_with(&here, "ccccc", "Bash", "{\"command\":\"rm -rf bu…").await;
+    let cut = id_of(&pending_request(&sb, "ccccc").await);
+    post_tool_use(&sb, "Bash", &json!({"command": "rm -rf build"}));
+    ask_with(&here, "ddddd", "Bash", &ls_preview).await;
+    let ours = id_of(&pending_request(&sb, "ddddd").await);
+    post_tool_use(&sb, "Bash", &ls);
+
+    let open: Vec<u64> = pending(&sb).iter().map(id_of).collect();
+    assert_eq!(
+        open,
+        [theirs, empty, cut],
+        "only this window's request for the whole input was closed"
+    );
+    let closed = stdout(&sb.cli(&["pending", "--closed"]));
+    assert!(
+        closed
+            .lines()
+            .any(|l| l.starts_with(&format!("#{ours} [permission:Bash] approved via relay"))),
+        "{closed}"
+    );
+    here.cancel().await.ok();
+    elsewhere.cancel().await.ok();
 }

@@ -41,6 +41,11 @@ async fn items(client: &Client, n: usize, limit: Duration) -> Vec<(String, Strin
     got
 }
 
+/// A Copilot CLI window on `home` whose front end reads as consumer `name`.
+async fn window(home: &std::path::Path, name: &str) -> Client {
+    front_end(home, "copilot-cli", &["--no-listen", "--consumer", name]).await
+}
+
 fn item(kind: &str, rule: &str, content: &str) -> (String, String, String) {
     (kind.into(), rule.into(), content.into())
 }
@@ -51,13 +56,8 @@ async fn each_window_gets_only_its_rules_work_and_absent_consumers_work_waits() 
     std::fs::write(home.path().join("triggers.json"), RULES).unwrap();
     let _guard = DaemonGuard(home.path().to_path_buf());
     let home = home.path();
-    let pay = front_end(
-        home,
-        "copilot-cli",
-        &["--no-listen", "--consumer", "payments-eu"],
-    )
-    .await;
-    let infra = front_end(home, "copilot-cli", &["--no-listen", "--consumer", "infra"]).await;
+    let pay = window(home, "payments-eu").await;
+    let infra = window(home, "infra").await;
     let listed = stdout(&cli_in(home, &["rules", "list"]));
     let line = |name: &str| {
         listed
@@ -160,6 +160,96 @@ async fn each_window_gets_only_its_rules_work_and_absent_consumers_work_waits() 
     );
     assert!(items(&pay, 1, Duration::from_millis(200)).await.is_empty());
     for client in [pay, infra, oncall] {
+        client.cancel().await.unwrap();
+    }
+}
+
+/// A tool call that the server refuses: its text.
+async fn refused(client: &Client, name: &str, args: Value) -> String {
+    let mut p = rmcp::model::CallToolRequestParams::new(name.to_string());
+    p.arguments = args.as_object().cloned();
+    let r = client.call_tool(p).await.expect("tool call answered");
+    assert_eq!(r.is_error, Some(true), "{name} {args}: {r:?}");
+    format!("{:?}", r.content)
+}
+
+/// Issue 46.4: `wait_for_inbound_message` with `consumer: "infra"` from the payments window
+/// took infra's routed work, `send --to infra` included. A session is its consumer: every tool
+/// refuses a `consumer` argument naming another, accepts its own, and shows none in its schema.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_window_cannot_read_as_another_windows_consumer() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("triggers.json"), RULES).unwrap();
+    let _guard = DaemonGuard(home.path().to_path_buf());
+    let home = home.path();
+    let pay = window(home, "payments-eu").await;
+    let out = cli_in(
+        home,
+        &[
+            "send",
+            "--channel",
+            "work/pay",
+            "--to",
+            "infra",
+            "rotate the certs",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    send_messages(home, &[("work/infra", "disk full"), ("ask/db", "db-1")]);
+    let pending = cli_in(home, &["pending", "--json"]);
+    let asked: Value = serde_json::from_str(stdout(&pending).trim()).unwrap();
+    let ask_id = asked[0]["id"].as_u64().expect("the confirm is pending");
+
+    for (name, args) in [
+        (
+            "wait_for_inbound_message",
+            json!({"timeout_s": 2, "consumer": "infra"}),
+        ),
+        ("inbox_pull", json!({"consumer": "infra"})),
+        ("channel_ack", json!({"consumer": "infra"})),
+        ("inbox_stats", json!({"consumer": "infra"})),
+        (
+            "channel_confirm",
+            json!({"id": ask_id, "decision": "yes", "consumer": "oncall"}),
+        ),
+    ] {
+        let text = refused(&pay, name, args).await;
+        assert!(
+            text.contains("reads only as its own consumer")
+                && text.contains("payments-eu")
+                && text.contains("--consumer"),
+            "{name}: {text}"
+        );
+    }
+    // Its own name is its own.
+    let own = tool(&pay, "inbox_stats", json!({"consumer": "payments-eu"})).await;
+    assert_eq!(own["consumer"]["name"], "payments-eu");
+    let listed = pay.list_all_tools().await.unwrap();
+    for t in &listed {
+        let properties = t
+            .input_schema
+            .get("properties")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            properties.get("consumer").is_none(),
+            "{}: {properties}",
+            t.name
+        );
+    }
+
+    // Infra's window gets its work, none of it taken.
+    let infra = window(home, "infra").await;
+    assert_eq!(
+        items(&infra, 2, Duration::from_secs(10)).await,
+        [
+            item("auto", "infra", "disk full"),
+            item("auto", "pay", "rotate the certs"),
+        ]
+    );
+    let stats = control(home, json!({"op": "stats"}))["result"]["delivery"].clone();
+    assert_eq!(stats["queued_work"], 0, "{stats}");
+    for client in [pay, infra] {
         client.cancel().await.unwrap();
     }
 }

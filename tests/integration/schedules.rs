@@ -167,3 +167,58 @@ fn a_schedule_across_restarts_fires_once_and_catches_up_only_when_asked() {
         format!("schedule/caught/{}", due.format("%Y-%m-%dT%H:%M:%SZ"))
     );
 }
+
+/// The threads of process `pid`.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Issue 46: 3,000 schedules started 518 threads (each its own task, each writing the whole
+/// state on a blocking thread of its own at start). They run on one timer task, and the
+/// state is written once per wake-up: the daemon's thread count stays small while they start
+/// and fire, and each of those that tick fires.
+#[test]
+fn three_thousand_schedules_run_on_one_timer_task() {
+    let mut sb = Switchboard::new();
+    let mut schedules: Vec<Value> = (0..2990)
+        .map(|i| serde_json::json!({"name": format!("yearly-{i}"), "cron": "0 0 1 1 *"}))
+        .collect();
+    schedules.extend(
+        (0..10).map(|i| serde_json::json!({"name": format!("tick-{i}"), "cron": "* * * * * *"})),
+    );
+    sb.write(
+        "switchboard.json",
+        &serde_json::json!({ "schedules": schedules }).to_string(),
+    );
+    sb.spawn();
+    let pid = sb.pid();
+    // The most threads seen while they start and until each tick fired twice.
+    let ticked = || (0..10).all(|i| firings(&sb, &format!("tick-{i}")).len() >= 2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut most = threads(pid);
+    let mut fired = false;
+    while !fired && std::time::Instant::now() < deadline {
+        most = most.max(threads(pid));
+        fired = ticked();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    most = most.max(threads(pid));
+    // The runtime's workers (one per core) and a few more, not hundreds.
+    let cores = std::thread::available_parallelism().map_or(8, |n| n.get());
+    assert!(most < cores + 32, "{most} threads for 3,000 schedules");
+    assert!(fired, "every tick fired twice within 20 s");
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(sb.home.path().join("schedules.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state.as_object().unwrap().len(), 3000);
+    for i in 0..10 {
+        let t = firings(&sb, &format!("tick-{i}"));
+        let mut unique = t.clone();
+        unique.dedup();
+        assert_eq!(unique, t, "tick-{i} fired once a second, each once");
+    }
+    sb.terminate();
+}

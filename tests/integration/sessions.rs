@@ -141,6 +141,22 @@ async fn rmcp_client(sb: &Switchboard, name: &str) -> Client {
         .expect("rmcp client connects")
 }
 
+/// An rmcp client on `sb`'s `/mcp` whose session reads as `consumer`, named by the URL's
+/// `consumer` parameter.
+async fn named_client(sb: &Switchboard, name: &str, consumer: &str) -> Client {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!(
+        "{}?consumer={consumer}",
+        sb.mcp_url.clone().expect("mcp url")
+    );
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(sb.token()),
+    );
+    let mut info = ClientConfig::default();
+    info.client_info = Implementation::new(name, "1.0.0");
+    info.serve(transport).await.expect("rmcp client connects")
+}
+
 /// An ended session's wait is cancelled before it takes anything; the next auto item reaches
 /// a session that is still there, and `actions.jsonl` shows who took it.
 async fn ended_mid_wait_loses_nothing(end: &str) {
@@ -589,22 +605,17 @@ fn mcp_off_loopback_without_auth_refuses_to_start() {
 async fn a_named_consumer_resumes_its_cursor_across_restarts() {
     let mut sb = Switchboard::new();
     sb.spawn();
-    let first = rmcp_client(&sb, "copilot-cli").await;
+    let first = named_client(&sb, "copilot-cli", "oncall").await;
     // A named consumer seen for the first time starts from now.
     let r = tool(
         &first,
         "wait_for_inbound_message",
-        json!({"timeout_s": 0.2, "consumer": "oncall"}),
+        json!({"timeout_s": 0.2}),
     )
     .await;
     assert_eq!(r["items"], json!([]));
     send_messages(sb.home.path(), &[("alerts/a", "one")]);
-    let r = tool(
-        &first,
-        "wait_for_inbound_message",
-        json!({"timeout_s": 5, "consumer": "oncall"}),
-    )
-    .await;
+    let r = tool(&first, "wait_for_inbound_message", json!({"timeout_s": 5})).await;
     assert_eq!(r["items"][0]["message"]["content"], "one");
     drop(first);
     sb.terminate();
@@ -614,8 +625,8 @@ async fn a_named_consumer_resumes_its_cursor_across_restarts() {
         sb.home.path(),
         &[("alerts/a", "two"), ("alerts/a", "three")],
     );
-    let again = rmcp_client(&sb, "copilot-cli").await;
-    let pulled = tool(&again, "inbox_pull", json!({"consumer": "oncall"})).await;
+    let again = named_client(&sb, "copilot-cli", "oncall").await;
+    let pulled = tool(&again, "inbox_pull", json!({})).await;
     let contents: Vec<&str> = pulled["messages"]
         .as_array()
         .unwrap()
@@ -624,11 +635,82 @@ async fn a_named_consumer_resumes_its_cursor_across_restarts() {
         .collect();
     assert_eq!(contents, ["two", "three"], "resumed after `one`");
     let own = tool(&again, "inbox_pull", json!({})).await;
-    assert_eq!(
-        own["messages"],
-        json!([]),
-        "a session's own consumer starts at its start"
+    assert_eq!(own["messages"], json!([]), "read once");
+}
+
+/// The cursors `sb`'s `state.json` keeps, by consumer.
+fn saved_cursors(sb: &Switchboard) -> serde_json::Map<String, Value> {
+    let text = std::fs::read_to_string(sb.home.path().join("state.json")).unwrap_or_default();
+    serde_json::from_str::<Value>(&text).unwrap_or_default()["cursors"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Issue 46.4: consumer names had no bound on length or count (40 names of 900 kB: a 36.7 MB
+/// `state.json`, kept across restarts). A name is at most 64 bytes, at most
+/// `actions.maxConsumers` consumers are remembered (the idle one used longest ago goes first,
+/// with its cursor), and a `state.json` written before is cut down at start.
+#[tokio::test(flavor = "multi_thread")]
+async fn consumer_names_are_bounded_in_length_and_count() {
+    let mut sb = Switchboard::new();
+    sb.write("switchboard.json", r#"{"actions": {"maxConsumers": 3}}"#);
+    let mut cursors = serde_json::Map::new();
+    for i in 0..40 {
+        cursors.insert(format!("{i}{}", "x".repeat(100_000)), json!(0));
+    }
+    cursors.insert("kept".into(), json!(0));
+    sb.write(
+        "state.json",
+        &json!({"cursors": cursors, "paused": false, "evaluated": 0}).to_string(),
     );
+    sb.spawn();
+    let size = || {
+        std::fs::metadata(sb.home.path().join("state.json"))
+            .unwrap()
+            .len()
+    };
+    eventually(Duration::from_secs(10), "state.json cut down", || {
+        (size() < 10_000).then_some(())
+    });
+    assert_eq!(
+        saved_cursors(&sb).keys().collect::<Vec<_>>(),
+        ["kept"],
+        "names too long are dropped"
+    );
+
+    send_messages(sb.home.path(), &[("alerts/a", "one")]);
+    for name in ["c1", "c2", "c3", "c4"] {
+        let client = named_client(&sb, "copilot-cli", name).await;
+        let read = tool(&client, "inbox_pull", json!({})).await;
+        assert_eq!(read["messages"].as_array().unwrap().len(), 1, "{read}");
+        client.cancel().await.unwrap();
+    }
+    let kept = eventually(Duration::from_secs(10), "the oldest forgotten", || {
+        let names: Vec<String> = saved_cursors(&sb).keys().cloned().collect();
+        (names.len() == 3).then_some(names)
+    });
+    assert_eq!(kept, ["c2", "c3", "c4"]);
+
+    // A name longer than 64 bytes is refused, by the front end and by the daemon.
+    let long = "n".repeat(65);
+    let out = sb.cli(&["serve", "--consumer", &long, "--no-listen"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("at most 64 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    let mut info = ClientConfig::default();
+    info.client_info = Implementation::new("copilot-cli", "1.0.0");
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!("{}?consumer={long}", sb.mcp_url.clone().unwrap());
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(sb.token()),
+    );
+    let refused = info.serve(transport).await;
+    assert!(refused.is_err(), "initialize refused");
+    assert_eq!(saved_cursors(&sb).len(), 3);
 }
 
 fn sessions_open(sb: &Switchboard) -> u64 {

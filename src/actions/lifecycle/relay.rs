@@ -20,11 +20,14 @@
 //!
 //! The host never says when its own terminal dialog was answered first (see
 //! `delivery::mcp::relay`). Its `PostToolUse` hook does say that a tool ran, so that its
-//! permission was granted: [`Lifecycle::allowed_in_host`] closes the oldest open request for
-//! that tool whose input preview fits the call's input (see [`preview_fits`]) as approved
-//! `via: relay`, by the session that asked, "allowed in the host's own dialog". A denial there
-//! runs no tool and so leaves no trace: such a request stays pending until the session ends or
-//! the confirm times out, and a late answer's verdict is dropped by the host.
+//! permission was granted: [`Lifecycle::allowed_in_host`] closes the open request of that host
+//! for that tool whose input preview is the call's whole input (see [`preview_fits`]) as
+//! approved `via: relay`, by the session that asked, "allowed in the host's own dialog". The
+//! host is known by its process: the parent of the front end that relayed the request, which
+//! is an ancestor of every hook the host runs (see `control::peer`); a request whose host is
+//! not known (an HTTP session), a preview cut short or empty, is never closed so. A denial
+//! there runs no tool and so leaves no trace: such a request stays pending until the session
+//! ends or the confirm times out, and a late answer's verdict is dropped by the host.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -73,6 +76,8 @@ pub const ALLOWED_IN_HOST: &str = "allowed in the host's own dialog";
 /// One open relayed request: who asked, and what, to know it again when the tool runs.
 struct Asked {
     session: SessionId,
+    /// The host process whose front end relayed it, when known.
+    host: Option<u32>,
     tool: String,
     input_preview: String,
 }
@@ -99,13 +104,24 @@ impl Relays {
         self.asked_by.remove(&id).map(|a| a.session)
     }
 
-    /// The oldest open request for `tool` whose preview fits `input`, and who asked it.
-    fn oldest_for(&self, tool: &str, input: &serde_json::Value) -> Option<(ActionId, SessionId)> {
+    /// The open request for `tool` whose preview is `input`, asked by the host nearest above
+    /// the process that ran it (`ran_under`: its ancestors, nearest first), the oldest of that
+    /// host's; and who asked it.
+    fn asked_for(
+        &self,
+        tool: &str,
+        input: &serde_json::Value,
+        ran_under: &[u32],
+    ) -> Option<(ActionId, SessionId)> {
         self.asked_by
             .iter()
             .filter(|(_, a)| a.tool == tool && preview_fits(&a.input_preview, input))
-            .map(|(id, a)| (*id, a.session))
-            .min_by_key(|(id, _)| *id)
+            .filter_map(|(id, a)| {
+                let depth = ran_under.iter().position(|&p| Some(p) == a.host)?;
+                Some((depth, *id, a.session))
+            })
+            .min()
+            .map(|(_, id, session)| (id, session))
     }
 
     /// Forgets every request of `session`; their ids.
@@ -166,7 +182,9 @@ pub fn permission_action(
         prompt,
         tools: vec![tool.to_string()],
         created: now,
-        expires: Some(now + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::MAX)),
+        expires: chrono::Duration::from_std(timeout)
+            .ok()
+            .and_then(|d| now.checked_add_signed(d)),
         delivery: Delivery::Wait,
         approve_via: ANSWERED_VIA.to_vec(),
         consumers: Audience::everyone(),
@@ -200,12 +218,12 @@ pub enum RelayError {
 }
 
 impl Lifecycle {
-    /// Queues `request`, asked by the host of `session`, as confirm `id` shown to people only
-    /// (see the module doc), expiring after `timeout`; returns it once visible (its creation
-    /// record is written first, as for any confirm).
+    /// Queues `request`, asked by the host of `session` (its process `host`, when known), as
+    /// confirm `id` shown to people only (see the module doc), expiring after `timeout`;
+    /// returns it once visible (its creation record is written first, as for any confirm).
     pub async fn relay_permission(
         &self,
-        session: SessionId,
+        (session, host): (SessionId, Option<u32>),
         id: ActionId,
         request: &PermissionRequest,
         timeout: Duration,
@@ -221,6 +239,7 @@ impl Lifecycle {
                 id,
                 Asked {
                     session,
+                    host,
                     tool: request.tool_name.trim().to_string(),
                     input_preview: request.input_preview.clone(),
                 },
@@ -241,19 +260,21 @@ impl Lifecycle {
 }
 
 impl Lifecycle {
-    /// A host ran `tool` with `input` (its `PostToolUse` hook): the oldest open relayed request
-    /// for that call was allowed in the host's own dialog. Closes it as approved `via: relay`,
-    /// by the session that asked, with the reason [`ALLOWED_IN_HOST`]; no verdict is owed to
-    /// the host. Returns how it was closed; `None` when no open request fits (the call needed no
-    /// permission, or a person answered it here first).
+    /// A host ran `tool` with `input` (its `PostToolUse` hook, a process below `ran_under`:
+    /// its ancestors, nearest first): the open relayed request of that host for that call was
+    /// allowed in the host's own dialog. Closes it as approved `via: relay`, by the session that
+    /// asked, with the reason [`ALLOWED_IN_HOST`]; no verdict is owed to the host. Returns how
+    /// it was closed; `None` when no open request of that host fits (the call needed no
+    /// permission, a person answered it here first, or another window asked).
     pub fn allowed_in_host(
         &self,
         tool: &str,
         input: &serde_json::Value,
+        ran_under: &[u32],
         now: DateTime<Utc>,
     ) -> Option<super::ClosedConfirm> {
         let mut s = self.lock();
-        let (id, session) = s.relays.oldest_for(tool.trim(), input)?;
+        let (id, session) = s.relays.asked_for(tool.trim(), input, ran_under)?;
         let by = s
             .sessions
             .consumer_of(session)
@@ -292,29 +313,14 @@ impl Lifecycle {
     }
 }
 
-/// Whether `preview`, a host's `input_preview` of a call, fits the call's `input`. Claude Code
-/// previews the input as compact JSON (`JSON.stringify`, keys in the call's order) cut to 200
-/// UTF-16 units with `…` after the cut, so the preview is the serialized input or, cut, a
-/// prefix of it; the last character before the cut is not compared (half a surrogate pair
-/// there is no character). An empty or `(unserializable)` preview fits any input; a preview
-/// that is whole JSON also fits an input equal to it in another key order.
+/// Whether `preview`, a host's `input_preview` of a call, is the call's whole `input`. Claude
+/// Code previews the input as compact JSON (`JSON.stringify`, keys in the call's order) cut to
+/// 200 UTF-16 units with `…` after the cut: only a preview that is whole JSON, equal to the
+/// input (in any key order), says which call was asked about. A cut preview could be the start
+/// of another call (`rm -rf build` of `rm -rf build /`), and an empty or `(unserializable)`
+/// one says nothing: they fit no input.
 pub fn preview_fits(preview: &str, input: &serde_json::Value) -> bool {
-    if preview.is_empty() || preview == "(unserializable)" {
-        return true;
-    }
-    let serialized = serde_json::to_string(input).unwrap_or_default();
-    match preview.strip_suffix('…') {
-        Some(cut) => {
-            let mut prefix = cut.chars();
-            prefix.next_back();
-            let prefix = prefix.as_str();
-            !prefix.is_empty() && serialized.starts_with(prefix)
-        }
-        None => {
-            serialized == preview
-                || serde_json::from_str::<serde_json::Value>(preview).is_ok_and(|p| p == *input)
-        }
-    }
+    serde_json::from_str::<serde_json::Value>(preview).is_ok_and(|p| p == *input)
 }
 
 impl State {
@@ -401,6 +407,9 @@ mod tests {
     }
 
     const HOUR: Duration = Duration::from_secs(3600);
+    /// The host process of the sessions below, and the ancestors of a hook it runs.
+    const HOST: u32 = 4242;
+    const UNDER_HOST: &[u32] = &[4300, HOST, 1000];
 
     #[tokio::test]
     async fn a_request_is_a_confirm_for_people_that_queues_no_work() {
@@ -409,7 +418,7 @@ mod tests {
         let other = lc.open_session_numbered("copilot");
         let now = Utc::now();
         let item = lc
-            .relay_permission(asker, 5, &request("abcde"), HOUR, now)
+            .relay_permission((asker, Some(HOST)), 5, &request("abcde"), HOUR, now)
             .await
             .unwrap();
         assert_eq!(
@@ -471,10 +480,10 @@ mod tests {
         let asker = lc.open_session_numbered("claude-code");
         let other = lc.open_session_numbered("claude-code");
         let now = Utc::now();
-        lc.relay_permission(asker, 1, &request("aaaaa"), HOUR, now)
+        lc.relay_permission((asker, Some(HOST)), 1, &request("aaaaa"), HOUR, now)
             .await
             .unwrap();
-        lc.relay_permission(other, 2, &request("bbbbb"), HOUR, now)
+        lc.relay_permission((other, Some(HOST)), 2, &request("bbbbb"), HOUR, now)
             .await
             .unwrap();
         let mut rx = lc.subscribe();
@@ -498,7 +507,7 @@ mod tests {
             Err(ConfirmError::AlreadyAnswered { .. })
         ));
         assert!(matches!(
-            lc.relay_permission(asker, 3, &request("ccccc"), HOUR, now)
+            lc.relay_permission((asker, Some(HOST)), 3, &request("ccccc"), HOUR, now)
                 .await,
             Err(RelayError::NoSession(_))
         ));
@@ -509,7 +518,7 @@ mod tests {
         let lc = Lifecycle::default();
         let asker = lc.open_session_numbered("claude-code");
         let now = Utc::now();
-        lc.relay_permission(asker, 9, &request("abcde"), HOUR, now)
+        lc.relay_permission((asker, Some(HOST)), 9, &request("abcde"), HOUR, now)
             .await
             .unwrap();
         assert!(lc.take(asker, "claude-code#1", 10).is_empty());
@@ -530,7 +539,7 @@ mod tests {
     }
 
     #[test]
-    fn a_preview_fits_the_input_it_was_cut_from() {
+    fn a_preview_fits_only_the_whole_input_it_shows() {
         use serde_json::json;
         let short = json!({"command": "ls -la", "description": "List files"});
         assert!(preview_fits(&host_preview(&short), &short));
@@ -542,23 +551,20 @@ mod tests {
         let reordered = json!({"description": "List files", "command": "ls -la"});
         assert!(preview_fits(&host_preview(&short), &reordered));
 
+        // Issue 46.5: a preview cut short is the start of many calls; it fits none of them.
         let long = json!({"file_path": "/w/src/main.rs", "content": "fn main() {}\n".repeat(40)});
         let preview = host_preview(&long);
         assert!(preview.ends_with('…') && preview.chars().count() == 201);
-        assert!(preview_fits(&preview, &long));
-        let other = json!({"file_path": "/w/src/lib.rs", "content": "fn main() {}\n".repeat(40)});
-        assert!(!preview_fits(&preview, &other));
-        // A cut through a character outside the BMP (half a surrogate pair) still fits.
-        let emoji = json!({"content": format!("{}{}", "a".repeat(187), "😀".repeat(20))});
-        let cut = host_preview(&emoji);
-        assert!(cut.contains('\u{fffd}'), "{cut}");
-        assert!(preview_fits(&cut, &emoji));
-
-        // Nothing to compare: any input fits.
-        assert!(preview_fits("", &short));
-        assert!(preview_fits("(unserializable)", &short));
-        assert!(!preview_fits("…", &short));
+        assert!(!preview_fits(&preview, &long));
+        let rm = json!({"command": "rm -rf build"});
+        assert!(!preview_fits("{\"command\":\"rm -rf bu…", &rm));
         assert!(!preview_fits("{\"command\":\"rm", &short));
+
+        // Nothing to compare: no input fits.
+        assert!(!preview_fits("", &short));
+        assert!(!preview_fits("", &json!({})));
+        assert!(!preview_fits("(unserializable)", &short));
+        assert!(!preview_fits("…", &short));
     }
 
     #[tokio::test]
@@ -568,30 +574,30 @@ mod tests {
         let asker = lc.open_session_numbered("claude-code");
         let now = Utc::now();
         for (id, request_id) in [(1, "aaaaa"), (2, "bbbbb")] {
-            lc.relay_permission(asker, id, &request(request_id), HOUR, now)
+            lc.relay_permission((asker, Some(HOST)), id, &request(request_id), HOUR, now)
                 .await
                 .unwrap();
         }
         let mut write = request("ccccc");
         write.tool_name = "Write".into();
-        lc.relay_permission(asker, 3, &write, HOUR, now)
+        lc.relay_permission((asker, Some(HOST)), 3, &write, HOUR, now)
             .await
             .unwrap();
         let mut rx = lc.subscribe();
 
         // Another tool, or the same tool with other input, closes nothing.
         assert!(
-            lc.allowed_in_host("Edit", &json!({"command": "ls"}), now)
+            lc.allowed_in_host("Edit", &json!({"command": "ls"}), UNDER_HOST, now)
                 .is_none()
         );
         assert!(
-            lc.allowed_in_host("Bash", &json!({"command": "rm -rf /"}), now)
+            lc.allowed_in_host("Bash", &json!({"command": "rm -rf /"}), UNDER_HOST, now)
                 .is_none()
         );
         assert_eq!(lc.pending_confirms().len(), 3);
 
         let closed = lc
-            .allowed_in_host("Bash", &json!({"command": "ls"}), now)
+            .allowed_in_host("Bash", &json!({"command": "ls"}), UNDER_HOST, now)
             .unwrap();
         assert_eq!(
             (
@@ -645,10 +651,57 @@ mod tests {
             .await
             .unwrap();
         assert!(
-            lc.allowed_in_host("Bash", &json!({"command": "ls"}), now)
+            lc.allowed_in_host("Bash", &json!({"command": "ls"}), UNDER_HOST, now)
                 .is_none()
         );
         assert_eq!(lc.closed_confirm(2).unwrap().via, Some(Via::Cli));
+    }
+
+    /// Issue 46.5: one window's hook closed another window's request (the oldest with the
+    /// same tool). A hook closes only a request of the host it runs under, the nearest one
+    /// when hosts nest; a request whose host is not known is closed by none.
+    #[tokio::test]
+    async fn a_hook_closes_only_a_request_of_its_own_host() {
+        use serde_json::json;
+        let lc = Lifecycle::default();
+        let (payments, infra, web) = (
+            lc.open_session_numbered("claude-code"),
+            lc.open_session_numbered("claude-code"),
+            lc.open_session_numbered("claude-code"),
+        );
+        let now = Utc::now();
+        let other_host = 5151;
+        lc.relay_permission((infra, Some(other_host)), 1, &request("aaaaa"), HOUR, now)
+            .await
+            .unwrap();
+        lc.relay_permission((web, None), 2, &request("bbbbb"), HOUR, now)
+            .await
+            .unwrap();
+        let ls = json!({"command": "ls"});
+        assert!(lc.allowed_in_host("Bash", &ls, UNDER_HOST, now).is_none());
+        assert!(lc.allowed_in_host("Bash", &ls, &[], now).is_none());
+        assert_eq!(lc.pending_confirms().len(), 2, "neither was this host's");
+
+        lc.relay_permission((payments, Some(HOST)), 3, &request("ccccc"), HOUR, now)
+            .await
+            .unwrap();
+        // A host nested below another: its own request is the nearer.
+        let nested = [HOST, 9, other_host];
+        let closed = lc.allowed_in_host("Bash", &ls, &nested, now).unwrap();
+        assert_eq!(
+            (closed.id, closed.by.as_deref()),
+            (3, Some("claude-code#1"))
+        );
+        let closed = lc.allowed_in_host("Bash", &ls, &nested, now).unwrap();
+        assert_eq!(closed.id, 1);
+        assert!(lc.allowed_in_host("Bash", &ls, &nested, now).is_none());
+        assert_eq!(
+            lc.pending_confirms()
+                .iter()
+                .map(|i| i.action_id)
+                .collect::<Vec<_>>(),
+            [2]
+        );
     }
 
     #[test]

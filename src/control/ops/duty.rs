@@ -29,9 +29,20 @@ impl Op for SetDuty {
         };
         let until = match self.for_ms {
             Some(ms) => {
-                let d = chrono::Duration::from_std(Duration::from_millis(ms))
-                    .map_err(|_| ApiError::refused(RefusalCode::Invalid, "`duty --for`: too long"))?;
-                Some(now + d)
+                // Bounded as every duration is: a control client may send any number.
+                let until = Some(Duration::from_millis(ms))
+                    .filter(|d| *d <= crate::duration::MAX)
+                    .and_then(|d| chrono::Duration::from_std(d).ok())
+                    .and_then(|d| now.checked_add_signed(d));
+                Some(until.ok_or_else(|| {
+                    ApiError::refused(
+                        RefusalCode::Invalid,
+                        format!(
+                            "`duty --for`: {ms} ms is longer than the longest duration, 100 \
+                             years (\"876000h\")"
+                        ),
+                    )
+                })?)
             }
             None => None,
         };

@@ -57,9 +57,9 @@ pub struct HookClaim {
     pub action_id: ActionId,
 }
 
-/// The stop hook's consumer: `copilot-hook:SESSION`.
+/// The stop hook's consumer: `copilot-hook:SESSION`, cut to a consumer name's length.
 pub fn hook_consumer(host: &str, session_id: &str) -> String {
-    format!("{host}-hook:{session_id}")
+    crate::actions::lifecycle::fit_consumer_name(&format!("{host}-hook:{session_id}"), "")
 }
 
 impl Op for HookStop {
@@ -88,7 +88,9 @@ impl Op for HookStop {
             duty.count(&self.host, "capped");
             return Ok(HookDecision::Through);
         }
-        if let Some((id, item)) = cx.lifecycle().claim_for_hook(&consumer) {
+        let claimed = cx.lifecycle().claim_for_hook(&consumer);
+        super::open::drop_forgotten(cx);
+        if let Some((id, item)) = claimed {
             let session = match cx.sessions {
                 // The claim lives as long as the hook's connection.
                 Some(sessions) => {
@@ -109,6 +111,7 @@ impl Op for HookStop {
             });
         }
         let confirms = cx.lifecycle().unseen_confirms(&consumer, allows_tool_answer);
+        super::open::drop_forgotten(cx);
         if !confirms.is_empty() {
             duty.blocked(&consumer);
             duty.count(&self.host, "confirm");

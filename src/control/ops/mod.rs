@@ -71,8 +71,6 @@ ops! {
     Close => close::Close,
     /// Settle claims.
     Settle => settle::Settle,
-    /// Make sure a named consumer exists.
-    EnsureConsumer => ensure_consumer::EnsureConsumer,
     /// Take or wait for items.
     Wait => wait::Wait,
     /// Messages after a cursor.

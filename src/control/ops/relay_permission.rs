@@ -33,12 +33,20 @@ impl Op for RelayPermission {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<ActionId, ApiError> {
         let session = cx.session(self.session)?;
+        // The host is the parent of the front end that relays its request (`control::peer`).
+        let host = cx.peer.and_then(crate::control::peer::parent);
         // Its id is the next action id: one id space with the rules' actions.
         let id = cx.core().next_action_id();
         let request = &self.request;
         let item = cx
             .lifecycle()
-            .relay_permission(session, id, request, PERMISSION_TIMEOUT, chrono::Utc::now())
+            .relay_permission(
+                (session, host),
+                id,
+                request,
+                PERMISSION_TIMEOUT,
+                chrono::Utc::now(),
+            )
             .await
             .map_err(ApiError::from)?;
         tracing::info!(

@@ -1,9 +1,12 @@
 //! `tool_ran`: a host's tool call ran (`switchboard hook post-tool-use`, run by Claude Code's
-//! `PostToolUse` hook), so its permission was granted. When a relayed permission request for
-//! that call is still open here, the person allowed it in the host's own dialog: it is closed
-//! as approved `via: relay` (see `actions::lifecycle::relay`), and `pending`, `watch` and the
-//! approval page show it answered. A call that needed no permission, or whose request a person
-//! answered here first, closes nothing.
+//! `PostToolUse` hook), so its permission was granted. When a relayed permission request of
+//! that host for that call (the same tool, the whole input) is still open here, the person
+//! allowed it in the host's own dialog: it is closed as approved `via: relay` (see
+//! `actions::lifecycle::relay`), and `pending`, `watch` and the approval page show it
+//! answered. The host is the nearest ancestor of the calling process (read from the control
+//! socket's credentials, see `control::peer`) whose front end relayed a request: another
+//! window's request is never closed. A call that needed no permission, or whose request a
+//! person answered here first, closes nothing; nor does a local call.
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -33,8 +36,13 @@ impl Op for ToolRan {
                 "`tool_ran`: the host gave no tool name",
             ));
         }
+        let Some(hook) = cx.peer else {
+            return Ok(None);
+        };
+        let ran_under = crate::control::peer::ancestors(hook);
         let lifecycle = cx.lifecycle();
-        let closed = lifecycle.allowed_in_host(&self.tool_name, &self.tool_input, Utc::now());
+        let closed =
+            lifecycle.allowed_in_host(&self.tool_name, &self.tool_input, &ran_under, Utc::now());
         if closed.is_some() {
             // Once on disk.
             lifecycle.flush().await;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::actions::Item;
+use crate::control::refused::RefusalCode;
 use crate::control::{ApiError, Ctx, Op, WAIT_MARGIN};
 use crate::message::Seq;
 
@@ -21,7 +22,9 @@ use crate::message::Seq;
 pub struct Wait {
     /// The session whose claims the work becomes.
     pub session: u64,
-    /// The consumer it reads as.
+    /// The consumer the caller knows the session by. The wait reads as the session's own
+    /// consumer whatever this says (a session re-opened after a daemon restart may have been
+    /// given another name): a session is its consumer and takes no other's work.
     pub consumer: String,
     /// The most items.
     pub max: usize,
@@ -56,7 +59,14 @@ impl Op for Wait {
         // 0 asks only what is there (the cursor, the unread count, what is queued): nothing
         // is taken.
         let max = self.max.min(100);
-        let consumer = &self.consumer;
+        // A session is its consumer: it takes no other's work (issue 46.4).
+        let consumer = cx.lifecycle().consumer_of(session).ok_or_else(|| {
+            ApiError::refused(
+                RefusalCode::NotFound,
+                format!("session {} is not open", self.session),
+            )
+        })?;
+        let consumer = &consumer;
         let items = {
             let _counted = InFlight::count(&cx.metrics().wait_calls_in_flight);
             cx.lifecycle()

@@ -44,6 +44,10 @@ use crate::control::Local;
 /// The session header of streamable HTTP.
 const SESSION_HEADER: &str = "mcp-session-id";
 
+/// The header that names the consumer an HTTP session reads as, at its `initialize` (the
+/// `consumer` query parameter of the `/mcp` URL does the same, for hosts that take a URL only).
+pub const CONSUMER_HEADER: &str = "X-Switchboard-Consumer";
+
 /// One HTTP session as the guard knows it.
 pub struct HttpSession {
     /// Cancelled to end the session (DELETE, idle).
@@ -270,6 +274,23 @@ impl Drop for RequestGuard {
             }
         }
     }
+}
+
+/// The consumer an HTTP request names for its session ([`CONSUMER_HEADER`], or the
+/// `consumer` query parameter); `None` over stdio or when it names none.
+pub fn named_consumer(extensions: &rmcp::model::Extensions) -> Option<String> {
+    let parts = extensions.get::<axum::http::request::Parts>()?;
+    let header = parts
+        .headers
+        .get(CONSUMER_HEADER)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let query = || {
+        axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(&parts.uri)
+            .ok()?
+            .0
+            .remove("consumer")
+    };
+    header.or_else(query).filter(|n| !n.trim().is_empty())
 }
 
 /// The request guard of an rmcp request context, on HTTP.

@@ -4,13 +4,15 @@
 //! one per `Mcp-Session-Id`, in the daemon). A session does nothing itself: every tool calls
 //! the operations ([`crate::control`]) through the [`Api`] it was given, local in the daemon,
 //! remote in a front end. **Each
-//! session is its own consumer**: it reads as `serve --consumer NAME` when named (a named
-//! consumer resumes its cursor across restarts), else as `clientInfo.name#N` with N the session
-//! number, so two windows of the same host both see every nudge. A tool's `consumer` argument
-//! reads as another consumer. Work (auto, approved) is *claimed* by one session's wait and
-//! settled by what happened to the result: delivered once the client had it, released back to
-//! the queue when it could not be sent, the request was cancelled, or the session ended before
-//! it showed it was still there ([`SessionLink`], in `link`).
+//! session is its own consumer**, fixed when it attaches: it reads as `serve --consumer NAME`
+//! (over HTTP, the `X-Switchboard-Consumer` header or `consumer` parameter of its
+//! `initialize`) when named (a named consumer resumes its cursor across restarts), else as
+//! `clientInfo.name#N` with N the session number, so two windows of the same host both see
+//! every nudge. No tool argument reads as another window's consumer. Work (auto, approved) is
+//! *claimed* by one session's wait and settled by what happened to the result: delivered once
+//! the client had it, released back to the queue when it could not be sent, the request was
+//! cancelled, or the session ended before it showed it was still there ([`SessionLink`], in
+//! `link`).
 //!
 //! The tools are one table in [`tools`]; the best-effort push (`notifications/claude/channel`,
 //! `notifications/message`, `notifications/resources/updated`) in [`push`]; stdio framing in
@@ -142,6 +144,8 @@ struct Session {
     /// The consumer this session reads as, once opened: push skips items its audience
     /// (a rule's `consumers`) leaves out.
     consumer: Option<String>,
+    /// The consumer an HTTP session's `initialize` named ([`http::CONSUMER_HEADER`]).
+    named: Option<String>,
 }
 
 /// One MCP session.
@@ -213,18 +217,22 @@ impl McpServer {
     /// The session's own consumer, opening it on first use (a client that skipped
     /// `initialize` still gets one).
     async fn own(&self) -> Result<SessionInfo, ApiError> {
-        let client = self.session.lock().unwrap().client.clone();
+        let (client, named) = {
+            let s = self.session.lock().unwrap();
+            (s.client.clone(), s.named.clone())
+        };
         self.own
-            .get_or_try_init(|| self.open(client.unwrap_or_else(|| "mcp".into())))
+            .get_or_try_init(|| self.open(client.unwrap_or_else(|| "mcp".into()), named))
             .await
             .cloned()
     }
 
-    /// Opens this session in the backend and arranges for it to close when the session ends.
-    async fn open(&self, client: String) -> Result<SessionInfo, ApiError> {
+    /// Opens this session in the backend (reading as `serve --consumer`, else as `named`, the
+    /// HTTP session's name) and arranges for it to close when the session ends.
+    async fn open(&self, client: String, named: Option<String>) -> Result<SessionInfo, ApiError> {
         let spec = SessionSpec {
             client,
-            named: self.named.clone(),
+            named: self.named.clone().or(named),
             resume: None,
         };
         let opened = self.api.open(spec).await?;
@@ -395,6 +403,7 @@ impl ServerHandler for McpServer {
         {
             let mut s = self.session.lock().unwrap();
             s.client = Some(name.clone());
+            s.named = http::named_consumer(&context.extensions);
             s.feed = Some(self.api.subscribe());
         }
         let consumer = self.own().await.map_err(unavailable)?.consumer;

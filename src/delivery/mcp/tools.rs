@@ -32,8 +32,8 @@ use super::McpServer;
 use crate::actions::lifecycle::claims_of;
 use crate::app::ReloadReport;
 use crate::control::ops::{
-    Ack, Decision, EnsureConsumer, GetMessage, GetStats, List, MessageReply, Pause, Paused, Pull,
-    Reload, Rules, StatsReply, Wait,
+    Ack, Decision, GetMessage, GetStats, List, MessageReply, Pause, Paused, Pull, Reload, Rules,
+    StatsReply, Wait,
 };
 use crate::control::{ApiError, ConsumerView, ItemView, RefusalCode};
 use crate::delivery::{Item, ItemKind};
@@ -57,8 +57,10 @@ pub struct WaitArgs {
     /// once: a cheap look at `unread` and `queued`.
     #[serde(default = "default_max_items")]
     pub max_items: usize,
-    /// Read as this consumer instead of the host's client name.
+    /// Not in the schema: a session reads as its own consumer, fixed when it attached. An
+    /// argument naming it is accepted (older clients send one); any other is refused.
     #[serde(default)]
+    #[schemars(skip)]
     pub consumer: Option<String>,
 }
 
@@ -90,8 +92,10 @@ pub struct PullArgs {
     /// Move the cursor to the last message returned (default true).
     #[serde(default = "default_true")]
     pub mark_read: bool,
-    /// Read as this consumer instead of the host's client name.
+    /// Not in the schema: a session reads as its own consumer, fixed when it attached. An
+    /// argument naming it is accepted (older clients send one); any other is refused.
     #[serde(default)]
+    #[schemars(skip)]
     pub consumer: Option<String>,
 }
 
@@ -106,11 +110,13 @@ pub struct ListArgs {
     pub limit: usize,
 }
 
-/// Arguments of tools that act for a consumer.
+/// Arguments of tools that act for this session's consumer.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct ConsumerArgs {
-    /// Act as this consumer instead of the host's client name.
+    /// Not in the schema: a session reads as its own consumer, fixed when it attached. An
+    /// argument naming it is accepted (older clients send one); any other is refused.
     #[serde(default)]
+    #[schemars(skip)]
     pub consumer: Option<String>,
 }
 
@@ -122,8 +128,10 @@ pub struct ConfirmArgs {
     /// The user's answer, `yes` or `no`. Required: leaving it out answers nothing.
     #[schemars(required, with = "Decision")]
     pub decision: Option<Decision>,
-    /// Answer as this consumer instead of the host's client name.
+    /// Not in the schema: a session reads as its own consumer, fixed when it attached. An
+    /// argument naming it is accepted (older clients send one); any other is refused.
     #[serde(default)]
+    #[schemars(skip)]
     pub consumer: Option<String>,
 }
 
@@ -874,20 +882,24 @@ async fn wait(
 }
 
 impl McpServer {
-    /// The session's handle and the consumer a tool call acts for: the `consumer` argument
-    /// when given (a named consumer), else the session's own.
+    /// The session's handle and its consumer, which every tool call acts for. A session is
+    /// its consumer (issue 46.4): a `consumer` argument naming another window's consumer is
+    /// refused, never read as.
     async fn consumer(&self, explicit: Option<&str>) -> Result<(u64, String), ApiError> {
         let own = self.own().await?;
         match explicit.map(str::trim).filter(|c| !c.is_empty()) {
-            Some(name) => {
-                self.api
-                    .call(EnsureConsumer {
-                        name: name.to_string(),
-                    })
-                    .await?;
-                Ok((own.id, name.to_string()))
-            }
-            None => Ok((own.id, own.consumer)),
+            Some(name) if name != own.consumer => Err(ApiError::refused(
+                RefusalCode::NotAllowed,
+                format!(
+                    "`consumer` \"{}\": this session reads only as its own consumer \"{}\", \
+                     fixed when it attached; name it with `switchboard serve --consumer NAME` \
+                     or, over HTTP, the `{}` header",
+                    name.escape_debug(),
+                    own.consumer,
+                    super::http::CONSUMER_HEADER
+                ),
+            )),
+            _ => Ok((own.id, own.consumer)),
         }
     }
 }

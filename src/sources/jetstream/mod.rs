@@ -44,6 +44,7 @@
 //! see [`work`].
 
 mod applied;
+mod owner;
 mod settings;
 pub mod work;
 
@@ -229,6 +230,11 @@ struct Shared {
     answers: Mutex<VecDeque<(u64, Appended)>>,
     counters: Counters,
     error: Mutex<Option<String>>,
+    /// The connection's last error (a refused credential, an unreachable server) while it
+    /// fails: said before any other, since nothing else works until it is mended.
+    connection_error: Arc<Mutex<Option<String>>>,
+    /// Whether this daemon holds its consumer's name (see [`owner`]): it consumes only then.
+    claimed: tokio::sync::watch::Sender<bool>,
     instances: Mutex<BTreeMap<String, (Instant, Heartbeat)>>,
 }
 
@@ -297,7 +303,13 @@ impl JetStream {
             (None, Some(t)) => async_nats::ConnectOptions::with_token(t.clone()),
             (None, None) => async_nats::ConnectOptions::new(),
         };
+        let connection_error = Arc::new(Mutex::new(None));
+        let seen = connection_error.clone();
         options = options
+            .event_callback(move |event| {
+                connection_event(&seen, event);
+                std::future::ready(())
+            })
             .name(format!("switchboard {instance}"))
             .retry_on_initial_connect()
             .max_reconnects(None)
@@ -334,6 +346,8 @@ impl JetStream {
             answers: Mutex::new(VecDeque::new()),
             counters: Counters::default(),
             error: Mutex::new(None),
+            connection_error,
+            claimed: tokio::sync::watch::Sender::new(false),
             instances: Mutex::new(BTreeMap::new()),
         });
         Ok(JetStream { shared })
@@ -342,6 +356,7 @@ impl JetStream {
     /// Starts the consumer (storing into `local`), the heartbeat and the lag refresher on
     /// `tasks`; they stop when the daemon shuts down.
     pub fn run(&self, local: Local, tasks: &TaskTracker) {
+        tasks.spawn(owner::hold(self.shared.clone(), local.shutdown().clone()));
         tasks.spawn(consume(self.shared.clone(), local.clone()));
         tasks.spawn(heartbeat(self.shared.clone(), local.clone()));
         work::run(self.shared.clone(), local, tasks);
@@ -385,7 +400,8 @@ impl JetStream {
             refused: c.refused.load(Ordering::Relaxed),
             stored: c.stored.load(Ordering::Relaxed),
             skipped: c.skipped.load(Ordering::Relaxed),
-            error: s.error.lock().unwrap().clone(),
+            error: (s.connection_error.lock().unwrap().clone())
+                .or_else(|| s.error.lock().unwrap().clone()),
             instances,
             work: WorkState {
                 published: c.work_published.load(Ordering::Relaxed),
@@ -511,10 +527,16 @@ impl Shared {
         source: &str,
     ) -> Result<Vec<Appended>, ApiError> {
         if self.client.connection_state() != async_nats::connection::State::Connected {
-            return Err(self.unreachable("is not reachable"));
+            return Err(match self.connection_error.lock().unwrap().clone() {
+                Some(why) => self.unreachable(format_args!("is not reachable ({why})")),
+                None => self.unreachable("is not reachable"),
+            });
         }
         if !self.ready.load(Ordering::Acquire) {
-            return Err(self.unreachable("has no stream for switchboard yet"));
+            return Err(match self.error.lock().unwrap().clone() {
+                Some(why) => self.unreachable(format_args!("is not ready ({why})")),
+                None => self.unreachable("has no stream for switchboard yet"),
+            });
         }
         let now = chrono::Utc::now();
         let mut acks = Vec::with_capacity(messages.len());
@@ -554,20 +576,27 @@ impl Shared {
             .reached(last, self.settings.publish_timeout)
             .await;
         let answers = self.answers.lock().unwrap();
-        Ok(seqs
-            .into_iter()
-            .map(|(seq, duplicate)| {
-                // In stream order, each seq once: a binary search, not two scans of 4096.
-                let local = answers
-                    .binary_search_by_key(&seq, |(s, _)| *s)
-                    .ok()
-                    .map(|i| answers[i].1);
-                Appended {
-                    seq: local.map_or(0, |a| a.seq),
-                    duplicate: duplicate || local.is_some_and(|a| a.duplicate),
-                }
-            })
-            .collect())
+        let mut out = Vec::with_capacity(seqs.len());
+        for (seq, duplicate) in seqs {
+            // In stream order, each seq once: a binary search, not two scans of 4096.
+            let Some(local) = answers
+                .binary_search_by_key(&seq, |(s, _)| *s)
+                .ok()
+                .map(|i| answers[i].1)
+            else {
+                // In the stream, but not stored here: never a 202 with seq 0 (issue 46.6).
+                return Err(self.unreachable(format_args!(
+                    "took the message as stream seq {seq}, but this instance's consumer did \
+                     not store it within `publishTimeout` ({})",
+                    humantime::format_duration(self.settings.publish_timeout)
+                )));
+            };
+            out.push(Appended {
+                seq: local.seq,
+                duplicate: duplicate || local.duplicate,
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -641,6 +670,8 @@ async fn consume(s: Arc<Shared>, local: Local) {
     let mut backoff = retry();
     loop {
         let run = async {
+            // Only while this daemon holds its consumer's name.
+            let _ = s.claimed.subscribe().wait_for(|held| *held).await;
             let mut consumer = prepare(&s).await?;
             let info = consumer.info().await?.clone();
             // A new consumer starts at the stream's end: nothing before it is owed here.
@@ -958,6 +989,29 @@ fn record(s: &Shared, seqs: &[u64], done: EachAppended) {
             }
         }
     }
+}
+
+/// Keeps the connection's last error (`connection_error`) while it fails; forgets it once
+/// connected.
+fn connection_event(error: &Mutex<Option<String>>, event: async_nats::Event) {
+    use async_nats::Event;
+    let why = match event {
+        Event::Connected => {
+            *error.lock().unwrap() = None;
+            return;
+        }
+        // Not a slow consumer: that is no reason the connection fails.
+        Event::ServerError(e @ async_nats::ServerError::SlowConsumer(_)) => {
+            tracing::debug!(cause = %e, "jetstream: slow consumer");
+            return;
+        }
+        Event::ServerError(e) => e.to_string(),
+        Event::ClientError(e) => e.to_string(),
+        _ => return,
+    };
+    // async-nats says `nats: authorization violation`; the line already says JetStream.
+    let why = why.strip_prefix("nats: ").unwrap_or(&why);
+    *error.lock().unwrap() = Some(format!("connection: {why}"));
 }
 
 /// Says this instance is alive every `heartbeat`, hears the others, and refreshes the

@@ -27,8 +27,9 @@ pub struct JetStreamSettings {
     /// The first token of every subject (default `switchboard`): messages go to
     /// `PREFIX.msg.<channel>`, heartbeats to `PREFIX.hb.<instance>`.
     pub subject_prefix: String,
-    /// This daemon's name on the stream, which also names its durable consumer (default: the
-    /// host name and the home, `host:/home/me/.switchboard`).
+    /// This daemon's name on the stream, which also names its durable consumer: letters,
+    /// digits, `_` and `-` (default: the host name and the home, `host:/home/me/.switchboard`,
+    /// whose consumer is that with `_` for the other characters).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
     /// How long an ingest waits for JetStream's acknowledgement before it answers 503
@@ -96,6 +97,20 @@ impl JetStreamSettings {
                 format!(
                     "`jetstream.stream` \"{}\": a stream name is letters, digits, `_` and `-`",
                     self.stream
+                ),
+            ));
+        }
+        if let Some(instance) = &self.instance
+            && !is_token(instance)
+        {
+            // It names the durable consumer: names that differ only in what a NATS name
+            // cannot hold (`ada laptop`, `ada.laptop`) would share one (issue 46.6).
+            out.push((
+                "instance",
+                format!(
+                    "`jetstream.instance` \"{}\": an instance name is letters, digits, `_` and \
+                     `-` (it names this instance's durable consumer on the stream)",
+                    instance.escape_debug()
                 ),
             ));
         }
@@ -169,6 +184,22 @@ mod tests {
         let p = s.problems();
         let keys: Vec<_> = p.iter().map(|(k, _)| *k).collect();
         assert_eq!(keys, ["servers", "credentials", "stream", "subjectPrefix"]);
+        // Issue 46.6: `ada laptop` and `ada.laptop` shared one durable consumer.
+        for bad in ["ada laptop", "ada.laptop", "", "a>b", "ada/laptop"] {
+            let s = JetStreamSettings {
+                servers: vec!["nats://127.0.0.1:4222".into()],
+                instance: Some(bad.into()),
+                ..Default::default()
+            };
+            let p = s.problems();
+            assert_eq!(p.len(), 1, "{bad:?}: {p:?}");
+            assert_eq!(p[0].0, "instance");
+            assert!(
+                p[0].1.contains("letters, digits, `_` and `-`"),
+                "{}",
+                p[0].1
+            );
+        }
         for (key, sentence) in &p {
             assert!(
                 sentence.starts_with(&format!("`jetstream.{key}")),
