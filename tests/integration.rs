@@ -27,6 +27,7 @@ mod integration {
     mod python_sdk;
     mod races;
     mod relay;
+    mod reply;
     mod routing;
     mod rules;
     mod schedules;

@@ -5,6 +5,7 @@ mod control_cmds;
 pub mod exit;
 mod hook;
 mod hooks;
+mod reply;
 mod rules;
 mod send;
 mod serve;
@@ -44,6 +45,8 @@ pub enum Command {
     Status(serve::StatusArgs),
     /// Post a message to the running server.
     Send(send::SendArgs),
+    /// Answer a stored message in the conversation it came from (a Teams chat): `reply SEQ TEXT`.
+    Reply(reply::ReplyArgs),
     /// Show recent messages of the running server.
     List(control_cmds::ListArgs),
     /// Answer a pending confirm: `confirm ID yes|no` (exit 4: no such confirm; 5: expired or
@@ -124,6 +127,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Stop => serve::stop(home).await,
         Command::Status(args) => serve::status(home, args).await,
         Command::Send(args) => send::execute(home, args).await,
+        Command::Reply(args) => reply::execute(home, args).await,
         Command::List(args) => control_cmds::list(home, args).await,
         Command::Confirm(args) => control_cmds::confirm(home, args).await,
         Command::Pending(args) => control_cmds::pending(home, args).await,
