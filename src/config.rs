@@ -14,13 +14,14 @@ pub use crate::control::PushPolicy;
 pub use crate::delivery::exec::{ExecKind, ExecSettings};
 pub use crate::delivery::mcp::McpSettings;
 pub use crate::home::{
-    GITHUB_SECRET_ENV, HOME_ENV, Home, HomeError, HomeLock, SECRET_ENV, TOKEN_ENV, restrict,
-    write_atomic,
+    GITHUB_SECRET_ENV, HOME_ENV, Home, HomeError, HomeLock, SECRET_ENV, TEAMS_SECRET_ENV, TOKEN_ENV,
+    restrict, write_atomic,
 };
 pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
 pub use crate::sources::jetstream::JetStreamSettings;
 pub use crate::sources::schedule::ScheduleSettings;
+pub use crate::sources::teams::TeamsSettings;
 
 impl Home {
     /// Loads `switchboard.json`, or the defaults when it does not exist. Refused when another
@@ -123,6 +124,23 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
                     });
                 }
             }
+            if let Some(teams) = &c.teams {
+                errors.extend(teams_problems(text, teams));
+                if c.upstreams.contains_key(crate::sources::teams::SERVER) {
+                    let pos = crate::sources::upstream::locate::Locator::new(text)
+                        .key(&["upstreams", crate::sources::teams::SERVER]);
+                    errors.push(ConfigError {
+                        code: ErrorCode::InvalidName,
+                        upstream: Some(crate::sources::teams::SERVER.into()),
+                        key: Some("upstreams.teams".into()),
+                        line: pos.map(|p| p.line),
+                        column: pos.map(|p| p.column),
+                        message: "the name `teams` is the Teams source's (the `teams` section): \
+                                  rename this upstream"
+                            .into(),
+                    });
+                }
+            }
             Some(c)
         }
         Err(e) => {
@@ -146,6 +164,38 @@ pub fn check(text: &str) -> Result<Config, Vec<crate::sources::upstream::config:
         Some(c) if errors.is_empty() => Ok(c),
         _ => Err(errors),
     }
+}
+
+/// The problems of the `teams` section, located in `text`.
+fn teams_problems(
+    text: &str,
+    teams: &TeamsSettings,
+) -> Vec<crate::sources::upstream::config::ConfigError> {
+    use crate::sources::upstream::config::{ConfigError, ErrorCode};
+    let locate = crate::sources::upstream::locate::Locator::new(text);
+    teams
+        .problems()
+        .into_iter()
+        .map(|(key, message)| {
+            let pos = locate
+                .value(&["teams", key])
+                .or_else(|| locate.value(&["teams"]));
+            let code = match key {
+                "clientId" => ErrorCode::MissingKey,
+                "graphUrl" | "authorityUrl" | "notificationUrl" => ErrorCode::InvalidUrl,
+                "poll" => ErrorCode::InvalidDuration,
+                _ => ErrorCode::InvalidValue,
+            };
+            ConfigError {
+                code,
+                upstream: None,
+                key: Some(format!("teams.{key}")),
+                line: pos.map(|p| p.line),
+                column: pos.map(|p| p.column),
+                message,
+            }
+        })
+        .collect()
 }
 
 fn located_syntax(e: serde_json::Error) -> crate::sources::upstream::config::ConfigError {
@@ -213,6 +263,9 @@ pub struct Config {
     /// A shared NATS JetStream stream for many instances; none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jetstream: Option<JetStreamSettings>,
+    /// Microsoft Teams chats from Microsoft Graph; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub teams: Option<TeamsSettings>,
 }
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other
@@ -425,6 +478,32 @@ mod tests {
             "{errors:?}"
         );
         assert!(check(r#"{"jetstream": {"servers": ["nats://x"], "stram": "A"}}"#).is_err());
+    }
+
+    #[test]
+    fn the_teams_section_is_optional_and_checked_where_written() {
+        assert!(check("{}").unwrap().teams.is_none());
+        let c = check(r#"{"teams": {"clientId": "c"}}"#).unwrap();
+        assert_eq!(c.teams.unwrap().poll, Duration::from_secs(5));
+        let errors = check(
+            "{\"teams\": {\"tenant\": \"contoso.com\",\n  \"chatTypes\": [\"dm\"],\n  \"poll\": \"100ms\"},\n \"upstreams\": {\"teams\": {\"command\": \"x\"}}}",
+        )
+        .unwrap_err();
+        let got: Vec<_> = errors
+            .iter()
+            .map(|e| (e.code.as_str(), e.key.as_deref().unwrap_or(""), e.line))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("missing_key", "teams.clientId", Some(1)),
+                ("invalid_value", "teams.chatTypes", Some(2)),
+                ("invalid_duration", "teams.poll", Some(3)),
+                ("invalid_name", "upstreams.teams", Some(4)),
+            ],
+            "{errors:?}"
+        );
+        assert!(check(r#"{"teams": {"clientID": "c"}}"#).is_err());
     }
 
     #[test]
