@@ -5,6 +5,7 @@ mod control_cmds;
 pub mod exit;
 mod hook;
 mod hooks;
+mod login;
 mod reply;
 mod rules;
 mod send;
@@ -92,6 +93,10 @@ pub enum Command {
         #[command(subcommand)]
         command: hook::HookCommand,
     },
+    /// Sign in to a chat service: `login teams` (the device code flow; tokens kept in the home).
+    Login(login::LoginArgs),
+    /// Sign out of a chat service: `logout teams` (the saved tokens are removed).
+    Logout(login::LoginArgs),
     /// On-duty mode: `duty on [--for 8h]` keeps agents listening instead of stopping; `duty off`.
     Duty(hook::DutyArgs),
 }
@@ -146,6 +151,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             command: hook::HookCommand::PostToolUse,
         } => hook::post_tool_use(home).await,
         Command::Duty(args) => hook::duty(home, args).await,
+        Command::Login(args) => login::login(home, args).await,
+        Command::Logout(args) => login::logout(home, args).await,
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a closed pipe, a write returns it.
             let mut cmd = <Cli as clap::CommandFactory>::command();
