@@ -32,6 +32,7 @@ mod integration {
     mod rules;
     mod schedules;
     mod sessions;
+    mod teams;
     mod ts_sdk;
     mod upstream;
     mod worked_example;
