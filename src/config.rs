@@ -14,8 +14,8 @@ pub use crate::control::PushPolicy;
 pub use crate::delivery::exec::{ExecKind, ExecSettings};
 pub use crate::delivery::mcp::McpSettings;
 pub use crate::home::{
-    GITHUB_SECRET_ENV, HOME_ENV, Home, HomeError, HomeLock, SECRET_ENV, TEAMS_SECRET_ENV, TOKEN_ENV,
-    restrict, write_atomic,
+    GITHUB_SECRET_ENV, HOME_ENV, Home, HomeError, HomeLock, SECRET_ENV, TEAMS_SECRET_ENV,
+    TOKEN_ENV, restrict, write_atomic,
 };
 pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};

@@ -322,12 +322,19 @@ mod packs {
             "rules/teams-triage.json",
             vec![
                 map(graph("1", "<p>lunch on friday?</p>", json!([])), "oneOnOne"),
-                map(graph("2", "<p>URGENT: the api is down</p>", json!([])), "oneOnOne"),
                 map(
-                    graph("3", "<p><at id=\"0\">Jane Smith</at> can you look?</p>", json!([{
-                        "id": 0, "mentionText": "Jane Smith",
-                        "mentioned": {"user": {"id": me.id, "displayName": "Jane Smith", "userIdentityType": "aadUser"}}
-                    }])),
+                    graph("2", "<p>URGENT: the api is down</p>", json!([])),
+                    "oneOnOne",
+                ),
+                map(
+                    graph(
+                        "3",
+                        "<p><at id=\"0\">Jane Smith</at> can you look?</p>",
+                        json!([{
+                            "id": 0, "mentionText": "Jane Smith",
+                            "mentioned": {"user": {"id": me.id, "displayName": "Jane Smith", "userIdentityType": "aadUser"}}
+                        }]),
+                    ),
                     "group",
                 ),
                 map(graph("4", "<p>build is green</p>", json!([])), "group"),
@@ -361,9 +368,9 @@ mod packs {
             actions[1].prompt
         );
         assert!(
-            actions[2]
-                .prompt
-                .starts_with("Robin Kline mentioned you in a Teams group chat:\n\n@Jane Smith can you look?"),
+            actions[2].prompt.starts_with(
+                "Robin Kline mentioned you in a Teams group chat:\n\n@Jane Smith can you look?"
+            ),
             "{}",
             actions[2].prompt
         );

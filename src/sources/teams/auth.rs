@@ -155,7 +155,8 @@ impl Identity {
     }
 
     fn client(&self) -> Result<Client, AuthError> {
-        let bad = |what: &str, e: oauth2::url::ParseError| AuthError::Refused(format!("{what}: {e}"));
+        let bad =
+            |what: &str, e: oauth2::url::ParseError| AuthError::Refused(format!("{what}: {e}"));
         Ok(BasicClient::new(ClientId::new(self.client_id.clone()))
             .set_auth_type(AuthType::RequestBody)
             .set_device_authorization_url(
@@ -205,21 +206,23 @@ impl Identity {
             .request_async(http, sleep, None)
             .await
             .map_err(|e| match e {
-                RequestTokenError::ServerResponse(r) => AuthError::Refused(match r.error() {
-                    DeviceCodeErrorResponseType::ExpiredToken => {
-                        "the code expired before the sign-in was finished; run `switchboard \
+                RequestTokenError::ServerResponse(r) => {
+                    AuthError::Refused(match r.error() {
+                        DeviceCodeErrorResponseType::ExpiredToken => {
+                            "the code expired before the sign-in was finished; run `switchboard \
                          login teams` again"
-                            .to_string()
-                    }
-                    DeviceCodeErrorResponseType::AccessDenied => declined(),
-                    DeviceCodeErrorResponseType::Basic(BasicErrorResponseType::Extension(x))
-                        if x == "authorization_declined" =>
-                    {
-                        declined()
-                    }
-                    other => platform_said(other.as_ref(), r.error_description()),
-                }),
-                RequestTokenError::Request(e) => AuthError::Unavailable(format!("the sign-in: {e}")),
+                                .to_string()
+                        }
+                        DeviceCodeErrorResponseType::AccessDenied => declined(),
+                        DeviceCodeErrorResponseType::Basic(BasicErrorResponseType::Extension(
+                            x,
+                        )) if x == "authorization_declined" => declined(),
+                        other => platform_said(other.as_ref(), r.error_description()),
+                    })
+                }
+                RequestTokenError::Request(e) => {
+                    AuthError::Unavailable(format!("the sign-in: {e}"))
+                }
                 RequestTokenError::Parse(e, _) => AuthError::Unavailable(format!(
                     "the sign-in: the identity platform's answer does not read as OAuth: {e}"
                 )),
@@ -277,12 +280,7 @@ impl Identity {
             client_id: self.client_id.clone(),
             scope: token
                 .scopes()
-                .map(|s| {
-                    s.iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
+                .map(|s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "))
                 .unwrap_or_default(),
         }
     }
@@ -491,16 +489,14 @@ impl Auth {
                 stamp,
                 ..Held::default()
             };
-            let tokens = load(path)?
-                .ok_or_else(|| AuthError::SignInNeeded("not signed in".into()))?;
-            if tokens.client_id != self.identity.client_id || tokens.tenant != self.identity.tenant {
+            let tokens =
+                load(path)?.ok_or_else(|| AuthError::SignInNeeded("not signed in".into()))?;
+            if tokens.client_id != self.identity.client_id || tokens.tenant != self.identity.tenant
+            {
                 held.dead = Some(format!(
                     "signed in with app \"{}\" to tenant \"{}\", but `teams` names app \"{}\" \
                      and tenant \"{}\"",
-                    tokens.client_id,
-                    tokens.tenant,
-                    self.identity.client_id,
-                    self.identity.tenant
+                    tokens.client_id, tokens.tenant, self.identity.client_id, self.identity.tenant
                 ));
             }
             held.tokens = Some(tokens);
@@ -601,7 +597,12 @@ mod tests {
         let id = Identity::new(&s);
         assert_eq!(
             id.scopes,
-            ["Chat.Read", "ChatMessage.Send", "User.Read", "offline_access"]
+            [
+                "Chat.Read",
+                "ChatMessage.Send",
+                "User.Read",
+                "offline_access"
+            ]
         );
         assert_eq!(
             id.token_url,

@@ -115,10 +115,19 @@ mod tests {
         assert!(c.is_new(t(0), "a"), "nothing was taken at t0 yet");
         c.take(t(0), "a");
         assert!(!c.is_new(t(0), "a"));
-        assert!(c.is_new(t(0), "b"), "another message of the same millisecond");
+        assert!(
+            c.is_new(t(0), "b"),
+            "another message of the same millisecond"
+        );
         c.take(t(0), "b");
         c.take(t(5), "c");
-        assert_eq!(c, ChatCursor { at: t(5), ids: vec!["c".into()] });
+        assert_eq!(
+            c,
+            ChatCursor {
+                at: t(5),
+                ids: vec!["c".into()]
+            }
+        );
         c.take(t(1), "late");
         assert_eq!(c.at, t(5), "a cursor never moves back");
     }
@@ -132,7 +141,8 @@ mod tests {
             listed: Some(t(9)),
             ..Cursors::default()
         };
-        c.chats.insert("19:a@thread.v2".into(), ChatCursor::at(t(3)));
+        c.chats
+            .insert("19:a@thread.v2".into(), ChatCursor::at(t(3)));
         c.save(&path).unwrap();
         assert_eq!(Cursors::load(&path), Some(c));
         std::fs::write(&path, "{not json").unwrap();

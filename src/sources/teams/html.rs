@@ -409,12 +409,17 @@ mod tests {
              <attachment id=\"153fa47d-18c9-4179-be08-9879815a9f90\"></attachment>",
             &refs,
         );
-        assert_eq!(t, "Hello World @Jane Smith, see [attachment: test doc.docx]");
+        assert_eq!(
+            t,
+            "Hello World @Jane Smith, see [attachment: test doc.docx]"
+        );
         assert_eq!(shown, ["153fa47d-18c9-4179-be08-9879815a9f90"]);
         assert_eq!(text("<at id=\"7\">Bo</at> hi"), "@Bo hi");
         // A hosted image, as in `chat-list-messages`' second message.
         assert_eq!(
-            text("<div><div><div><span><img height=\"63\" src=\"https://graph.microsoft.com/v1.0/x/$value\" width=\"67\"></span></div></div></div>"),
+            text(
+                "<div><div><div><span><img height=\"63\" src=\"https://graph.microsoft.com/v1.0/x/$value\" width=\"67\"></span></div></div></div>"
+            ),
             "[image]"
         );
         assert_eq!(
@@ -429,7 +434,10 @@ mod tests {
             text("<a href=\"https://x.example\">https://x.example</a>"),
             "https://x.example"
         );
-        assert_eq!(text("a<script>alert(1)</script>b<style>p{}</style>c"), "abc");
+        assert_eq!(
+            text("a<script>alert(1)</script>b<style>p{}</style>c"),
+            "abc"
+        );
     }
 
     #[test]
@@ -446,8 +454,24 @@ mod tests {
     #[test]
     fn nothing_panics_on_broken_html() {
         for s in [
-            "<", "<<", "<a", "<a href=\"", "</", "<!--", "<!-- x", "&", "&#", "&#x;", "&#99999999;",
-            "<at id=\"0\">x", "</at>", "</a>", "<li>", "é<b>ü</b>ß", "<img alt='ü'", "<p>\u{202e}</p>",
+            "<",
+            "<<",
+            "<a",
+            "<a href=\"",
+            "</",
+            "<!--",
+            "<!-- x",
+            "&",
+            "&#",
+            "&#x;",
+            "&#99999999;",
+            "<at id=\"0\">x",
+            "</at>",
+            "</a>",
+            "<li>",
+            "é<b>ü</b>ß",
+            "<img alt='ü'",
+            "<p>\u{202e}</p>",
         ] {
             let _ = text(s);
         }

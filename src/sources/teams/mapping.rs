@@ -106,7 +106,10 @@ pub fn to_message(
     let from = msg.get("from").filter(|f| !f.is_null());
     let user = from.and_then(|f| f.get("user")).filter(|u| !u.is_null());
     let sender = user
-        .or_else(|| from.and_then(|f| f.get("application")).filter(|a| !a.is_null()))
+        .or_else(|| {
+            from.and_then(|f| f.get("application"))
+                .filter(|a| !a.is_null())
+        })
         .ok_or(Skip::System)?;
     let sender_id = str_at(sender, &["id"]).unwrap_or_default();
     if user.is_some() && !me.id.is_empty() && sender_id == me.id {
@@ -269,7 +272,10 @@ mod tests {
     fn a_direct_message_from_the_docs() {
         let chat = "19:2da4c29f6d7041eca70b638b43d45437@thread.v2";
         let m = to_message(&hello_world(), chat, "oneOnOne", &me()).unwrap();
-        assert_eq!((m.server.as_str(), m.channel.as_str()), ("teams", "teams/dm"));
+        assert_eq!(
+            (m.server.as_str(), m.channel.as_str()),
+            ("teams", "teams/dm")
+        );
         assert_eq!(m.content, "Hello world");
         assert_eq!(m.id.as_deref(), Some(&*format!("{chat}/1616964509832")));
         assert_eq!(
@@ -317,7 +323,10 @@ mod tests {
         }]);
         msg["replyToId"] = json!("1616964500000");
         let m = to_message(&msg, "19:x", "group", &me()).unwrap();
-        assert_eq!(m.content, "Hello World @Jane Smith\nsee below\n[attachment: Test.txt]");
+        assert_eq!(
+            m.content,
+            "Hello World @Jane Smith\nsee below\n[attachment: Test.txt]"
+        );
         assert_eq!(m.metadata.get("mentions_me"), Some("true"));
         assert_eq!(m.metadata.get("reply_to_id"), Some("1616964500000"));
         assert_eq!(m.channel, "teams/group");
@@ -345,8 +354,14 @@ mod tests {
         assert_eq!(to_message(&event, "c", "group", &me()), Err(Skip::System));
         let mut deleted = hello_world();
         deleted["deletedDateTime"] = json!("2021-03-28T21:00:00Z");
-        assert_eq!(to_message(&deleted, "c", "oneOnOne", &me()), Err(Skip::Deleted));
-        assert_eq!(to_message(&json!({}), "c", "oneOnOne", &me()), Err(Skip::Shape));
+        assert_eq!(
+            to_message(&deleted, "c", "oneOnOne", &me()),
+            Err(Skip::Deleted)
+        );
+        assert_eq!(
+            to_message(&json!({}), "c", "oneOnOne", &me()),
+            Err(Skip::Shape)
+        );
     }
 
     #[test]
@@ -383,7 +398,9 @@ mod tests {
 
     #[test]
     fn me_from_the_user_object() {
-        let me = Me::from_user(&json!({"id": "u1", "displayName": "Ada", "userPrincipalName": "ada@x"})).unwrap();
+        let me =
+            Me::from_user(&json!({"id": "u1", "displayName": "Ada", "userPrincipalName": "ada@x"}))
+                .unwrap();
         assert_eq!((me.id.as_str(), me.name.as_str()), ("u1", "Ada"));
         assert_eq!(Me::from_user(&json!({})), None);
     }

@@ -396,10 +396,13 @@ impl Inner {
     /// as HTML (escaped, line breaks kept).
     async fn reply(&self, message: &Message, text: &str) -> Result<Sent, ApiError> {
         let Some(chat) = message.metadata.get("chat_id") else {
-            return Err(ApiError::refused(RefusalCode::Invalid, format!(
-                "message {} has no `chat_id`: it did not come from a Teams chat",
-                message.seq
-            )));
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                format!(
+                    "message {} has no `chat_id`: it did not come from a Teams chat",
+                    message.seq
+                ),
+            ));
         };
         if self.graph.auth().is_app_only() {
             return Err(ApiError::refused(

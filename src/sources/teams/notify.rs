@@ -176,8 +176,7 @@ async fn notified(
         let event = match str_at(n, &["lifecycleEvent"]) {
             Some(kind) => Event::Lifecycle(kind.to_string()),
             None => {
-                let Some((chat, message)) =
-                    str_at(n, &["resource"]).and_then(mapping::notified)
+                let Some((chat, message)) = str_at(n, &["resource"]).and_then(mapping::notified)
                 else {
                     inner.notification_failed("invalid");
                     continue;
@@ -194,7 +193,11 @@ async fn notified(
 }
 
 fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, axum::Json(json!({"error": code, "message": message}))).into_response()
+    (
+        status,
+        axum::Json(json!({"error": code, "message": message})),
+    )
+        .into_response()
 }
 
 /// The subscription: made, renewed, made again; the notified messages fetched. Until the daemon
@@ -302,7 +305,8 @@ async fn subscribe(inner: &Inner, hub: &Hub) -> Result<(String, DateTime<Utc>), 
 
 /// Renews subscription `id`; `None` when it is gone (the next round makes a new one).
 async fn renew(inner: &Inner, hub: &Hub, id: String) -> Option<(String, DateTime<Utc>)> {
-    let body = json!({"expirationDateTime": crate::message::format_timestamp(Utc::now() + LIFETIME)});
+    let body =
+        json!({"expirationDateTime": crate::message::format_timestamp(Utc::now() + LIFETIME)});
     match inner
         .graph
         .patch(&format!("/subscriptions/{}", segment(&id)), &body)

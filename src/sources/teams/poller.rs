@@ -191,7 +191,9 @@ async fn read_chat(
         }
         match mapping::to_message(m, id, chat_type, me) {
             Ok(message) => out.push(message),
-            Err(skip) => tracing::debug!(chat = %id, message = %mid, ?skip, "teams: message skipped"),
+            Err(skip) => {
+                tracing::debug!(chat = %id, message = %mid, ?skip, "teams: message skipped")
+            }
         }
     }
     let taken = out.len();
