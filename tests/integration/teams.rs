@@ -348,19 +348,20 @@ async fn token(State(world): State<Shared>, Form(form): Form<HashMap<String, Str
     .into_response()
 }
 
-/// Checks the bearer token and records the request; `Err` answers 401 as Graph does.
-fn graph(world: &Shared, headers: &HeaderMap, what: String) -> Result<(), Response> {
+/// Records the request and checks its bearer token: the 401 Graph answers when it is not the
+/// one issued last.
+fn graph(world: &Shared, headers: &HeaderMap, what: String) -> Option<Response> {
     let mut w = world.lock().unwrap();
     w.requests.push(what);
     let bearer = format!("Bearer {}", w.access);
     if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(bearer.as_str()) {
-        return Err(graph_error(
+        return Some(graph_error(
             StatusCode::UNAUTHORIZED,
             "InvalidAuthenticationToken",
             "Access token has expired or is not yet valid.",
         ));
     }
-    Ok(())
+    None
 }
 
 fn query_text(q: &HashMap<String, String>) -> String {
@@ -371,7 +372,7 @@ fn query_text(q: &HashMap<String, String>) -> String {
 
 /// user-get: the signed-in user.
 async fn me(State(world): State<Shared>, headers: HeaderMap) -> Response {
-    if let Err(r) = graph(&world, &headers, "GET /v1.0/me".into()) {
+    if let Some(r) = graph(&world, &headers, "GET /v1.0/me".into()) {
         return r;
     }
     Json(json!({
@@ -411,7 +412,7 @@ async fn chats(
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    if let Err(r) = graph(
+    if let Some(r) = graph(
         &world,
         &headers,
         format!("GET /v1.0/me/chats?{}", query_text(&q)),
@@ -458,7 +459,7 @@ async fn one_chat(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Err(r) = graph(&world, &headers, format!("GET /v1.0/chats/{id}")) {
+    if let Some(r) = graph(&world, &headers, format!("GET /v1.0/chats/{id}")) {
         return r;
     }
     let w = world.lock().unwrap();
@@ -476,7 +477,7 @@ async fn messages(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    if let Err(r) = graph(
+    if let Some(r) = graph(
         &world,
         &headers,
         format!("GET /v1.0/chats/{id}/messages?{}", query_text(&q)),
@@ -520,7 +521,7 @@ async fn one_message(
     headers: HeaderMap,
     Path((id, mid)): Path<(String, String)>,
 ) -> Response {
-    if let Err(r) = graph(
+    if let Some(r) = graph(
         &world,
         &headers,
         format!("GET /v1.0/chats/{id}/messages/{mid}"),
@@ -547,7 +548,7 @@ async fn send(
     Path(id): Path<String>,
     Json(body): Json<Value>,
 ) -> Response {
-    if let Err(r) = graph(&world, &headers, format!("POST /v1.0/chats/{id}/messages")) {
+    if let Some(r) = graph(&world, &headers, format!("POST /v1.0/chats/{id}/messages")) {
         return r;
     }
     let mut w = world.lock().unwrap();
@@ -571,7 +572,7 @@ async fn subscribe(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
-    if let Err(r) = graph(&world, &headers, "POST /v1.0/subscriptions".into()) {
+    if let Some(r) = graph(&world, &headers, "POST /v1.0/subscriptions".into()) {
         return r;
     }
     assert_eq!(body["changeType"], "created");
@@ -641,7 +642,7 @@ async fn renew(
     Path(id): Path<String>,
     Json(body): Json<Value>,
 ) -> Response {
-    if let Err(r) = graph(&world, &headers, format!("PATCH /v1.0/subscriptions/{id}")) {
+    if let Some(r) = graph(&world, &headers, format!("PATCH /v1.0/subscriptions/{id}")) {
         return r;
     }
     world.lock().unwrap().renewals += 1;
@@ -657,7 +658,7 @@ async fn unsubscribe(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Err(r) = graph(&world, &headers, format!("DELETE /v1.0/subscriptions/{id}")) {
+    if let Some(r) = graph(&world, &headers, format!("DELETE /v1.0/subscriptions/{id}")) {
         return r;
     }
     StatusCode::NO_CONTENT.into_response()
