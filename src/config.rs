@@ -463,21 +463,23 @@ mod tests {
         assert!(check("{}").unwrap().jetstream.is_none());
         let c = check(r#"{"jetstream": {"servers": ["nats://127.0.0.1:4222"]}}"#).unwrap();
         assert_eq!(c.jetstream.unwrap().stream, "SWITCHBOARD");
-        let errors =
-            check("{\"jetstream\": {\"servers\": [],\n  \"stream\": \"a.b\"}}").unwrap_err();
-        let got: Vec<_> = errors
-            .iter()
-            .map(|e| (e.code.as_str(), e.key.as_deref().unwrap_or(""), e.line))
-            .collect();
         assert_eq!(
-            got,
+            located("{\"jetstream\": {\"servers\": [],\n  \"stream\": \"a.b\"}}"),
             [
-                ("invalid_url", "jetstream.servers", Some(1)),
-                ("invalid_name", "jetstream.stream", Some(2)),
+                ("invalid_url", "jetstream.servers".into(), Some(1)),
+                ("invalid_name", "jetstream.stream".into(), Some(2)),
             ],
-            "{errors:?}"
         );
         assert!(check(r#"{"jetstream": {"servers": ["nats://x"], "stram": "A"}}"#).is_err());
+    }
+
+    /// The errors of `text`: code, key and line.
+    fn located(text: &str) -> Vec<(&'static str, String, Option<usize>)> {
+        check(text)
+            .unwrap_err()
+            .iter()
+            .map(|e| (e.code.as_str(), e.key.clone().unwrap_or_default(), e.line))
+            .collect()
     }
 
     #[test]
@@ -485,23 +487,16 @@ mod tests {
         assert!(check("{}").unwrap().teams.is_none());
         let c = check(r#"{"teams": {"clientId": "c"}}"#).unwrap();
         assert_eq!(c.teams.unwrap().poll, Duration::from_secs(5));
-        let errors = check(
-            "{\"teams\": {\"tenant\": \"contoso.com\",\n  \"chatTypes\": [\"dm\"],\n  \"poll\": \"100ms\"},\n \"upstreams\": {\"teams\": {\"command\": \"x\"}}}",
-        )
-        .unwrap_err();
-        let got: Vec<_> = errors
-            .iter()
-            .map(|e| (e.code.as_str(), e.key.as_deref().unwrap_or(""), e.line))
-            .collect();
         assert_eq!(
-            got,
+            located(
+                "{\"teams\": {\"tenant\": \"contoso.com\",\n  \"chatTypes\": [\"dm\"],\n  \"poll\": \"100ms\"},\n \"upstreams\": {\"teams\": {\"command\": \"x\"}}}"
+            ),
             [
-                ("missing_key", "teams.clientId", Some(1)),
-                ("invalid_value", "teams.chatTypes", Some(2)),
-                ("invalid_duration", "teams.poll", Some(3)),
-                ("invalid_name", "upstreams.teams", Some(4)),
+                ("missing_key", "teams.clientId".into(), Some(1)),
+                ("invalid_value", "teams.chatTypes".into(), Some(2)),
+                ("invalid_duration", "teams.poll".into(), Some(3)),
+                ("invalid_name", "upstreams.teams".into(), Some(4)),
             ],
-            "{errors:?}"
         );
         assert!(check(r#"{"teams": {"clientID": "c"}}"#).is_err());
     }
