@@ -14,13 +14,14 @@ pub use crate::control::PushPolicy;
 pub use crate::delivery::exec::{ExecKind, ExecSettings};
 pub use crate::delivery::mcp::McpSettings;
 pub use crate::home::{
-    GITHUB_SECRET_ENV, HOME_ENV, Home, HomeError, HomeLock, SECRET_ENV, TOKEN_ENV, restrict,
-    write_atomic,
+    GITHUB_SECRET_ENV, HOME_ENV, Home, HomeError, HomeLock, SECRET_ENV, TEAMS_SECRET_ENV,
+    TOKEN_ENV, restrict, write_atomic,
 };
 pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
 pub use crate::sources::jetstream::JetStreamSettings;
 pub use crate::sources::schedule::ScheduleSettings;
+pub use crate::sources::teams::TeamsSettings;
 use crate::sources::upstream::config::{ConfigError, ErrorCode};
 use crate::sources::upstream::locate::Locator;
 
@@ -52,6 +53,7 @@ const SECTIONS: &[&str] = &[
     "upstreams",
     "schedules",
     "jetstream",
+    "teams",
 ];
 
 /// Parses and validates the text of `switchboard.json`: JSON syntax, every section's shape,
@@ -98,6 +100,11 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
     section!("exec", exec);
     match read_section(&loc, top, "jetstream", &mut errors) {
         Some(Some(js)) => config.jetstream = Some(js),
+        Some(None) => section_ok = false,
+        None => {}
+    }
+    match read_section(&loc, top, "teams", &mut errors) {
+        Some(Some(teams)) => config.teams = Some(teams),
         Some(None) => section_ok = false,
         None => {}
     }
@@ -159,6 +166,24 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
                 pos,
                 message,
             ));
+        }
+    }
+    if let Some(teams) = &config.teams {
+        errors.extend(teams_problems(&loc, teams));
+        if top
+            .get("upstreams")
+            .and_then(|u| u.get(crate::sources::teams::SERVER))
+            .is_some()
+        {
+            let mut taken = ConfigError::at(
+                ErrorCode::InvalidName,
+                "upstreams.teams",
+                loc.key(&["upstreams", crate::sources::teams::SERVER]),
+                "the name `teams` is the Teams source's (the `teams` section): rename this upstream"
+                    .to_string(),
+            );
+            taken.upstream = Some(crate::sources::teams::SERVER.into());
+            errors.push(taken);
         }
     }
     errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
@@ -237,6 +262,24 @@ fn unknown_key(loc: &Locator, path: &[&str], key: &str, known: &[&str]) -> Confi
     ConfigError::at(ErrorCode::UnknownKey, shown, pos, message)
 }
 
+/// The problems of the `teams` section, located.
+fn teams_problems(loc: &Locator, teams: &TeamsSettings) -> Vec<ConfigError> {
+    teams
+        .problems()
+        .into_iter()
+        .map(|(key, message)| {
+            let pos = loc.value(&["teams", key]).or_else(|| loc.value(&["teams"]));
+            let code = match key {
+                "clientId" => ErrorCode::MissingKey,
+                "graphUrl" | "authorityUrl" | "notificationUrl" => ErrorCode::InvalidUrl,
+                "poll" => ErrorCode::InvalidDuration,
+                _ => ErrorCode::InvalidValue,
+            };
+            ConfigError::at(code, format!("teams.{key}"), pos, message)
+        })
+        .collect()
+}
+
 fn located_syntax(e: serde_json::Error) -> ConfigError {
     let message = e.to_string();
     let message = message
@@ -302,6 +345,9 @@ pub struct Config {
     /// A shared NATS JetStream stream for many instances; none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jetstream: Option<JetStreamSettings>,
+    /// Microsoft Teams chats from Microsoft Graph; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub teams: Option<TeamsSettings>,
 }
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other
@@ -587,21 +633,42 @@ mod tests {
         assert!(check("{}").unwrap().jetstream.is_none());
         let c = check(r#"{"jetstream": {"servers": ["nats://127.0.0.1:4222"]}}"#).unwrap();
         assert_eq!(c.jetstream.unwrap().stream, "SWITCHBOARD");
-        let errors =
-            check("{\"jetstream\": {\"servers\": [],\n  \"stream\": \"a.b\"}}").unwrap_err();
-        let got: Vec<_> = errors
-            .iter()
-            .map(|e| (e.code.as_str(), e.key.as_deref().unwrap_or(""), e.line))
-            .collect();
         assert_eq!(
-            got,
+            located("{\"jetstream\": {\"servers\": [],\n  \"stream\": \"a.b\"}}"),
             [
-                ("invalid_url", "jetstream.servers", Some(1)),
-                ("invalid_name", "jetstream.stream", Some(2)),
+                ("invalid_url", "jetstream.servers".into(), Some(1)),
+                ("invalid_name", "jetstream.stream".into(), Some(2)),
             ],
-            "{errors:?}"
         );
         assert!(check(r#"{"jetstream": {"servers": ["nats://x"], "stram": "A"}}"#).is_err());
+    }
+
+    /// The errors of `text`: code, key and line.
+    fn located(text: &str) -> Vec<(&'static str, String, Option<usize>)> {
+        check(text)
+            .unwrap_err()
+            .iter()
+            .map(|e| (e.code.as_str(), e.key.clone().unwrap_or_default(), e.line))
+            .collect()
+    }
+
+    #[test]
+    fn the_teams_section_is_optional_and_checked_where_written() {
+        assert!(check("{}").unwrap().teams.is_none());
+        let c = check(r#"{"teams": {"clientId": "c"}}"#).unwrap();
+        assert_eq!(c.teams.unwrap().poll, Duration::from_secs(5));
+        assert_eq!(
+            located(
+                "{\"teams\": {\"tenant\": \"contoso.com\",\n  \"chatTypes\": [\"dm\"],\n  \"poll\": \"100ms\"},\n \"upstreams\": {\"teams\": {\"command\": \"x\"}}}"
+            ),
+            [
+                ("missing_key", "teams.clientId".into(), Some(1)),
+                ("invalid_value", "teams.chatTypes".into(), Some(2)),
+                ("invalid_duration", "teams.poll".into(), Some(3)),
+                ("invalid_name", "upstreams.teams".into(), Some(4)),
+            ],
+        );
+        assert!(check(r#"{"teams": {"clientID": "c"}}"#).is_err());
     }
 
     #[test]

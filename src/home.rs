@@ -32,9 +32,12 @@ pub const TOKEN_ENV: &str = "SWITCHBOARD_TOKEN";
 /// The environment variable that sets the GitHub webhook secret (over `http.githubSecret`).
 pub const GITHUB_SECRET_ENV: &str = "SWITCHBOARD_GITHUB_SECRET";
 
+/// The environment variable that holds the Teams app's client secret (app-only sign-in).
+pub const TEAMS_SECRET_ENV: &str = "SWITCHBOARD_TEAMS_CLIENT_SECRET";
+
 /// switchboard's own secrets in its environment: never passed on to a process it starts
 /// (upstream MCP servers, the exec host) unless its configuration names them on purpose.
-pub const SECRET_ENV: &[&str] = &[TOKEN_ENV, GITHUB_SECRET_ENV];
+pub const SECRET_ENV: &[&str] = &[TOKEN_ENV, GITHUB_SECRET_ENV, TEAMS_SECRET_ENV];
 
 /// Errors from opening a home.
 #[derive(Debug, thiserror::Error)]

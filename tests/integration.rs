@@ -28,10 +28,12 @@ mod integration {
     mod python_sdk;
     mod races;
     mod relay;
+    mod reply;
     mod routing;
     mod rules;
     mod schedules;
     mod sessions;
+    mod teams;
     mod ts_sdk;
     mod upstream;
     mod worked_example;

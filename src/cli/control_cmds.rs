@@ -298,6 +298,9 @@ fn stats_text(all: &Stats) -> String {
     if let Some(js) = all.part::<crate::sources::jetstream::JetStreamState>("jetstream") {
         out.push(format!("jetstream {}", js.line()));
     }
+    if let Some(teams) = all.part::<crate::sources::teams::TeamsState>("teams") {
+        out.push(format!("teams     {}", teams.line(chrono::Utc::now())));
+    }
     if let Some(r) = all.part::<crate::config::ConfigReload>("config_reload") {
         out.push(format!("config    {} (at {})", r.message, r.at));
     }

@@ -5,7 +5,9 @@ mod control_cmds;
 pub mod exit;
 mod hook;
 mod hooks;
+mod login;
 mod man;
+mod reply;
 mod rules;
 mod rules_lint;
 mod rules_running;
@@ -56,6 +58,8 @@ pub enum Command {
     Status(serve::StatusArgs),
     /// Post a message to the running server.
     Send(send::SendArgs),
+    /// Answer a stored message in the conversation it came from (a Teams chat): `reply SEQ TEXT`.
+    Reply(reply::ReplyArgs),
     /// Show recent messages of the running server.
     List(control_cmds::ListArgs),
     /// Answer a pending confirm: `confirm ID yes|no` (exit 4: no such confirm; 5: expired or
@@ -102,6 +106,10 @@ pub enum Command {
         #[command(subcommand)]
         command: hook::HookCommand,
     },
+    /// Sign in to a chat service: `login teams` (the device code flow; tokens kept in the home).
+    Login(login::LoginArgs),
+    /// Sign out of a chat service: `logout teams` (the saved tokens are removed).
+    Logout(login::LoginArgs),
     /// On-duty mode: `duty on [--for 8h]` keeps agents listening instead of stopping; `duty off`.
     Duty(hook::DutyArgs),
 }
@@ -173,6 +181,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Stop(args) => serve::stop(home, args).await,
         Command::Status(args) => serve::status(home, args).await,
         Command::Send(args) => send::execute(home, args).await,
+        Command::Reply(args) => reply::execute(home, args).await,
         Command::List(args) => control_cmds::list(home, args).await,
         Command::Confirm(args) => control_cmds::confirm(home, args).await,
         Command::Pending(args) => control_cmds::pending(home, args).await,
@@ -191,6 +200,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             command: hook::HookCommand::PostToolUse,
         } => hook::post_tool_use(home).await,
         Command::Duty(args) => hook::duty(home, args).await,
+        Command::Login(args) => login::login(home, args).await,
+        Command::Logout(args) => login::logout(home, args).await,
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a closed pipe, a write returns it.
             let mut cmd = <Cli as clap::CommandFactory>::command();

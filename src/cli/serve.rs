@@ -77,6 +77,7 @@ impl DaemonArgs {
             listen_optional: self.listen_optional,
             token: std::env::var(crate::config::TOKEN_ENV).ok(),
             github_secret: std::env::var(crate::config::GITHUB_SECRET_ENV).ok(),
+            teams_secret: std::env::var(crate::config::TEAMS_SECRET_ENV).ok(),
         }
     }
 
@@ -408,6 +409,12 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         .part::<crate::sources::jetstream::JetStreamState>("jetstream")
     {
         writeln!(out, "  jetstream: {}", js.line())?;
+    }
+    if let Some(teams) = status
+        .stats
+        .part::<crate::sources::teams::TeamsState>("teams")
+    {
+        println!("  teams: {}", teams.line(chrono::Utc::now()));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,8 @@
 //!
 //! The core knows nothing of the sources or of delivery. What those add to the daemon's
 //! answers is registered here by the daemon as it wires them: the upstream servers' tools
-//! ([`ToolHub`]), what each part reports in `stats` and `status` (exec, upstreams, listeners,
+//! ([`ToolHub`]), the chat sources that can answer a message ([`Replier`], by server name),
+//! what each part reports in `stats` and `status` (exec, upstreams, listeners,
 //! the last config change) and what it adds to `/metrics`. A new capability registers its
 //! part; the core does not grow a field.
 
@@ -17,6 +18,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorData, Tool};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::ops::reply::Sent;
 use super::{ApiError, Ctx, DaemonListeners, Feed, FrontendSettings, Op, PushPolicy};
 use crate::app::{Core, CoreStats};
 use crate::metrics::Scrape;
@@ -37,6 +39,17 @@ pub trait ToolHub: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<CallToolResult, ErrorData>>;
     /// Bumped whenever the tools change.
     fn changed(&self) -> watch::Receiver<u64>;
+}
+
+/// A chat source that can answer a message in the conversation it came from (a Teams chat, a
+/// Slack thread): what `channel_reply` and `switchboard reply` reach, by the message's server.
+pub trait Replier: Send + Sync + 'static {
+    /// Posts `text` where `message` came from; the sent message's id in the source's service.
+    fn reply<'a>(
+        &'a self,
+        message: &'a crate::message::Message,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Sent, ApiError>>;
 }
 
 /// The approval page's one-time links (`switchboard ui`).
@@ -110,6 +123,7 @@ pub struct Parts {
     web: Option<Arc<dyn WebLinks>>,
     /// Reloads of the home's files, for `watch`.
     reloads: tokio::sync::broadcast::Sender<super::ops::Reloaded>,
+    repliers: BTreeMap<String, Arc<dyn Replier>>,
 }
 
 impl Parts {
@@ -124,7 +138,14 @@ impl Parts {
             metrics: Vec::new(),
             web: None,
             reloads: tokio::sync::broadcast::channel(16).0,
+            repliers: BTreeMap::new(),
         }
+    }
+
+    /// Messages from server `server` are answered by `replier`.
+    pub fn replier(mut self, server: &str, replier: Arc<dyn Replier>) -> Parts {
+        self.repliers.insert(server.to_string(), replier);
+        self
     }
 
     /// The approval page's links.
@@ -183,6 +204,16 @@ impl Parts {
     /// The upstream tools, when the daemon has any.
     pub(in crate::control) fn tool_hub(&self) -> Option<&Arc<dyn ToolHub>> {
         self.tools.as_ref()
+    }
+
+    /// What answers the messages of `server`, when a source of the daemon can.
+    pub(in crate::control) fn replier_of(&self, server: &str) -> Option<&Arc<dyn Replier>> {
+        self.repliers.get(server)
+    }
+
+    /// The servers whose messages can be answered, sorted.
+    pub(in crate::control) fn answerable(&self) -> Vec<&str> {
+        self.repliers.keys().map(String::as_str).collect()
     }
 
     /// The shared stream appends go to, when the daemon has one.

@@ -49,7 +49,7 @@ use crate::home::Home;
 use crate::inbox::{Appended, Inbox, InboxError, SeqReceiver, StateStore};
 use crate::metrics::Metrics;
 
-pub use local::{Local, Parts, Relay, ToolHub, WebLink, WebLinks};
+pub use local::{Local, Parts, Relay, Replier, ToolHub, WebLink, WebLinks};
 pub use ops::Call;
 pub use refused::{RefusalCode, Refused};
 pub use server::bind;

@@ -1,6 +1,6 @@
 //! The daemon's components beside the core and its HTTP listeners ([`super::listeners`]):
-//! the action queues' live capacity, exec, the upstream MCP servers, the schedules, the shared
-//! stream and the control socket. Each is a [`Component`]: what it reports, how it starts
+//! the action queues' live capacity, exec, the upstream MCP servers, the schedules, Teams, the
+//! shared stream and the control socket. Each is a [`Component`]: what it reports, how it starts
 //! from its settings, and what of them it applies live.
 
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use crate::control::ops::QueueCapacity;
 use crate::control::{DaemonListeners, Parts};
 use crate::delivery::exec::Exec;
 use crate::sources::jetstream::{JetStream, JetStreamSettings};
+use crate::sources::teams::{Teams, TeamsSettings};
 use crate::sources::upstream::Upstreams;
 
 /// The action queues. They live in the core, which starts before every component; this one
@@ -104,6 +105,44 @@ impl Component for Schedules {
     fn start(&self, cx: &Context, schedules: Self::Settings) -> anyhow::Result<()> {
         let state = crate::sources::schedule::state_path(&cx.home);
         crate::sources::schedule::start(&cx.source(), &schedules, &state);
+        Ok(())
+    }
+}
+
+/// Microsoft Teams (`teams`), when the section is there: its replier, status and counters, the
+/// poller (and the change notification subscription, with `notificationUrl`).
+pub struct TeamsSource(Option<Teams>);
+
+impl TeamsSource {
+    /// The source as `settings` say (none: no Teams), its files in `home`; `secret` is
+    /// `SWITCHBOARD_TEAMS_CLIENT_SECRET` (app-only sign-in).
+    pub fn new(settings: Option<TeamsSettings>, home: &Home, secret: Option<String>) -> Self {
+        TeamsSource(settings.map(|s| Teams::new(s, home.dir(), secret)))
+    }
+
+    /// `POST /v1/teams/notifications`, for the ingest listener, when it subscribes.
+    pub fn notifications(&self) -> Option<axum::Router> {
+        self.0.as_ref().and_then(Teams::router)
+    }
+}
+
+impl Component for TeamsSource {
+    type Settings = ();
+    const KEYS: &'static [&'static str] = &["teams"];
+
+    fn settings(_: &Config) {}
+
+    fn report(&self, parts: Parts) -> Parts {
+        match &self.0 {
+            Some(teams) => teams.parts(parts),
+            None => parts,
+        }
+    }
+
+    fn start(&self, cx: &Context, (): ()) -> anyhow::Result<()> {
+        if let Some(teams) = &self.0 {
+            teams.start(&cx.source());
+        }
         Ok(())
     }
 }

@@ -77,6 +77,8 @@ pub struct Listeners {
     live: Arc<LiveHttp>,
     /// What `endpoint.json` says of them, once started.
     endpoint: Mutex<serde_json::Value>,
+    /// What sources add to the ingest listener (Teams' change notifications).
+    routes: Vec<axum::Router>,
 }
 
 impl Listeners {
@@ -111,7 +113,14 @@ impl Listeners {
             web: Arc::new(WebAccess::default()),
             live: Arc::new(LiveHttp::new(config.http.clone())),
             endpoint: Mutex::new(serde_json::json!({ "pid": std::process::id() })),
+            routes: Vec::new(),
         })
+    }
+
+    /// The ingest listener serves `router` too, when there is one.
+    pub fn ingest_routes(mut self, router: Option<axum::Router>) -> Listeners {
+        self.routes.extend(router);
+        self
     }
 
     /// The listeners the daemon was asked for.
@@ -216,6 +225,9 @@ impl Component for Arc<Listeners> {
             let mut router = crate::sources::http::router(cx.source(), self.live.clone()).merge(
                 crate::delivery::web::router(cx.api.clone(), self.web.clone()),
             );
+            for routes in &self.routes {
+                router = router.merge(routes.clone());
+            }
             if self.shared {
                 let loopback = listener.local_addr()?.ip().is_loopback();
                 router = router.merge(crate::delivery::mcp::http::router(

@@ -2,8 +2,8 @@
 //! until shutdown.
 //!
 //! It starts the [`Core`], then the components beside it, each built from its own settings
-//! ([`component`]): the action queues, exec, the upstream servers, the schedules, the shared
-//! stream, the control socket for front ends and the CLI ([`components`]), and the HTTP
+//! ([`component`]): the action queues, exec, the upstream servers, the schedules, Teams, the
+//! shared stream, the control socket for front ends and the CLI ([`components`]), and the HTTP
 //! listeners ([`listeners`]). They report to the operations ([`Local`]), which they then use
 //! through a [`Context`]. SIGHUP and the file watcher reach them: a rules change is the
 //! `reload` operation, a `switchboard.json` change reaches the components it concerns. Every
@@ -41,7 +41,7 @@ use crate::control::{DaemonListeners, FrontendSettings, Local, Parts};
 use crate::delivery::exec::Exec;
 use crate::sources::upstream::Upstreams;
 use component::{Components, Context, Running};
-use components::{ControlSocket, Queues, Schedules, SharedStream};
+use components::{ControlSocket, Queues, Schedules, SharedStream, TeamsSource};
 pub use listeners::{ListenerState, Listeners};
 
 /// How long shutdown waits for tasks before it gives up on them.
@@ -69,6 +69,8 @@ pub struct DaemonOptions {
     /// The GitHub webhook secret from `SWITCHBOARD_GITHUB_SECRET`; wins over
     /// `http.githubSecret`.
     pub github_secret: Option<String>,
+    /// The Teams app's client secret from `SWITCHBOARD_TEAMS_CLIENT_SECRET` (app-only sign-in).
+    pub teams_secret: Option<String>,
 }
 
 /// Runs the daemon on `home_dir` until `shutdown` completes, a `stop` request comes, or its
@@ -82,7 +84,13 @@ pub async fn run(
     let opts = remembered(&home, opts);
     let config = load_config(&home, &opts)?;
     // Bound (and checked) before anything starts, so a refused setting leaves nothing behind.
-    let listeners = Arc::new(Listeners::bind(&config, &opts).await?);
+    // Teams answers Graph's change notifications on the ingest listener, when it subscribes.
+    let teams = TeamsSource::new(config.teams.clone(), &home, opts.teams_secret.clone());
+    let listeners = Arc::new(
+        Listeners::bind(&config, &opts)
+            .await?
+            .ingest_routes(teams.notifications()),
+    );
     let token = CancellationToken::new();
     let tasks = TaskTracker::new();
     let settings = core_settings(&config);
@@ -94,6 +102,7 @@ pub async fn run(
             .with(Arc::new(Exec::new(config.exec.clone())))
             .with(Upstreams::default())
             .with(Schedules)
+            .with(teams)
             .with(SharedStream::connect(config.jetstream.clone(), &home, &core).await?)
             .with(ControlSocket {
                 lock: lock.clone(),

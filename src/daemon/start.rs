@@ -32,6 +32,9 @@ pub struct StartSettings {
     /// `SWITCHBOARD_GITHUB_SECRET`, when the start had it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub github_secret: Option<String>,
+    /// `SWITCHBOARD_TEAMS_CLIENT_SECRET`, when the start had it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub teams_secret: Option<String>,
 }
 
 impl StartSettings {
@@ -72,6 +75,9 @@ impl StartSettings {
         if !given(&opts.github_secret) {
             opts.github_secret = self.github_secret.clone();
         }
+        if !given(&opts.teams_secret) {
+            opts.teams_secret = self.teams_secret.clone();
+        }
         opts
     }
 
@@ -89,6 +95,7 @@ impl StartSettings {
             http: opts.mcp_http.clone(),
             token: given(&opts.token),
             github_secret: given(&opts.github_secret),
+            teams_secret: given(&opts.teams_secret),
         }
     }
 }

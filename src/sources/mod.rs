@@ -7,12 +7,15 @@
 //! - [`upstream`]: upstream MCP servers (switchboard as their client): notifications in wire
 //!   order, supervision, re-exported tools.
 //! - [`schedule`]: cron schedules that append a message when they fire.
+//! - [`teams`]: Microsoft Teams chats from Microsoft Graph (sign-in, polling or change
+//!   notifications), answered in the chat they came from.
 
 pub mod alertmanager;
 pub mod github;
 pub mod http;
 pub mod jetstream;
 pub mod schedule;
+pub mod teams;
 pub mod upstream;
 
 use tokio_util::sync::CancellationToken;
@@ -176,6 +179,7 @@ pub fn known_meta_keys(server: &str) -> Option<(&'static [&'static str], &'stati
     match server {
         alertmanager::SERVER => Some((alertmanager::META_KEYS, alertmanager::META_PREFIXES)),
         github::SERVER => Some((github::META_KEYS, &[])),
+        teams::SERVER => Some((teams::META_KEYS, &[])),
         _ => None,
     }
 }
@@ -296,58 +300,79 @@ mod packs {
     }
 
     #[test]
-    fn teams_bridge_pack_on_upstream_notifications() {
+    fn teams_pack_on_graph_chat_messages() {
         use serde_json::json;
-        let doc = json!({"upstreams": {"teams": {"command": "teams-bridge", "channel": "dm/{{meta.chat_id}}"}}});
-        let up =
-            super::upstream::config::parse(&doc.to_string(), doc["upstreams"].as_object().unwrap())
-                .unwrap()
-                .remove(0);
-        let push = |content: &str| {
-            super::upstream::mapping::to_message(
-                &up,
-                "notifications/claude/channel",
-                Some(&json!({"content": content, "meta": {"chat_id": "19:ada", "sender": "Ada Lovelace", "message_id": "m1"}})),
-            )
-            .unwrap()
+        let me = super::teams::mapping::Me {
+            id: "ef1c916a-3135-4417-ba27-8eb7bd084193".into(),
+            name: "Jane Smith".into(),
         };
-        let log = super::upstream::mapping::to_message(
-            &up,
-            "notifications/message",
-            Some(&json!({"level": "error", "logger": "graph", "data": "token expired; re-authenticate"})),
-        )
-        .unwrap();
+        // The shape of `chat-list-messages`' first message (learn.microsoft.com/graph/api/chat-list-messages).
+        let graph = |id: &str, html: &str, mentions: serde_json::Value| {
+            json!({
+                "id": id, "messageType": "message", "createdDateTime": "2021-03-28T20:48:29.832Z",
+                "deletedDateTime": null, "chatId": "19:ada@unq.gbl.spaces",
+                "from": {"user": {"id": "8ea0e38b-efb3-4757-924a-5f94061cf8c2", "displayName": "Robin Kline", "userIdentityType": "aadUser"}},
+                "body": {"contentType": "html", "content": html}, "attachments": [], "mentions": mentions
+            })
+        };
+        let map = |m: serde_json::Value, chat_type: &str| {
+            super::teams::mapping::to_message(&m, "19:ada@unq.gbl.spaces", chat_type, &me).unwrap()
+        };
         let actions = fire(
-            "rules/teams-bridge.json",
+            "rules/teams-triage.json",
             vec![
-                push("lunch on friday?"),
-                push("URGENT: the api is down"),
-                log,
+                map(graph("1", "<p>lunch on friday?</p>", json!([])), "oneOnOne"),
+                map(
+                    graph("2", "<p>URGENT: the api is down</p>", json!([])),
+                    "oneOnOne",
+                ),
+                map(
+                    graph(
+                        "3",
+                        "<p><at id=\"0\">Jane Smith</at> can you look?</p>",
+                        json!([{
+                            "id": 0, "mentionText": "Jane Smith",
+                            "mentioned": {"user": {"id": me.id, "displayName": "Jane Smith", "userIdentityType": "aadUser"}}
+                        }]),
+                    ),
+                    "group",
+                ),
+                map(graph("4", "<p>build is green</p>", json!([])), "group"),
             ],
         );
         let got: Vec<_> = actions.iter().map(|a| (&*a.rule, a.mode)).collect();
         assert_eq!(
             got,
             [
-                ("teams-bridge-dm", Mode::Auto),
-                ("teams-bridge-dm", Mode::Auto),
-                ("teams-bridge-urgent", Mode::Confirm),
-                ("teams-bridge-health", Mode::Notify),
+                ("teams-dm-triage", Mode::Auto),
+                ("teams-dm-urgent", Mode::Confirm),
+                ("teams-mention", Mode::Confirm),
+                ("teams-other", Mode::Notify),
             ],
             "{actions:#?}"
         );
         assert!(
-            actions[0].prompt.starts_with("Triage this Teams direct message from Ada Lovelace (chat 19:ada):\n\nlunch on friday?"),
+            actions[0].prompt.starts_with(
+                "Triage this Teams direct message from Robin Kline:\n\nlunch on friday?"
+            ),
             "{}",
             actions[0].prompt
         );
         assert!(
-            actions[2]
-                .prompt
-                .contains("`teams__send_message` (chat_id 19:ada)"),
+            !actions[0].tools.iter().any(|t| t == "channel_reply"),
+            "triage sends nothing"
+        );
+        assert!(
+            actions[1].prompt.contains("with `channel_reply` (seq 2)"),
+            "{}",
+            actions[1].prompt
+        );
+        assert!(
+            actions[2].prompt.starts_with(
+                "Robin Kline mentioned you in a Teams group chat:\n\n@Jane Smith can you look?"
+            ),
             "{}",
             actions[2].prompt
         );
-        assert!(actions[2].tools.iter().any(|t| t == "teams__send_message"));
     }
 }

@@ -221,6 +221,7 @@ async fn tools_are_listed_with_schemas(http: bool) {
         "channel_ack",
         "channel_confirm",
         "channel_run",
+        "channel_reply",
         "channel_pause",
         "channel_resume",
         "rules_list",

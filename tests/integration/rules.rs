@@ -25,7 +25,7 @@ fn shipped_examples_and_rule_packs_pass_check() {
     for file in files {
         let out = cli_in(home.path(), &["rules", "check", file.to_str().unwrap()]);
         assert!(out.status.success(), "{}: {}", file.display(), stdout(&out));
-        assert!(stdout(&out).contains(": ok, 3 rules"), "{}", stdout(&out));
+        assert!(stdout(&out).contains(": ok, "), "{}", stdout(&out));
         assert!(
             !stderr(&out).contains("warning"),
             "{}: {}",

@@ -510,7 +510,7 @@ fn tool_schemas_have_no_nonstandard_formats_and_declare_output_schemas() {
     );
     let tools = exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     let tools = tools["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 11);
+    assert_eq!(tools.len(), 12);
     for t in tools {
         let text = t["inputSchema"].to_string();
         assert!(!text.contains("\"format\""), "{}: {text}", t["name"]);

@@ -87,7 +87,7 @@ async function collect(client, n, a = { timeout_s: 5 }) {
 {
   const { client } = await connect("ts-probe");
   const { tools } = await client.listTools();
-  check(tools.length === 11, `11 tools, got ${tools.length}`);
+  check(tools.length === 12, `12 tools, got ${tools.length}`);
   check(tools.every((t) => t.outputSchema?.type === "object"), "every tool declares an output schema");
   check(!JSON.stringify(tools).includes('"format"'), "no non-standard format in the schemas");
   const { default: Ajv } = await import(pathToFileURL(join(args.sdk, "ajv/dist/ajv.js")).href);
@@ -109,6 +109,7 @@ async function collect(client, n, a = { timeout_s: 5 }) {
     ["channel_ack", {}],
     ["channel_confirm", { id: 999999, decision: "no" }],
     ["channel_run", { seq: 1 }],
+    ["channel_reply", { seq: 1, text: "on it" }],
     ["channel_pause", {}],
     ["channel_resume", {}],
     ["rules_list", {}],

@@ -145,6 +145,8 @@ ops! {
     RelayPermission => relay_permission::RelayPermission,
     /// A host's tool call ran: close the relayed request allowed in its own dialog.
     ToolRan => tool_ran::ToolRan,
+    /// Answer a message in the conversation it came from.
+    Reply => reply::Reply,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

@@ -142,6 +142,15 @@ pub struct RunArgs {
     pub seq: u64,
 }
 
+/// Arguments of `channel_reply`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReplyArgs {
+    /// The seq of the message to answer (a Teams or Slack message).
+    pub seq: u64,
+    /// The answer, as plain text; line breaks are kept.
+    pub text: String,
+}
+
 /// Arguments of tools that take none.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct NoArgs {}
@@ -227,6 +236,21 @@ pub struct RunResult {
     /// The message: outside text, untrusted.
     pub message: MessageView,
     /// A reminder.
+    pub note: String,
+}
+
+/// What `channel_reply` returns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReplyResult {
+    /// The message answered.
+    pub seq: u64,
+    /// Its source (`teams`).
+    pub server: String,
+    /// Its channel (`teams/dm`).
+    pub channel: String,
+    /// The sent message's id in the source's service.
+    pub id: String,
+    /// What happened.
     pub note: String,
 }
 
@@ -348,6 +372,18 @@ pub fn router() -> ToolRouter<McpServer> {
             true,
             run,
         ))
+        .with_route(open_world(route(
+            "channel_reply",
+            format!(
+                "Answer a message in the conversation it came from: posts `text` (plain text, line \
+                 breaks kept) to the Teams chat or Slack thread of the message with seq `seq`, as \
+                 the signed-in user, and returns the sent message's id. Messages from other \
+                 sources (alerts, CI) cannot be answered and are an error. Send only what the \
+                 user or the rule's prompt asked you to send. {LOOP}"
+            ),
+            false,
+            reply,
+        )))
         .with_route(route(
             "channel_pause",
             format!(
@@ -443,6 +479,13 @@ where
             Ok(CallToolResponse::from(result))
         })
     })
+}
+
+/// A tool that acts outside switchboard (it posts to a chat service).
+fn open_world(mut route: ToolRoute<McpServer>) -> ToolRoute<McpServer> {
+    let annotations = route.attr.annotations.take().unwrap_or_default();
+    route.attr.annotations = Some(annotations.open_world(true));
+    route
 }
 
 fn parse<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Result<T, ErrorData> {
@@ -682,6 +725,30 @@ async fn run(
     }
 }
 
+async fn reply(
+    s: McpServer,
+    a: ReplyArgs,
+    _: RequestContext<RoleServer>,
+) -> Result<ReplyResult, Refusal> {
+    let sent = s
+        .api
+        .call(crate::control::ops::Reply {
+            seq: a.seq,
+            text: a.text,
+        })
+        .await?;
+    Ok(ReplyResult {
+        note: format!(
+            "Sent to the {} conversation message {} came from.",
+            sent.server, sent.seq
+        ),
+        seq: sent.seq,
+        server: sent.server,
+        channel: sent.channel,
+        id: sent.id,
+    })
+}
+
 async fn pause(s: McpServer, paused: bool) -> Result<Paused, Refusal> {
     Ok(s.api.call(Pause { paused }).await?)
 }
@@ -911,7 +978,7 @@ mod tests {
     #[test]
     fn own_tools_are_the_listed_ones_and_nothing_else() {
         let names: Vec<String> = list().iter().map(|t| t.name.to_string()).collect();
-        assert_eq!(names.len(), 11, "{names:?}");
+        assert_eq!(names.len(), 12, "{names:?}");
         for tool in list() {
             assert!(is_own(&tool.name), "{}", tool.name);
         }

@@ -157,6 +157,10 @@ pub enum ErrorCode {
     /// Occurs when an entry of `http.trustedProxies` is not an IP address, or a network as
     /// `ADDR/BITS`.
     InvalidAddress,
+    /// Occurs when a section lacks a key it cannot do without (`teams.clientId`).
+    MissingKey,
+    /// Occurs when a value is not one the key accepts (`teams.chatTypes`, `teams.cloud`).
+    InvalidValue,
 }
 
 impl ErrorCode {
@@ -178,6 +182,8 @@ impl ErrorCode {
             ErrorCode::InvalidTimezone => "invalid_timezone",
             ErrorCode::DuplicateName => "duplicate_name",
             ErrorCode::InvalidAddress => "invalid_address",
+            ErrorCode::MissingKey => "missing_key",
+            ErrorCode::InvalidValue => "invalid_value",
         }
     }
 }
