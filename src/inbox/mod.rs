@@ -245,22 +245,11 @@ impl Ring {
 
     /// Drops the oldest messages while the ring is over its count or its bytes, but only those
     /// the log holds (`held`): a reader must find every message in one or the other.
-    ///
-    /// Over its count only, it drops at most `most`: a log that writes in groups lets a
-    /// millisecond of messages go at once, and freeing them over the next appends, a few
-    /// with each, lets each append's allocations reuse what the last one freed instead of
-    /// a thousand frees in one append and fresh memory for the next ones (the cost of the
-    /// `never` append was a third in the allocator before).
-    fn evict(&mut self, capacity: usize, max_bytes: usize, held: Seq, most: usize) {
-        let mut dropped = 0;
-        loop {
-            let over_bytes = self.bytes > max_bytes && self.messages.len() > 1;
-            if !over_bytes && (self.messages.len() <= capacity || dropped >= most) {
-                break;
-            }
+    fn evict(&mut self, capacity: usize, max_bytes: usize, held: Seq) {
+        while self.messages.len() > capacity || (self.bytes > max_bytes && self.messages.len() > 1)
+        {
             match self.messages.front() {
                 Some(m) if m.seq <= held => {
-                    dropped += 1;
                     self.bytes -= m.mem_bytes();
                     self.messages.pop_front();
                 }
@@ -366,7 +355,7 @@ impl Inbox {
             last_seq: opened.start,
             ids,
         };
-        ring.evict(capacity, settings.ring_bytes, Seq::MAX, usize::MAX);
+        ring.evict(capacity, settings.ring_bytes, Seq::MAX);
         Inbox {
             inner: Arc::new(Inner {
                 ring: Mutex::new(ring),
@@ -458,9 +447,7 @@ impl Inbox {
                 0 => Landing::Now(Ok(())),
                 _ => log.append(ring.batch(&assigned)),
             };
-            // Twice what the batch added: the ring comes back to its count soon after the log
-            // has written what it holds over it.
-            ring.evict(inner.capacity, inner.ring_bytes, log.held(), 2 * n.max(1));
+            ring.evict(inner.capacity, inner.ring_bytes, log.held());
             (assigned, landing)
         };
         let landed = landing.outcome().await?;
