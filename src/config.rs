@@ -131,8 +131,24 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
         }
         errors.extend(found);
     }
-    // Checked here so that `config check`, the start and a live reload refuse it alike; read
-    // from the file, so that another mistake in `http` does not hide it.
+    errors.extend(value_problems(&loc, top, &config));
+    errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
+    if errors.is_empty() && section_ok {
+        Ok(config)
+    } else {
+        Err(errors)
+    }
+}
+
+/// The problems of values that read but are wrong (a rate, an address, a name), each located:
+/// checked here so that `config check`, the start and a live reload refuse them alike.
+fn value_problems(
+    loc: &Locator,
+    top: &serde_json::Map<String, serde_json::Value>,
+    config: &Config,
+) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    // Read from the file, so that another mistake in `http` does not hide it.
     let rate_limit = top.get("http").and_then(|h| h.get("rateLimit"));
     if let Some(limit) = rate_limit.and_then(serde_json::Value::as_str)
         && let Err(e) = crate::sources::http::parse_rate_limit(limit)
@@ -169,7 +185,7 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
         }
     }
     if let Some(teams) = &config.teams {
-        errors.extend(teams_problems(&loc, teams));
+        errors.extend(teams_problems(loc, teams));
         if top
             .get("upstreams")
             .and_then(|u| u.get(crate::sources::teams::SERVER))
@@ -186,12 +202,7 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
             errors.push(taken);
         }
     }
-    errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
-    if errors.is_empty() && section_ok {
-        Ok(config)
-    } else {
-        Err(errors)
-    }
+    errors
 }
 
 /// Reads the section `key` on its own: `None` when the file has none, `Some(None)` when it
