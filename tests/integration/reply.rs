@@ -13,7 +13,7 @@ async fn a_message_from_a_source_that_cannot_be_answered_is_refused_with_its_sou
     let seqs = send_messages(sb.home.path(), &[("alerts/critical", "disk full on db-1")]);
     let seq = seqs[0].to_string();
     let out = sb.cli(&["reply", &seq, "looking at it"]);
-    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let err = stderr(&out);
     assert!(
         err.contains(&format!(
