@@ -256,7 +256,7 @@ impl<R: Record> WriterThread<R> {
                     self.retry.reset();
                     self.retry_at = None;
                 }
-                self.landed(waiters, flushes);
+                self.landed(waiters, flushes, write);
             }
             Err(cause) => {
                 self.retry_at = Some(now + self.retry.next());
@@ -286,8 +286,11 @@ impl<R: Record> WriterThread<R> {
 
     /// Tells `waiters`, whose records are written, once they are as durable as the policy
     /// promises, and answers `flushes` once everything is synced: under `always` through the
-    /// sync thread (or here, without one), else at once and after a sync here.
-    fn landed(&mut self, waiters: Vec<Waiter>, flushes: Vec<Waiter>) {
+    /// sync thread (or here, without one), else at once and after a sync here. Under `always`,
+    /// records written with nobody waiting (a retry after a failed write, whose appenders were
+    /// already told "kept in memory") are synced too (`wrote`), so that what is durable moves
+    /// past them without waiting for the next append.
+    fn landed(&mut self, waiters: Vec<Waiter>, flushes: Vec<Waiter>, wrote: bool) {
         if self.fsync != FsyncPolicy::Always {
             waiters.into_iter().for_each(Waiter::landed);
             if !flushes.is_empty() {
@@ -305,7 +308,7 @@ impl<R: Record> WriterThread<R> {
         }
         let mut waiters = waiters;
         waiters.extend(flushes);
-        if waiters.is_empty() {
+        if waiters.is_empty() && !wrote {
             return;
         }
         let job = {
