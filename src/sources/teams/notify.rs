@@ -31,12 +31,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
 use super::client::{GraphError, segment};
 use super::mapping::{self, str_at};
 use super::{Inner, SERVER};
+use crate::duration::Backoff;
 use crate::sources::SourceContext;
 
 /// The route Graph posts to.
@@ -111,7 +111,7 @@ impl Hub {
 
     /// Whether `state` is this daemon's `clientState`, in constant time.
     fn is_ours(&self, state: &str) -> bool {
-        bool::from(state.as_bytes().ct_eq(self.client_state.as_bytes()))
+        crate::auth::same_secret(&self.client_state, state)
     }
 }
 
@@ -207,7 +207,8 @@ pub async fn run(inner: Arc<Inner>, sources: SourceContext, mut events: mpsc::Re
         return;
     };
     let mut subscription: Option<(String, DateTime<Utc>)> = None;
-    let mut retry = Duration::from_secs(30);
+    // Subscribing again after a failure: from 30 s, up to 10 min.
+    let mut retry = Backoff::new(Duration::from_secs(30), Duration::from_secs(600));
     loop {
         let next = match &subscription {
             Some((_, expires)) => {
@@ -217,14 +218,12 @@ pub async fn run(inner: Arc<Inner>, sources: SourceContext, mut events: mpsc::Re
             None => match subscribe(&inner, hub).await {
                 Ok(made) => {
                     subscription = Some(made);
-                    retry = Duration::from_secs(30);
+                    retry.reset();
                     continue;
                 }
                 Err(e) => {
                     inner.failed(&e);
-                    let wait = retry;
-                    retry = (retry * 2).min(Duration::from_secs(600));
-                    wait
+                    retry.next()
                 }
             },
         };
