@@ -343,7 +343,7 @@ impl Home {
 }
 
 /// The name of user `uid`, from the password database.
-fn user_name(uid: u32) -> Option<String> {
+pub fn user_name(uid: u32) -> Option<String> {
     let mut buf = vec![0u8; 4096];
     // SAFETY: `pwd` and `buf` outlive the call; getpwuid_r writes only into them and sets
     // `found` to `pwd` or null.

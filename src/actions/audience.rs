@@ -278,7 +278,7 @@ mod routing {
             .confirm(
                 1,
                 true,
-                "infra",
+                &crate::actions::by::by("infra"),
                 crate::actions::Via::Tool,
                 Some(other),
                 Utc::now(),
@@ -293,10 +293,17 @@ mod routing {
         assert_eq!(lc.pending_confirms().len(), 1);
         // The operator approves it: the work waits for the oncall window.
         assert!(
-            lc.confirm(1, true, "cli", crate::actions::Via::Cli, None, Utc::now())
-                .await
-                .unwrap()
-                .is_some()
+            lc.confirm(
+                1,
+                true,
+                &crate::actions::by::by("cli"),
+                crate::actions::Via::Cli,
+                None,
+                Utc::now()
+            )
+            .await
+            .unwrap()
+            .is_some()
         );
         assert!(lc.take(other, "infra", 10).is_empty());
         let oncall = lc.open_session("oncall", true, None);

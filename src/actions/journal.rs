@@ -51,6 +51,10 @@ pub struct Record {
     /// Who it was delivered to, or who answered a confirm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
+    /// Who answered a confirm (absent in journals written before it was kept, which name
+    /// the answerer in `consumer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<super::By>,
     /// The path a confirm's answer came by (absent in journals written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<super::Via>,

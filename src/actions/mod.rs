@@ -6,6 +6,7 @@
 //! consumers may receive it.
 
 pub mod audience;
+pub mod by;
 pub mod duty;
 pub mod exec;
 #[cfg(test)]
@@ -17,6 +18,7 @@ pub mod via;
 pub mod writer;
 
 pub use audience::{Audience, TO_CONSUMER_KEY};
+pub use by::{By, ByKind};
 pub use exec::{ExecFailure, ExecReport};
 pub use lifecycle::{
     ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId, Shareable, WORK_KEY,

@@ -174,7 +174,7 @@ pub async fn confirm(home: PathBuf, args: ConfirmArgs) -> anyhow::Result<ExitCod
         .call(Confirm {
             id: args.id,
             decision,
-            by: "cli".into(),
+            by: crate::actions::By::this_user(),
             claim_for: None,
             via: Some(crate::actions::Via::Cli),
         })

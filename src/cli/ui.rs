@@ -19,8 +19,13 @@ pub struct UiArgs {
     /// on the network path can read the link and the session cookie).
     #[arg(long)]
     pub public: bool,
+    /// What the browser that opens the link answers as: confirms answered there are recorded
+    /// `by` this label (`phone`, `ada-laptop`), in `pending --closed`, `watch` and
+    /// `actions.jsonl`.
+    #[arg(long, value_name = "NAME")]
+    pub label: Option<String>,
     /// Sign every browser out of the page and forget every link not opened yet.
-    #[arg(long, conflicts_with_all = ["no_open", "public"])]
+    #[arg(long, conflicts_with_all = ["no_open", "public", "label"])]
     pub revoke: bool,
     /// Print `{"url": ...}` (and open nothing); with `--revoke`, `{"sessions", "links"}`.
     #[arg(long)]
@@ -54,6 +59,7 @@ pub async fn run(home: PathBuf, args: UiArgs) -> anyhow::Result<ExitCode> {
     let link = client
         .call(UiLink {
             public: args.public,
+            label: args.label,
         })
         .await?;
     if args.json {

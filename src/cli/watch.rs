@@ -576,20 +576,28 @@ mod tests {
                 id: 4,
                 rule: "crit".into(),
                 state: crate::actions::ActionState::Denied,
-                by: "cli".into(),
+                by: crate::actions::By::new(
+                    crate::actions::ByKind::User,
+                    "1000",
+                    Some("ada".into())
+                ),
                 via: Some(crate::actions::Via::Cli),
             })),
-            "  denied #4 [crit] via cli by cli"
+            "  denied #4 [crit] via cli by ada"
         );
         assert_eq!(
             line(WatchEvent::Action(Event::Answered {
                 id: 5,
                 rule: "crit".into(),
                 state: crate::actions::ActionState::Approved,
-                by: "web".into(),
+                by: crate::actions::By::new(
+                    crate::actions::ByKind::Link,
+                    "5f2a",
+                    Some("phone".into())
+                ),
                 via: None,
             })),
-            "  approved #5 [crit] by web",
+            "  approved #5 [crit] by page link \"phone\"",
             "an event from a daemon older than `via` still reads"
         );
         assert_eq!(

@@ -55,8 +55,9 @@ pub trait Replier: Send + Sync + 'static {
 /// The approval page's one-time links (`switchboard ui`).
 pub trait WebLinks: Send + Sync + 'static {
     /// A fresh one-time link to the page, or why there is none: the page is not served, or
-    /// is served beyond this machine over plain HTTP and `public` does not accept that.
-    fn link(&self, public: bool) -> Result<WebLink, String>;
+    /// is served beyond this machine over plain HTTP and `public` does not accept that. The
+    /// browser it signs in answers as `label` (`switchboard ui --label phone`).
+    fn link(&self, public: bool, label: Option<String>) -> Result<WebLink, String>;
     /// Ends every page session and forgets every unused link: how many of each.
     fn revoke(&self) -> (usize, usize);
 }

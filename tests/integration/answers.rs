@@ -7,6 +7,7 @@
 //! nothing answered is pending. `switchboard stop` with changes of state the journal could not
 //! take says how many and exits 8.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningServ
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
-use super::approvals::ui_link;
+use super::approvals::ui_link_with;
 use super::faults::{Immutable, immutable};
 use super::util::*;
 
@@ -95,10 +96,10 @@ fn pending_ids(sb: &Switchboard) -> Vec<u64> {
         .collect()
 }
 
-/// A session cookie for the page and its CSRF token.
+/// A session cookie for the page and its CSRF token, signed in by a link labelled `phone`.
 fn page_session(sb: &Switchboard) -> (String, String) {
     let ingest = sb.ingest.clone().unwrap();
-    let (login, _) = ui_link(sb);
+    let (login, _) = ui_link_with(sb, &["--label", "phone"]);
     let r = http_request(&ingest, "GET", &login, &[], b"");
     assert_eq!(r.status, 303, "{}", r.body);
     let cookie = r.header("set-cookie").unwrap();
@@ -271,15 +272,56 @@ async fn with_the_actions_journal_unwritable_every_answer_is_refused_and_kept_on
     .await;
     assert_eq!(verdict["behavior"], "allow", "{verdict}");
     assert_eq!(pending_ids(&sb), Vec::<u64>::new());
+    // Who answered, everywhere: the terminal's user, the page link's label, the MCP session.
+    let (uid, login) = os_user();
     let closed = stdout(&sb.cli(&["pending", "--closed"]));
     for line in [
-        "#1 [ask] denied via cli by cli",
-        "#2 [ask] approved via web by web",
-        "#3 [ask] approved via tool by claude-code#",
-        "#4 [ask] approved via elicitation by claude-code#",
+        format!("#1 [ask] denied via cli by {login}"),
+        "#2 [ask] approved via web by page link \"phone\"".to_string(),
+        "#3 [ask] approved via tool by claude-code#".to_string(),
+        "#4 [ask] approved via elicitation by claude-code#".to_string(),
+        format!("#5 [permission:Bash] approved via cli by {login}"),
     ] {
-        assert!(closed.contains(line), "missing `{line}` in\n{closed}");
+        assert!(closed.contains(&line), "missing `{line}` in\n{closed}");
     }
+    let answered: HashMap<u64, Value> = action_records(sb.home.path())
+        .into_iter()
+        .filter(|r| r["state"] == "approved" || r["state"] == "denied")
+        .map(|r| (r["id"].as_u64().unwrap(), r["by"].clone()))
+        .collect();
+    let closed_json = sb.cli(&["pending", "--closed", "--json"]);
+    let closed_json: Value = serde_json::from_slice(&closed_json.stdout).unwrap();
+    for (id, kind) in [
+        (1, "user"),
+        (2, "link"),
+        (3, "client"),
+        (4, "client"),
+        (5, "user"),
+    ] {
+        let by = &answered[&id];
+        assert_eq!(by["kind"], kind, "actions.jsonl, #{id}: {by}");
+        let shown = closed_json["closed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .map(|c| c["by"].clone());
+        assert_eq!(shown.as_ref(), Some(by), "pending --closed --json, #{id}");
+    }
+    assert_eq!(
+        answered[&1],
+        json!({"kind": "user", "id": uid, "name": login})
+    );
+    assert_eq!(answered[&2]["name"], "phone");
+    assert_eq!(answered[&3]["name"], "claude-code");
+    assert!(
+        answered[&3]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("claude-code#"),
+        "{}",
+        answered[&3]
+    );
     client.cancel().await.ok();
 
     // After a restart nothing answered is pending again.

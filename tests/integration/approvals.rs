@@ -93,7 +93,7 @@ async fn approve_via_keeps_the_agent_from_approving_and_every_answer_records_its
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert!(
-        lines[0].starts_with("#1 [ask] approved via cli by cli at "),
+        lines[0].starts_with("#1 [ask] approved via cli by ") && lines[0].contains(" at "),
         "{text}"
     );
     assert!(
@@ -106,7 +106,12 @@ async fn approve_via_keeps_the_agent_from_approving_and_every_answer_records_its
 
 /// A fresh one-time link from `switchboard ui --no-open`: (path and query, the whole URL).
 pub fn ui_link(sb: &Switchboard) -> (String, String) {
-    let out = sb.cli(&["ui", "--no-open"]);
+    ui_link_with(sb, &[])
+}
+
+/// A fresh one-time link from `switchboard ui --no-open ARGS`: (path and query, the URL).
+pub fn ui_link_with(sb: &Switchboard, args: &[&str]) -> (String, String) {
+    let out = sb.cli(&[&["ui", "--no-open"], args].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let url = stdout(&out).lines().next().unwrap().to_string();
     let ingest = sb.ingest.clone().unwrap();
@@ -278,11 +283,11 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
         r.json()["message"]
             .as_str()
             .unwrap()
-            .contains("already answered: approved via web by web")
+            .contains("already answered: approved via web by page link ")
     );
     let out = sb.cli(&["pending", "--closed"]);
     assert!(
-        stdout(&out).starts_with("#1 [ask] approved via web by web at "),
+        stdout(&out).starts_with("#1 [ask] approved via web by page link "),
         "{}",
         stdout(&out)
     );

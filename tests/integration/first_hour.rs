@@ -537,7 +537,10 @@ fn watch_shows_an_approval_once() {
     let approved: Vec<_> = lines.iter().filter(|l| l.contains("approved")).collect();
     assert_eq!(
         approved,
-        [&format!("  approved #{id} [ask] via cli by cli")],
+        [&format!(
+            "  approved #{id} [ask] via cli by {}",
+            os_user().1
+        )],
         "{lines:#?}"
     );
     assert!(

@@ -325,7 +325,9 @@ async fn http_requests_are_confirms_answered_back_to_the_host() {
     );
     let closed = stdout(&sb.cli(&["pending", "--closed"]));
     assert!(
-        closed.contains(&format!("#{id} [permission:Bash] approved via web by web")),
+        closed.contains(&format!(
+            "#{id} [permission:Bash] approved via web by page link "
+        )),
         "{closed}"
     );
 }

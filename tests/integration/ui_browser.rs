@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rmcp::ServiceExt;
 use serde_json::json;
 
-use super::approvals::ui_link;
+use super::approvals::ui_link_with;
 use super::util::*;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -102,7 +102,7 @@ async fn the_page_in_chromium_approves_a_confirm_that_a_waiting_agent_then_runs(
         None
     });
 
-    let (_, link) = ui_link(&sb);
+    let (_, link) = ui_link_with(&sb, &["--label", "phone"]);
     let shot: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui.png");
     let _ = std::fs::remove_file(&shot);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/ui_browser.py");

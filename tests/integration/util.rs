@@ -942,3 +942,12 @@ pub fn metric(sb: &Switchboard, name: &str) -> Option<f64> {
         (sample == name).then(|| value.parse().unwrap())
     })
 }
+
+/// The user the tests run as, as `switchboard` records a terminal's answers: (uid, login).
+pub fn os_user() -> (String, String) {
+    let id = |arg| {
+        let out = Command::new("id").arg(arg).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    (id("-u"), id("-un"))
+}

@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pwd
 import subprocess
 import sys
 import tempfile
@@ -339,7 +340,7 @@ async def scenarios(client: Client, user: User, home: Home) -> None:
     home.cli("confirm", str(id), "yes")
     await within(ARRIVAL_S, form.cancelled.wait(), f"the form of confirm {id} is cancelled")
     line = home.closed(id)
-    check(" approved via cli by cli" in line, f"the CLI's answer stands: {line!r}")
+    check(f" approved via cli by {pwd.getpwuid(os.getuid()).pw_name}" in line, f"the CLI's answer stands, by this user: {line!r}")
     result = await within(ARRIVAL_S, wait_tool(client, 10), "the next wait")
     check(
         any(i["kind"] == "approved" and i["action_id"] == id for i in result["items"]),

@@ -122,9 +122,9 @@ def main():
         confirm_id = card.get_attribute("data-id")
         card.find_element(By.CLASS_NAME, "approve").click()
         wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, ".confirm[data-id]"))
-        wait.until(lambda d: f"#{confirm_id} [ask] approved via web by web"
+        wait.until(lambda d: f'#{confirm_id} [ask] approved via web by page link "phone"'
                    in d.find_element(By.ID, "closed").text)
-        check("Approve answers it, via web, and it leaves the list")
+        check("Approve answers it, via web by the link's label, and it leaves the list")
 
         # Another confirm; a page on another origin (same site: 127.0.0.1) and on another
         # site (localhost) tries to approve it with this browser's cookie.

@@ -15,10 +15,10 @@ use chrono::{DateTime, Utc};
 
 use super::{Changes, ConfirmError, Event, Item, ItemKind, Lifecycle, SessionId, State};
 use crate::actions::journal::Record;
-use crate::actions::{ActionId, ActionState, Via};
+use crate::actions::{ActionId, ActionState, By, Via};
 
-/// Who answered: the name (`by`) and the path it came by.
-type Who<'a> = (&'a str, Via);
+/// Who answered, and the path it came by.
+type Who<'a> = (&'a By, Via);
 
 impl Lifecycle {
     /// Answers a confirm, by the path `via`. Yes with `claim_for = Some(session)` (the
@@ -33,7 +33,7 @@ impl Lifecycle {
         &self,
         id: ActionId,
         approve: bool,
-        by: &str,
+        by: &By,
         via: Via,
         claim_for: Option<SessionId>,
         now: DateTime<Utc>,
@@ -86,7 +86,7 @@ impl Lifecycle {
             return Err(ConfirmError::NotRecorded { id, cause });
         }
         let Some(item) = s.confirms.close(id, state, now, |c| {
-            c.by = Some(by.to_string());
+            c.by = Some(by.clone());
             c.via = Some(via);
         }) else {
             // Reserved: nothing else closes it. Should it be gone anyway, the record on disk
@@ -169,7 +169,7 @@ impl State {
     ) -> Vec<Record> {
         let id = item.action_id;
         let mut records = vec![Record {
-            consumer: Some(by.to_string()),
+            by: Some(by.clone()),
             via: Some(via),
             ..Record::transition(id, state, now)
         }];
@@ -181,9 +181,9 @@ impl State {
                 consumer: Some(self.relay_consumer(id)),
                 ..Record::transition(id, ActionState::Delivered, now)
             });
-        } else if claim_for.is_some() {
+        } else if let Some(session) = claim_for {
             records.push(Record {
-                consumer: Some(by.to_string()),
+                consumer: Some(self.claimer(session, by)),
                 ..Record::transition(id, ActionState::Claimed, now)
             });
         }
@@ -223,7 +223,7 @@ impl State {
             id,
             rule: item.rule.clone(),
             state,
-            by: by.to_string(),
+            by: by.clone(),
             via: Some(via),
         });
         if state != ActionState::Approved {
@@ -243,12 +243,13 @@ impl State {
         }
         match claim_for {
             Some(session) => {
+                let consumer = self.claimer(session, by);
                 changes.event(Event::Claimed {
                     id,
-                    consumer: by.to_string(),
+                    consumer: consumer.clone(),
                 });
                 self.counters.claimed += 1;
-                self.work.claim(approved.clone(), session, by);
+                self.work.claim(approved.clone(), session, &consumer);
                 if self.sessions.consumer_of(session).is_none() {
                     let why = "the session that answered ended before its answer was saved";
                     self.release(&[id], why, false, now, changes);
@@ -262,5 +263,14 @@ impl State {
             }
         }
         Some(approved)
+    }
+
+    /// The consumer that claims approved work for `session`, which answered as `by`: the
+    /// session's own (`by`'s id should it have ended meanwhile).
+    fn claimer(&self, session: SessionId, by: &By) -> String {
+        self.sessions
+            .consumer_of(session)
+            .unwrap_or(&by.id)
+            .to_string()
     }
 }

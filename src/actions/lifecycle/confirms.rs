@@ -109,7 +109,7 @@ pub struct ClosedConfirm {
     pub expires_at: Option<DateTime<Utc>>,
     /// Who answered (approved, denied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub by: Option<String>,
+    pub by: Option<crate::actions::By>,
     /// The path the answer came by (approved, denied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<Via>,

@@ -25,8 +25,8 @@ pub enum Event {
         rule: std::sync::Arc<str>,
         /// `approved` or `denied`.
         state: ActionState,
-        /// Who answered (a consumer name, or `cli`).
-        by: String,
+        /// Who answered.
+        by: crate::actions::By,
         /// The path the answer came by (absent from a daemon older than the field).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         via: Option<Via>,

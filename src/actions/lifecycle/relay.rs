@@ -275,11 +275,8 @@ impl Lifecycle {
     ) -> Option<super::ClosedConfirm> {
         let mut s = self.lock();
         let (id, session) = s.relays.asked_for(tool.trim(), input, ran_under)?;
-        let by = s
-            .sessions
-            .consumer_of(session)
-            .unwrap_or("host")
-            .to_string();
+        let host = s.sessions.consumer_of(session).unwrap_or("host");
+        let by = crate::actions::By::new(crate::actions::ByKind::Host, host, None);
         let item = s.confirms.close(id, ActionState::Approved, now, |c| {
             c.by = Some(by.clone());
             c.via = Some(Via::Relay);
@@ -305,7 +302,7 @@ impl Lifecycle {
         tracing::info!(
             action_id = id,
             tool,
-            by,
+            by = %by,
             "permission request allowed in the host's own dialog"
         );
         self.commit(s, changes);
@@ -433,7 +430,14 @@ mod tests {
         assert!(lc.take(other, "copilot#2", 10).is_empty());
         assert!(lc.take(asker, "claude-code#1", 10).is_empty());
         let refused = lc
-            .confirm(5, true, "claude-code#1", Via::Tool, Some(asker), now)
+            .confirm(
+                5,
+                true,
+                &crate::actions::by::by("claude-code#1"),
+                Via::Tool,
+                Some(asker),
+                now,
+            )
             .await;
         assert!(
             matches!(refused, Err(ConfirmError::OwnPermission { id: 5, ref tool }) if tool == "Bash"),
@@ -447,7 +451,14 @@ mod tests {
         );
         // No form is ever put for it, and an answer claiming one is refused.
         let form = lc
-            .confirm(5, true, "claude-code#1", Via::Elicitation, None, now)
+            .confirm(
+                5,
+                true,
+                &crate::actions::by::by("claude-code#1"),
+                Via::Elicitation,
+                None,
+                now,
+            )
             .await;
         assert!(
             matches!(
@@ -461,7 +472,7 @@ mod tests {
         );
         // A person's answer closes it and queues nothing.
         let approved = lc
-            .confirm(5, true, "cli", Via::Cli, None, now)
+            .confirm(5, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
             .await
             .unwrap();
         assert_eq!(approved.map(|i| i.kind), Some(ItemKind::Approved));
@@ -503,7 +514,8 @@ mod tests {
         let closed = lc.closed_confirm(1).unwrap();
         assert_eq!(closed.state, ActionState::Resolved);
         assert!(matches!(
-            lc.confirm(1, true, "cli", Via::Cli, None, now).await,
+            lc.confirm(1, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
+                .await,
             Err(ConfirmError::AlreadyAnswered { .. })
         ));
         assert!(matches!(
@@ -604,7 +616,7 @@ mod tests {
                 closed.id,
                 closed.state,
                 closed.via,
-                closed.by.as_deref(),
+                closed.by.as_ref().map(|b| b.id.as_str()),
                 closed.reason.as_deref()
             ),
             (
@@ -639,7 +651,14 @@ mod tests {
         );
         assert_eq!(lc.stats().queued_work, 0, "no work queued");
         let late = lc
-            .confirm(1, false, "cli", Via::Cli, None, now)
+            .confirm(
+                1,
+                false,
+                &crate::actions::by::by("cli"),
+                Via::Cli,
+                None,
+                now,
+            )
             .await
             .unwrap_err();
         assert!(
@@ -647,7 +666,7 @@ mod tests {
             "{late:?}"
         );
         // A person's answer first leaves nothing for the host's call to close.
-        lc.confirm(2, true, "cli", Via::Cli, None, now)
+        lc.confirm(2, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
             .await
             .unwrap();
         assert!(
@@ -689,7 +708,7 @@ mod tests {
         let nested = [HOST, 9, other_host];
         let closed = lc.allowed_in_host("Bash", &ls, &nested, now).unwrap();
         assert_eq!(
-            (closed.id, closed.by.as_deref()),
+            (closed.id, closed.by.as_ref().map(|b| b.id.as_str())),
             (3, Some("claude-code#1"))
         );
         let closed = lc.allowed_in_host("Bash", &ls, &nested, now).unwrap();

@@ -182,7 +182,14 @@ async fn confirm_answers() {
     )
     .await;
     let yes = lc
-        .confirm(1, true, "agent", Via::Tool, Some(agent), now)
+        .confirm(
+            1,
+            true,
+            &crate::actions::by::by("agent"),
+            Via::Tool,
+            Some(agent),
+            now,
+        )
         .await
         .unwrap()
         .unwrap();
@@ -193,19 +200,36 @@ async fn confirm_answers() {
     );
     assert_eq!(lc.stats().claimed_work, 1);
     assert_eq!(
-        lc.confirm(2, false, "cli", Via::Cli, None, now).await,
+        lc.confirm(
+            2,
+            false,
+            &crate::actions::by::by("cli"),
+            Via::Cli,
+            None,
+            now
+        )
+        .await,
         Ok(None)
     );
     assert!(matches!(
-        lc.confirm(1, true, "cli", Via::Cli, None, now).await,
+        lc.confirm(1, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
+            .await,
         Err(ConfirmError::AlreadyAnswered { .. })
     ));
     assert_eq!(
-        lc.confirm(99, true, "cli", Via::Cli, None, now).await,
+        lc.confirm(
+            99,
+            true,
+            &crate::actions::by::by("cli"),
+            Via::Cli,
+            None,
+            now
+        )
+        .await,
         Err(ConfirmError::Unknown(99))
     );
     // CLI approval queues it as work for the next session.
-    lc.confirm(3, true, "cli", Via::Cli, None, now)
+    lc.confirm(3, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
         .await
         .unwrap();
     let next = lc.open_session("next", false, None);
@@ -223,7 +247,17 @@ async fn two_answers_at_once_one_wins() {
         .await;
     let answers = futures::future::join_all((0..8).map(|i| {
         let lc = lc.clone();
-        async move { lc.confirm(1, i % 2 == 0, "cli", Via::Cli, None, now).await }
+        async move {
+            lc.confirm(
+                1,
+                i % 2 == 0,
+                &crate::actions::by::by("cli"),
+                Via::Cli,
+                None,
+                now,
+            )
+            .await
+        }
     }))
     .await;
     assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 1);
@@ -241,13 +275,29 @@ async fn expiry_by_timer_and_on_answer() {
     .await;
     let after = now + TimeDelta::minutes(31);
     assert!(matches!(
-        lc.confirm(1, true, "cli", Via::Cli, None, after).await,
+        lc.confirm(
+            1,
+            true,
+            &crate::actions::by::by("cli"),
+            Via::Cli,
+            None,
+            after
+        )
+        .await,
         Err(ConfirmError::Expired { .. })
     ));
     assert_eq!(lc.expire_due(after), None);
     assert!(lc.pending_confirms().is_empty(), "2 expired too");
     assert!(matches!(
-        lc.confirm(2, false, "cli", Via::Cli, None, after).await,
+        lc.confirm(
+            2,
+            false,
+            &crate::actions::by::by("cli"),
+            Via::Cli,
+            None,
+            after
+        )
+        .await,
         Err(ConfirmError::Expired { .. })
     ));
 }
@@ -419,9 +469,16 @@ async fn journal_restores_pending_undelivered_and_claimed() {
         lc.settle(&[2], true, false, "sent");
         // 3 is claimed and never settled: the process dies holding it.
         assert_eq!(ids(&lc.take(s, "a", 1)), [(ItemKind::Auto, 3)]);
-        lc.confirm(5, false, "cli", Via::Cli, None, now)
-            .await
-            .unwrap();
+        lc.confirm(
+            5,
+            false,
+            &crate::actions::by::by("cli"),
+            Via::Cli,
+            None,
+            now,
+        )
+        .await
+        .unwrap();
         lc.flush().await;
     }
     let (_, replay) = ActionLog::open(&path).unwrap();
@@ -480,7 +537,8 @@ async fn a_resolved_confirm_is_closed_told_journalled_and_stays_closed() {
             }]
         );
         assert_eq!(
-            lc.confirm(1, true, "cli", Via::Cli, None, now).await,
+            lc.confirm(1, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
+                .await,
             Err(ConfirmError::AlreadyAnswered {
                 id: 1,
                 state: "resolved".into()
@@ -797,7 +855,14 @@ async fn approve_via_refuses_a_path_the_rule_does_not_list_and_records_the_path(
     a.approve_via = vec![Via::Cli, Via::Web];
     lc.offer(vec![(a, msg)], None, now).await;
     let refused = lc
-        .confirm(1, true, "agent", Via::Tool, Some(agent), now)
+        .confirm(
+            1,
+            true,
+            &crate::actions::by::by("agent"),
+            Via::Tool,
+            Some(agent),
+            now,
+        )
         .await;
     assert_eq!(
         refused.as_ref().unwrap_err().to_string(),
@@ -809,24 +874,38 @@ async fn approve_via_refuses_a_path_the_rule_does_not_list_and_records_the_path(
         1,
         "a refused answer leaves it pending"
     );
-    lc.confirm(1, true, "web", Via::Web, None, now)
+    lc.confirm(1, true, &crate::actions::by::by("web"), Via::Web, None, now)
         .await
         .unwrap();
     let answered = events(&mut rx).into_iter().find_map(|e| match e {
         Event::Answered { via, by, .. } => Some((via, by)),
         _ => None,
     });
-    assert_eq!(answered, Some((Some(Via::Web), "web".to_string())));
+    assert_eq!(
+        answered,
+        Some((Some(Via::Web), crate::actions::by::by("web")))
+    );
     let closed = lc.closed_confirm(1).unwrap();
     assert_eq!(
-        (closed.state, closed.via, closed.by.as_deref()),
+        (
+            closed.state,
+            closed.via,
+            closed.by.as_ref().map(|b| b.id.as_str())
+        ),
         (ActionState::Approved, Some(Via::Web), Some("web"))
     );
     assert_eq!(
-        lc.confirm(1, false, "cli", Via::Cli, None, now)
-            .await
-            .unwrap_err()
-            .to_string(),
+        lc.confirm(
+            1,
+            false,
+            &crate::actions::by::by("cli"),
+            Via::Cli,
+            None,
+            now
+        )
+        .await
+        .unwrap_err()
+        .to_string(),
         "confirm 1 was already answered: approved via web by web"
     );
     assert_eq!(lc.closed_confirms(10), [closed]);
@@ -863,15 +942,22 @@ async fn one_session_at_a_time_asks_a_confirm_in_a_form_and_a_late_form_answer_i
     assert!(lc.elicit(1, a, true));
 
     // Answered elsewhere first: no one asks any more, and the form's late answer is refused.
-    lc.confirm(1, true, "cli", Via::Cli, None, now)
+    lc.confirm(1, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
         .await
         .unwrap();
     assert!(!lc.elicit(1, a, true));
     assert_eq!(
-        lc.confirm(1, true, "claude#1", Via::Elicitation, None, now)
-            .await
-            .unwrap_err()
-            .to_string(),
+        lc.confirm(
+            1,
+            true,
+            &crate::actions::by::by("claude#1"),
+            Via::Elicitation,
+            None,
+            now
+        )
+        .await
+        .unwrap_err()
+        .to_string(),
         "confirm 1 was already answered: approved via cli by cli"
     );
 }
@@ -890,7 +976,16 @@ async fn an_answer_the_journal_cannot_take_is_refused_and_the_confirm_stays_pend
         let Some(guard) = crate::actions::fault::Immutable::set(&path) else {
             return;
         };
-        let refused = lc.confirm(1, false, "cli", Via::Cli, None, now).await;
+        let refused = lc
+            .confirm(
+                1,
+                false,
+                &crate::actions::by::by("cli"),
+                Via::Cli,
+                None,
+                now,
+            )
+            .await;
         assert!(
             matches!(&refused, Err(ConfirmError::NotRecorded { id: 1, cause }) if !cause.is_empty()),
             "{refused:?}"
@@ -908,7 +1003,9 @@ async fn an_answer_the_journal_cannot_take_is_refused_and_the_confirm_stays_pend
         }
         drop(guard);
         // The journal takes writes again: the same answer is kept.
-        let approved = lc.confirm(1, true, "cli", Via::Cli, None, now).await;
+        let approved = lc
+            .confirm(1, true, &crate::actions::by::by("cli"), Via::Cli, None, now)
+            .await;
         assert!(matches!(approved, Ok(Some(_))), "{approved:?}");
     }
     let (_, replay) = ActionLog::open(&path).unwrap();
@@ -936,7 +1033,10 @@ async fn a_second_answer_while_the_first_is_saved_hears_how_it_went() {
     assert_eq!(lc.pending_confirms().len(), 1);
     let second = tokio::spawn({
         let lc = lc.clone();
-        async move { lc.confirm(1, true, "web", Via::Web, None, now).await }
+        async move {
+            lc.confirm(1, true, &crate::actions::by::by("web"), Via::Web, None, now)
+                .await
+        }
     });
     tokio::task::yield_now().await;
     assert!(!second.is_finished(), "it waits for the first");

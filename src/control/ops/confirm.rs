@@ -14,7 +14,7 @@ use chrono::Utc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::actions::{ActionId, Item, Via};
+use crate::actions::{ActionId, By, Item, Via};
 use crate::control::{ApiError, Ctx, Op};
 
 /// Answers a confirm.
@@ -24,8 +24,8 @@ pub struct Confirm {
     pub id: ActionId,
     /// Yes or no.
     pub decision: Decision,
-    /// Who answers (the consumer, or `cli`).
-    pub by: String,
+    /// Who answers: the terminal's user, the page link, the MCP session, the Slack user.
+    pub by: By,
     /// The session that gets the approved work as its claim; none = queued for any session.
     #[serde(default)]
     pub claim_for: Option<u64>,

@@ -12,7 +12,13 @@ pub struct UiLink {
     /// (`switchboard ui --public`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub public: bool,
+    /// What the browser that opens it answers as (`switchboard ui --label phone`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
+
+/// The longest label a link may have, in characters.
+pub const MAX_LABEL: usize = 64;
 
 /// The link.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -35,11 +41,46 @@ impl Op for UiLink {
                  start it with `--listen 127.0.0.1:PORT`",
             ));
         };
-        web.link(self.public)
+        if let Some(label) = &self.label
+            && let Some(problem) = label_problem(label)
+        {
+            return Err(ApiError::refused(
+                RefusalCode::Invalid,
+                format!("`--label` \"{}\": {problem}", label.escape_debug()),
+            ));
+        }
+        web.link(self.public, self.label)
             .map(|link| UiLinkReply {
                 url: link.url,
                 note: link.note,
             })
             .map_err(|why| ApiError::refused(RefusalCode::Unavailable, why))
+    }
+}
+
+/// What is wrong with a link's label, if anything.
+fn label_problem(label: &str) -> Option<String> {
+    if label.trim().is_empty() {
+        Some("a label must not be empty".into())
+    } else if label.chars().count() > MAX_LABEL {
+        Some(format!("a label is at most {MAX_LABEL} characters"))
+    } else if label.chars().any(char::is_control) {
+        Some("a label must not hold control characters".into())
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_is_a_short_printable_name() {
+        assert_eq!(label_problem("phone"), None);
+        assert_eq!(label_problem("Ada's laptop"), None);
+        assert!(label_problem(" ").is_some());
+        assert!(label_problem(&"x".repeat(MAX_LABEL + 1)).is_some());
+        assert!(label_problem("a\x1b[2Jb").is_some());
     }
 }

@@ -461,7 +461,7 @@ async fn answer_with(
         .call(Confirm {
             id,
             decision,
-            by: wait.consumer.clone(),
+            by: server.answerer(&wait.consumer),
             claim_for: None,
             via: Some(Via::Elicitation),
         })

@@ -665,7 +665,7 @@ async fn confirm(
         .call(crate::control::ops::Confirm {
             id: a.id,
             decision,
-            by: consumer,
+            by: s.answerer(&consumer),
             claim_for: Some(session),
             via: Some(crate::actions::Via::Tool),
         })
@@ -968,6 +968,13 @@ impl McpServer {
             )),
             _ => Ok((own.id, own.consumer)),
         }
+    }
+
+    /// This session as the one who answers a confirm (the tool, a form): its consumer, and
+    /// the client's `clientInfo.name`.
+    pub(super) fn answerer(&self, consumer: &str) -> crate::actions::By {
+        let client = self.session.lock().unwrap().client.clone();
+        crate::actions::By::new(crate::actions::ByKind::Client, consumer, client)
     }
 }
 

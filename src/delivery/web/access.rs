@@ -11,6 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::actions::{By, ByKind};
 use crate::control::{WebLink, WebLinks};
 use crate::listener::TrustedProxies;
 
@@ -28,7 +29,17 @@ pub const COOKIE: &str = "switchboard_ui";
 pub struct WebSession {
     /// What every state-changing request must carry in `X-CSRF-Token`.
     pub csrf: String,
+    /// Who its answers are recorded as: the link it was signed in by (its own id, and the
+    /// `--label` given to `switchboard ui`).
+    pub by: By,
     expires: Instant,
+}
+
+/// A link not opened yet.
+struct Code {
+    expires: Instant,
+    /// The label its browser answers as.
+    label: Option<String>,
 }
 
 /// The codes and sessions, and where the page is served.
@@ -38,7 +49,7 @@ pub struct WebAccess {
     served: Mutex<Option<Served>>,
     /// The proxies whose `X-Forwarded-*` headers are believed (`http.trustedProxies`).
     proxies: Mutex<TrustedProxies>,
-    codes: Mutex<HashMap<String, Instant>>,
+    codes: Mutex<HashMap<String, Code>>,
     sessions: Mutex<HashMap<String, WebSession>>,
 }
 
@@ -97,13 +108,16 @@ impl WebAccess {
     /// code is unknown, used or expired.
     pub fn redeem(&self, code: &str) -> Option<(String, WebSession)> {
         let now = Instant::now();
-        let expires = self.codes.lock().unwrap().remove(code)?;
-        if expires <= now {
+        let code = self.codes.lock().unwrap().remove(code)?;
+        if code.expires <= now {
             return None;
         }
         let id = random_token();
+        // The link's own id, shown beside its label: not a part of any secret.
+        let link_id = random_token()[..8].to_string();
         let session = WebSession {
             csrf: random_token(),
+            by: By::new(ByKind::Link, link_id, code.label),
             expires: now + SESSION_TTL,
         };
         let mut sessions = self.sessions.lock().unwrap();
@@ -123,7 +137,7 @@ impl WebAccess {
 }
 
 impl WebLinks for WebAccess {
-    fn link(&self, public: bool) -> Result<WebLink, String> {
+    fn link(&self, public: bool, label: Option<String>) -> Result<WebLink, String> {
         let Some(served) = self.served.lock().unwrap().clone() else {
             return Err(format!(
                 "the approval page is not served yet: the ingest listener is not bound; check `{}`",
@@ -156,8 +170,14 @@ impl WebLinks for WebAccess {
         let code = random_token();
         let now = Instant::now();
         let mut codes = self.codes.lock().unwrap();
-        codes.retain(|_, e| *e > now);
-        codes.insert(code.clone(), now + CODE_TTL);
+        codes.retain(|_, c| c.expires > now);
+        codes.insert(
+            code.clone(),
+            Code {
+                expires: now + CODE_TTL,
+                label,
+            },
+        );
         Ok(WebLink {
             url: format!("{}/ui/login?code={code}", served.base),
             note: (!notes.is_empty()).then(|| notes.join("\n")),
@@ -169,7 +189,7 @@ impl WebLinks for WebAccess {
         let now = Instant::now();
         let links = std::mem::take(&mut *self.codes.lock().unwrap())
             .values()
-            .filter(|e| **e > now)
+            .filter(|c| c.expires > now)
             .count();
         (sessions, links)
     }
@@ -190,13 +210,13 @@ mod tests {
     fn a_code_works_once_and_becomes_a_session() {
         let access = WebAccess::default();
         assert!(
-            access.link(false).is_err(),
+            access.link(false, None).is_err(),
             "no link before the listener is bound"
         );
         access
             .serve_at("127.0.0.1:9".parse().unwrap(), &[])
             .unwrap();
-        let link = access.link(false).unwrap();
+        let link = access.link(false, None).unwrap();
         assert_eq!(link.note, None);
         let code = link
             .url
@@ -215,9 +235,9 @@ mod tests {
         access
             .serve_at("127.0.0.1:9".parse().unwrap(), &[])
             .unwrap();
-        let used = access.link(false).unwrap().url;
+        let used = access.link(false, None).unwrap().url;
         let (id, _) = access.redeem(used.rsplit('=').next().unwrap()).unwrap();
-        let unused = access.link(false).unwrap().url;
+        let unused = access.link(false, None).unwrap().url;
         assert_eq!(access.revoke(), (1, 1));
         assert!(access.session(&id).is_none());
         assert!(access.redeem(unused.rsplit('=').next().unwrap()).is_none());
@@ -230,13 +250,13 @@ mod tests {
         access
             .serve_at("0.0.0.0:8787".parse().unwrap(), &[])
             .unwrap();
-        let refused = access.link(false).unwrap_err();
+        let refused = access.link(false, None).unwrap_err();
         assert!(
             refused.starts_with("the approval page is served on 0.0.0.0:8787 over plain HTTP")
                 && refused.contains("`switchboard ui --public`"),
             "{refused}"
         );
-        let link = access.link(true).unwrap();
+        let link = access.link(true, None).unwrap();
         assert!(
             link.url.starts_with("http://127.0.0.1:8787/ui/login?code="),
             "{}",
@@ -256,7 +276,7 @@ mod tests {
         access
             .serve_at("[::]:8787".parse().unwrap(), &proxies)
             .unwrap();
-        let link = access.link(false).unwrap();
+        let link = access.link(false, None).unwrap();
         assert!(
             link.url.starts_with("http://[::1]:8787/ui/login?code="),
             "{}",
@@ -266,10 +286,10 @@ mod tests {
         access
             .serve_at("192.0.2.7:8787".parse().unwrap(), &[])
             .unwrap();
-        assert!(access.link(false).is_err());
+        assert!(access.link(false, None).is_err());
         assert!(
             access
-                .link(true)
+                .link(true, None)
                 .unwrap()
                 .url
                 .starts_with("http://192.0.2.7:8787/")

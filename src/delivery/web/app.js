@@ -79,11 +79,22 @@ async function answer(c, id, decision) {
   refetch();
 }
 
+// Who answered, as `By`'s Display in the daemon shows it.
+function who(by) {
+  if (!by || typeof by !== "object") return `${by}`;
+  switch (by.kind) {
+    case "user": return by.name || `uid ${by.id}`;
+    case "link": return by.name ? `page link "${by.name}"` : `page link ${by.id}`;
+    case "slack": return by.name ? `@${by.name}` : `Slack user ${by.id}`;
+    default: return by.id;
+  }
+}
+
 function closedLine(x) {
   let how = x.state;
   if (x.state === "expired") how = "expired unanswered";
   else if (x.state === "resolved") how = `${x.reason || "resolved"} before anyone answered`;
-  else if (x.via) how = `${x.state} via ${x.via} by ${x.by}${x.reason ? ` (${x.reason})` : ""}`;
+  else if (x.via) how = `${x.state} via ${x.via} by ${who(x.by)}${x.reason ? ` (${x.reason})` : ""}`;
   const li = el("li");
   li.dataset.id = x.id;
   li.append(el("span", "when", timeOnly(x.at)), document.createTextNode(`#${x.id} [${x.rule}] ${how}`));
@@ -157,7 +168,7 @@ function activity(text) {
 function describe(e) {
   switch (e.event) {
     case "queued": return `queued #${e.item.action_id} [${e.item.rule}] ${e.item.kind}`;
-    case "answered": return `${e.state} #${e.id} [${e.rule}]${e.via ? " via " + e.via : ""} by ${e.by}`;
+    case "answered": return `${e.state} #${e.id} [${e.rule}]${e.via ? " via " + e.via : ""} by ${who(e.by)}`;
     case "expired": return `expired #${e.id} [${e.rule}] unanswered`;
     case "resolved": return `resolved #${e.id} [${e.rule}] by message seq ${e.by_seq}`;
     case "claimed": return `claimed #${e.id} by ${e.consumer}`;

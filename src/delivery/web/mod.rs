@@ -40,6 +40,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::actions::By;
 use crate::actions::Via;
 use crate::auth::{Origin, same_secret};
 use crate::control::ops::{Closed, Confirm, Decision, List, Pending};
@@ -338,9 +339,10 @@ const CONFIRM_BODY_LIMIT: usize = 4096;
 /// headers before the body is read.
 async fn confirm(State(web): State<Arc<Web>>, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
-    if let Some(refused) = confirm_refusal(&web, &parts.headers, &parts.extensions) {
-        return refused;
-    }
+    let session = match confirm_refusal(&web, &parts.headers, &parts.extensions) {
+        Ok(session) => session,
+        Err(refused) => return refused,
+    };
     let Ok(body) = axum::body::to_bytes(body, CONFIRM_BODY_LIMIT).await else {
         return refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -355,15 +357,20 @@ async fn confirm(State(web): State<Arc<Web>>, request: axum::extract::Request) -
             "expected {\"id\": N, \"decision\": \"approve\" or \"deny\"}",
         );
     };
-    answer_confirm(&web, answer).await
+    answer_confirm(&web, answer, session.by).await
 }
 
-/// The refusal of a request that may not answer a confirm, from its headers alone; none when
-/// it carries what it must: a session, no other site's origin, the session's CSRF token, a JSON
-/// body.
-fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> Option<Response> {
+/// The session of a request that may answer a confirm, or the refusal of one that may not,
+/// from its headers alone: it must carry a session, no other site's origin, the session's CSRF
+/// token, a JSON body.
+#[allow(clippy::result_large_err)] // once per request, and the refusal is its response
+fn confirm_refusal(
+    web: &Web,
+    headers: &HeaderMap,
+    extensions: &Extensions,
+) -> Result<WebSession, Response> {
     let Some(session) = session(web, headers, extensions) else {
-        return Some(signed_out());
+        return Err(signed_out());
     };
     // Every browser the page runs in says where a request comes from; one that does not say
     // it comes from the page itself answers nothing (issue 47: with neither this nor `Origin`
@@ -371,14 +378,14 @@ fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> O
     match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
         Some("same-origin") => {}
         Some(_) => {
-            return Some(refusal(
+            return Err(refusal(
                 StatusCode::FORBIDDEN,
                 "cross_site",
                 "a request from another site cannot answer a confirm",
             ));
         }
         None => {
-            return Some(refusal(
+            return Err(refusal(
                 StatusCode::FORBIDDEN,
                 "cross_site",
                 "an answer must come from the approval page: the request has no \
@@ -401,7 +408,7 @@ fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> O
             .flatten()
             .any(|host| origin.as_ref().is_some_and(|o| o.is_host(host)));
         if !same_site {
-            return Some(refusal(
+            return Err(refusal(
                 StatusCode::FORBIDDEN,
                 "cross_site",
                 "a request from another site cannot answer a confirm",
@@ -413,7 +420,7 @@ fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> O
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if !same_secret(token, &session.csrf) {
-        return Some(refusal(
+        return Err(refusal(
             StatusCode::FORBIDDEN,
             "csrf",
             "missing or wrong `X-CSRF-Token`; reload the page",
@@ -424,17 +431,18 @@ fn confirm_refusal(web: &Web, headers: &HeaderMap, extensions: &Extensions) -> O
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if !is_json {
-        return Some(refusal(
+        return Err(refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             "send `Content-Type: application/json`",
         ));
     }
-    None
+    Ok(session)
 }
 
-/// Records the answer of a confirm that [`confirm_refusal`] let through.
-async fn answer_confirm(web: &Web, answer: ConfirmBody) -> Response {
+/// Records the answer of a confirm that [`confirm_refusal`] let through, given by the browser
+/// signed in as `by`.
+async fn answer_confirm(web: &Web, answer: ConfirmBody, by: By) -> Response {
     let Some(decision) = Decision::parse(&answer.decision) else {
         return refusal(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -447,7 +455,7 @@ async fn answer_confirm(web: &Web, answer: ConfirmBody) -> Response {
         .call(Confirm {
             id: answer.id,
             decision,
-            by: "web".into(),
+            by,
             claim_for: None,
             via: Some(Via::Web),
         })
