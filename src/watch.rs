@@ -96,13 +96,14 @@ pub fn spawn(watched: Watched) -> anyhow::Result<()> {
     let names: Names = Arc::default();
     let watcher = {
         let names = names.clone();
-        dir::recommended(Box::new(move |changed| {
+        let on_event: dir::OnEvent = Box::new(move |changed| {
             for (name, which) in names.read().unwrap().iter() {
                 if names_it(changed, name) {
                     let _ = tx.send(*which);
                 }
             }
-        }))?
+        });
+        dir::recommended(on_event, &watched.tasks)?
     };
     let mut targets = Targets::new(watcher, dir.clone(), names, &path, &config_path)?;
     targets.refresh(&path, &config_path);

@@ -17,6 +17,7 @@ mod integration {
     mod first_hour;
     mod hooks;
     mod hostile;
+    mod house;
     mod inbox;
     mod ingest;
     mod jetstream;

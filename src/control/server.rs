@@ -109,6 +109,8 @@ struct Room {
     front_ends: Arc<Semaphore>,
     operators: Arc<Semaphore>,
     listeners: DaemonListeners,
+    /// The daemon's tasks: each connection, its writer and its feed.
+    tasks: TaskTracker,
 }
 
 /// Accepts connections on `listener`, bound at `path`, until the daemon shuts down; binds the
@@ -127,6 +129,7 @@ pub async fn serve(
         front_ends: Arc::new(Semaphore::new(MAX_FRONT_ENDS)),
         operators: Arc::new(Semaphore::new(MAX_OPERATORS)),
         listeners,
+        tasks: tasks.clone(),
     });
     let shutdown = local.shutdown().clone();
     let mut ours = inode(&path);
@@ -312,24 +315,26 @@ async fn handle(
         listeners: room.listeners.clone(),
     });
     write_line(&mut write, &welcome).await?;
-    connection(local, read, write, hello, peer).await;
+    connection(local, read, write, hello, peer, &room.tasks).await;
     Ok(())
 }
 
-/// Serves one connection until its client hangs up or the daemon stops.
+/// Serves one connection until its client hangs up or the daemon stops; its writer and feed
+/// run on `tasks` and end with it. Its calls run on a tracker of its own, which it waits for.
 async fn connection(
     local: Local,
     mut read: BufReader<OwnedReadHalf>,
     write: OwnedWriteHalf,
     hello: Hello,
     peer: Option<u32>,
+    tasks: &TaskTracker,
 ) {
     let shutdown = local.shutdown().clone();
     let (tx, rx) = mpsc::channel::<Down>(1024);
     let gone = CancellationToken::new();
-    let writer = tokio::spawn(write_all(write, rx, gone.clone()));
+    let writer = tasks.spawn(write_all(write, rx, gone.clone()));
     let feed = hello.feed.then(|| {
-        tokio::spawn(forward_feed(
+        tasks.spawn(forward_feed(
             local.clone(),
             hello.suppressions,
             hello.role == Role::FrontEnd,

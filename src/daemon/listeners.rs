@@ -223,7 +223,7 @@ impl Component for Arc<Listeners> {
         let mut endpoint = self.endpoint.lock().unwrap();
         if let Some((address, listener)) = take(&self.ingest) {
             let mut router = crate::sources::http::router(cx.source(), self.live.clone()).merge(
-                crate::delivery::web::router(cx.api.clone(), self.web.clone()),
+                crate::delivery::web::router(cx.api.clone(), self.web.clone(), cx.tasks.clone()),
             );
             for routes in &self.routes {
                 router = router.merge(routes.clone());

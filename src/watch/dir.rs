@@ -29,12 +29,19 @@ pub trait DirWatch: Send {
 }
 
 /// The watch for this platform: inotify on Linux, notify's recommended watcher elsewhere.
-/// On Linux it must be made inside a tokio runtime (it reads its events on a task).
-pub fn recommended(on_event: OnEvent) -> anyhow::Result<Box<dyn DirWatch>> {
+/// On Linux it must be made inside a tokio runtime: it reads its events on a task of `tasks`
+/// (aborted when the watch is dropped).
+pub fn recommended(
+    on_event: OnEvent,
+    tasks: &tokio_util::task::TaskTracker,
+) -> anyhow::Result<Box<dyn DirWatch>> {
     #[cfg(target_os = "linux")]
-    let watch = linux::Inotify::new(on_event)?;
+    let watch = linux::Inotify::new(on_event, tasks)?;
     #[cfg(not(target_os = "linux"))]
-    let watch = Portable::new(on_event)?;
+    let watch = {
+        let _ = tasks;
+        Portable::new(on_event)?
+    };
     Ok(Box::new(watch))
 }
 
@@ -113,11 +120,14 @@ mod linux {
     }
 
     impl Inotify {
-        pub fn new(on_event: OnEvent) -> anyhow::Result<Inotify> {
+        pub fn new(
+            on_event: OnEvent,
+            tasks: &tokio_util::task::TaskTracker,
+        ) -> anyhow::Result<Inotify> {
             let inotify = inotify::Inotify::init()?;
             let watches = inotify.watches();
             let mut events = inotify.into_event_stream([0u8; 4096])?;
-            let reader = tokio::spawn(async move {
+            let reader = tasks.spawn(async move {
                 while let Some(event) = events.next().await {
                     let event = match event {
                         Ok(event) => event,
@@ -205,6 +215,11 @@ mod tests {
         }
     }
 
+    /// The platform's watch, its reader on a tracker of its own.
+    fn native(on: OnEvent) -> anyhow::Result<Box<dyn DirWatch>> {
+        recommended(on, &tokio_util::task::TaskTracker::new())
+    }
+
     /// A watch made by `make` on a new directory, and what it reports.
     fn watching(
         make: fn(OnEvent) -> anyhow::Result<Box<dyn DirWatch>>,
@@ -255,7 +270,7 @@ mod tests {
     /// runtime with workers: the test blocks its own thread while inotify's task reads.)
     #[tokio::test(flavor = "multi_thread")]
     async fn saves_renames_and_removes_are_reported_by_name() {
-        for make in [recommended, |on: OnEvent| {
+        for make in [native, |on: OnEvent| {
             Ok(Box::new(Portable::new(on)?) as Box<dyn DirWatch>)
         }] {
             let (dir, _watch, rx) = watching(make);
@@ -283,7 +298,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test(flavor = "multi_thread")]
     async fn writes_to_a_file_held_open_are_reported_once_it_is_closed() {
-        let (dir, mut watch, rx) = watching(recommended);
+        let (dir, mut watch, rx) = watching(native);
         let mut journal = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

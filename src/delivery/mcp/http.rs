@@ -96,8 +96,11 @@ impl HttpSession {
         let ended = self.ended.clone();
         let closed = self.closed.clone();
         let ending = self.ending.clone();
+        let tasks = link.tasks().clone();
         let link = link.clone();
-        tokio::spawn(async move {
+        // Ends with the session or the shutdown (`ended` is the shutdown's child), then waits
+        // at most `RELEASE_GRACE`.
+        tasks.spawn(async move {
             tokio::select! {
                 _ = ended.cancelled() => link.end(),
                 _ = link.ended().cancelled() => {}

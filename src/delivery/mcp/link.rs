@@ -140,6 +140,11 @@ impl SessionLink {
         &self.ended
     }
 
+    /// The daemon's task tracker, where the session's own tasks run.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
     /// Fires once the link is dropped, that is once the session's server (and with it its
     /// transport's buffers) is gone.
     pub fn released(&self) -> CancellationToken {

@@ -78,10 +78,13 @@ const RECENT: usize = 20;
 struct Web {
     api: Local,
     access: Arc<WebAccess>,
+    /// Where each page's event stream runs (it ends with the page or the shutdown).
+    tasks: tokio_util::task::TaskTracker,
 }
 
-/// The `/ui` routes, answering through `api`, letting in whom `access` knows.
-pub fn router(api: Local, access: Arc<WebAccess>) -> Router {
+/// The `/ui` routes, answering through `api`, letting in whom `access` knows; the event
+/// streams run on `tasks`.
+pub fn router(api: Local, access: Arc<WebAccess>, tasks: tokio_util::task::TaskTracker) -> Router {
     Router::new()
         .route("/ui", get(page))
         .route("/ui/", get(page))
@@ -91,7 +94,7 @@ pub fn router(api: Local, access: Arc<WebAccess>) -> Router {
         .route("/ui/api/state", get(state))
         .route("/ui/api/events", get(events))
         .route("/ui/api/confirm", post(confirm))
-        .with_state(Arc::new(Web { api, access }))
+        .with_state(Arc::new(Web { api, access, tasks }))
 }
 
 /// The headers every `/ui` answer carries: nothing cached, not framed, no referrer, only our
@@ -271,7 +274,7 @@ async fn events(State(web): State<Arc<Web>>, headers: HeaderMap, ext: Extensions
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
     let api = web.api.clone();
-    tokio::spawn(async move {
+    web.tasks.spawn(async move {
         let mut feed = api.subscribe();
         let mut last = feed.committed.borrow_and_update();
         let shutdown = api.shutdown().clone();
