@@ -8,11 +8,12 @@
 //! `actions.jsonl` and shown by `pending --closed`, `watch` and the page; in JSON it is an
 //! object `{"kind", "id", "name"}`.
 
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Who answered.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+/// Who answered. Read also from a bare name, as a daemon older than the object sent it
+/// (`"cli"`, `"claude-code#2"`): a client of that name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "ByWire")]
 pub struct By {
     /// What sort of answerer `id` names.
     pub kind: ByKind,
@@ -24,7 +25,7 @@ pub struct By {
 }
 
 /// The sorts of answerer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ByKind {
     /// An operating-system user at a terminal: `id` the uid, `name` the login.
@@ -39,6 +40,28 @@ pub enum ByKind {
     Host,
     /// A Slack user who clicked a button: `id` the user id (`U…`), `name` their name.
     Slack,
+}
+
+/// What `by` may be on the wire: the object, or a bare name from an older daemon.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ByWire {
+    Object {
+        kind: ByKind,
+        id: String,
+        #[serde(default)]
+        name: Option<String>,
+    },
+    Name(String),
+}
+
+impl From<ByWire> for By {
+    fn from(wire: ByWire) -> By {
+        match wire {
+            ByWire::Object { kind, id, name } => By::new(kind, id, name),
+            ByWire::Name(name) => By::new(ByKind::Client, name, None),
+        }
+    }
 }
 
 impl By {
@@ -100,6 +123,9 @@ mod tests {
         );
         let back: By = serde_json::from_str(r#"{"kind":"client","id":"claude-code#2"}"#).unwrap();
         assert_eq!(back.to_string(), "claude-code#2");
+        let older: By = serde_json::from_str(r#""cli""#).unwrap();
+        assert_eq!(older.to_string(), "cli", "an older daemon's bare name still reads");
+        assert!(serde_json::from_str::<By>(r#"{"kind":"robot","id":"x"}"#).is_err());
     }
 
     #[test]
