@@ -52,6 +52,21 @@ pub trait Replier: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Sent, ApiError>>;
 }
 
+/// The MCP Events webhook subscriptions: what `events/subscribe` and `events/unsubscribe`
+/// reach (the daemon's webhook part checks endpoints, keeps subscriptions and delivers).
+pub trait EventHooks: Send + Sync + 'static {
+    /// Makes or refreshes a subscription (its start already found by the operation).
+    fn subscribe(
+        &self,
+        request: super::ops::EventsSubscribe,
+    ) -> BoxFuture<'_, Result<super::ops::Subscribed, ApiError>>;
+    /// Ends a subscription.
+    fn unsubscribe(
+        &self,
+        request: super::ops::EventsUnsubscribe,
+    ) -> BoxFuture<'_, Result<(), ApiError>>;
+}
+
 /// The approval page's one-time links (`switchboard ui`).
 pub trait WebLinks: Send + Sync + 'static {
     /// A fresh one-time link to the page, or why there is none: the page is not served, or
@@ -125,6 +140,7 @@ pub struct Parts {
     /// Reloads of the home's files, for `watch`.
     reloads: tokio::sync::broadcast::Sender<super::ops::Reloaded>,
     repliers: BTreeMap<String, Arc<dyn Replier>>,
+    hooks: Option<Arc<dyn EventHooks>>,
 }
 
 impl Parts {
@@ -140,12 +156,19 @@ impl Parts {
             web: None,
             reloads: tokio::sync::broadcast::channel(16).0,
             repliers: BTreeMap::new(),
+            hooks: None,
         }
     }
 
     /// Messages from server `server` are answered by `replier`.
     pub fn replier(mut self, server: &str, replier: Arc<dyn Replier>) -> Parts {
         self.repliers.insert(server.to_string(), replier);
+        self
+    }
+
+    /// The MCP Events webhook subscriptions.
+    pub fn event_hooks_by(mut self, hooks: Arc<dyn EventHooks>) -> Parts {
+        self.hooks = Some(hooks);
         self
     }
 
@@ -200,6 +223,11 @@ impl Parts {
     /// The approval page's links, when the daemon serves it.
     pub(in crate::control) fn web_links(&self) -> Option<&Arc<dyn WebLinks>> {
         self.web.as_ref()
+    }
+
+    /// The MCP Events webhook subscriptions, when the daemon delivers webhooks.
+    pub(in crate::control) fn event_hooks(&self) -> Option<&Arc<dyn EventHooks>> {
+        self.hooks.as_ref()
     }
 
     /// The upstream tools, when the daemon has any.
@@ -269,6 +297,7 @@ impl Local {
                 elicitation: true,
                 permission_relay: false,
                 delivery_grace_ms: 2000,
+            events_heartbeat_ms: crate::control::wire::events_heartbeat_ms(),
             }),
         )
     }

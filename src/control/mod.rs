@@ -25,6 +25,7 @@
 //! inbox or the lifecycle themselves. Errors are one type, [`ApiError`], local and remote
 //! alike.
 
+pub mod events;
 pub mod local;
 pub mod ops;
 pub mod peer;
@@ -49,7 +50,7 @@ use crate::home::Home;
 use crate::inbox::{Appended, Inbox, InboxError, SeqReceiver, StateStore};
 use crate::metrics::Metrics;
 
-pub use local::{Local, Parts, Relay, Replier, ToolHub, WebLink, WebLinks};
+pub use local::{EventHooks, Local, Parts, Relay, Replier, ToolHub, WebLink, WebLinks};
 pub use ops::Call;
 pub use refused::{RefusalCode, Refused};
 pub use server::bind;

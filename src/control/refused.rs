@@ -93,6 +93,10 @@ pub struct Refused {
     pub code: RefusalCode,
     /// Why, for people: what was refused, the cause after a colon, a hint after a semicolon.
     pub message: String,
+    /// What a program branches on beyond the code, when the refusal says more (which limit,
+    /// which feature, which failure category): the MCP events methods' typed error `data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
 }
 
 impl Refused {
@@ -101,7 +105,14 @@ impl Refused {
         Refused {
             code,
             message: message.to_string(),
+            data: None,
         }
+    }
+
+    /// The same refusal, carrying `data`.
+    pub fn with_data(mut self, data: serde_json::Value) -> Refused {
+        self.data = Some(data);
+        self
     }
 }
 

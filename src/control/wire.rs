@@ -162,6 +162,10 @@ pub struct FrontendSettings {
     /// there once a result carrying work left (absent from an older daemon: 2000).
     #[serde(default = "delivery_grace_ms")]
     pub delivery_grace_ms: u64,
+    /// `mcp.events.heartbeat`, in milliseconds: the longest an `events/stream` stays silent
+    /// (absent from an older daemon: 25000).
+    #[serde(default = "events_heartbeat_ms")]
+    pub events_heartbeat_ms: u64,
 }
 
 impl FrontendSettings {
@@ -169,6 +173,11 @@ impl FrontendSettings {
     pub fn delivery_grace(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.delivery_grace_ms)
     }
+}
+
+/// `events_heartbeat_ms` when a daemon's settings do not say.
+pub fn events_heartbeat_ms() -> u64 {
+    25_000
 }
 
 /// `delivery_grace_ms` when a daemon's settings do not say.

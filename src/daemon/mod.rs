@@ -201,6 +201,7 @@ fn own_parts(
         elicitation: config.mcp.elicitation,
         permission_relay: config.mcp.permission_relay,
         delivery_grace_ms: config.mcp.delivery_grace.as_millis() as u64,
+        events_heartbeat_ms: config.mcp.events.heartbeat.as_millis() as u64,
     })
     .daemon(DaemonInfo {
         started: chrono::Utc::now(),

@@ -586,6 +586,23 @@ impl Inbox {
         }
     }
 
+    /// Whether every committed message after `after` is still readable: the ring holds the
+    /// one after it, or the journal's oldest record is not later than it. A reader whose cursor
+    /// is older than what is kept (the journal rotated past it) missed messages.
+    pub async fn holds_after(&self, after: Seq) -> bool {
+        {
+            let ring = self.inner.ring.lock().unwrap();
+            let first = ring.messages.front().map_or(Seq::MAX, |m| m.seq);
+            if first <= after + 1 {
+                return true;
+            }
+        }
+        match self.inner.log.read_after(0, 1, None).await {
+            Ok((oldest, _)) => oldest.first().is_none_or(|m| m.seq <= after + 1),
+            Err(_) => true,
+        }
+    }
+
     /// Current counters.
     pub fn stats(&self) -> InboxStats {
         let (ring_depth, ring_bytes) = {

@@ -10,6 +10,7 @@
 mod compile;
 mod content;
 mod error;
+pub mod filter;
 pub mod file;
 pub mod interval;
 pub mod matcher;
@@ -26,6 +27,7 @@ use chrono::{DateTime, Utc};
 pub use content::ContentRegex;
 pub(crate) use error::suggest;
 pub use error::{ErrorCode, LoadError, RuleError};
+pub use filter::{MessageFilter, RawFilter};
 pub use file::{RawFile, RawRule};
 pub use interval::{NamedIntervals, TimeInterval, time_zone};
 pub use matcher::{MatchOp, Matcher};

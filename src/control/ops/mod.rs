@@ -147,6 +147,12 @@ ops! {
     ToolRan => tool_ran::ToolRan,
     /// Answer a message in the conversation it came from.
     Reply => reply::Reply,
+    /// MCP Events: the occurrences after a cursor (`events/poll`, a stream's turn).
+    EventsPoll => events_poll::EventsPoll,
+    /// MCP Events: make or refresh a webhook subscription.
+    EventsSubscribe => events_subscribe::EventsSubscribe,
+    /// MCP Events: end a webhook subscription.
+    EventsUnsubscribe => events_unsubscribe::EventsUnsubscribe,
 }
 
 fn encode<T: Serialize>(reply: Result<T, ApiError>) -> Result<Box<RawValue>, ApiError> {

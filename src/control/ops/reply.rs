@@ -156,6 +156,7 @@ mod tests {
             elicitation: false,
             permission_relay: false,
             delivery_grace_ms: 2000,
+            events_heartbeat_ms: crate::control::wire::events_heartbeat_ms(),
         })
         .replier("teams", Arc::new(Echo));
         let local = Local::new(core, parts);

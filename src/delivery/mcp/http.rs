@@ -4,6 +4,8 @@
 //!   loopback only), and `Origin`: absent is fine, present must be a loopback origin or one in
 //!   `mcp.allowedOrigins` (else 403), against DNS rebinding from a browser;
 //! - **`server/discover`**, refused with -32601 before rmcp answers it;
+//! - **`events/stream`** (MCP Events), answered here with its own SSE response, so that its
+//!   notifications ride the request and closing the request ends the stream;
 //! - **session ends**: `DELETE` of a known session ends it (its waits return empty at once, its
 //!   claims go back to the queue) and answers 200; an unknown session answers 404;
 //! - **abandoned sessions**: a session with no request in progress and no open stream for
@@ -405,6 +407,8 @@ fn carries_response(frame: &[u8]) -> bool {
 
 /// What the guard checks and remembers.
 struct Guard {
+    /// `events/stream`, answered here.
+    streams: super::events::HttpStreams,
     body_limit: usize,
     bearer: Bearer,
     origins: Vec<String>,
@@ -481,6 +485,11 @@ pub fn router(local: Local, access: Access, tasks: tokio_util::task::TaskTracker
     sessions.session_config.keep_alive = None;
     let sessions = Arc::new(sessions);
     let guard = Arc::new(Guard {
+        streams: super::events::HttpStreams {
+            api: crate::backend::Api::Local(local.clone()),
+            tasks: tasks.clone(),
+            shutdown: shutdown.clone(),
+        },
         body_limit,
         bearer: access.bearer,
         origins: access.origins,
@@ -666,6 +675,10 @@ async fn post(
         }
         _ => None,
     };
+    if method == Some("events/stream") && is_request && known.is_some() {
+        // Answered here, on this request's own stream (see `super::events`).
+        return g.streams.answer(&message).await;
+    }
     let guard = is_request.then(RequestGuard::new);
     if let Some(guard) = &guard {
         parts.extensions.insert(guard.clone());

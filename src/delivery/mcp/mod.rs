@@ -26,6 +26,7 @@
 //! versions are capped at 2025-11-25 for the same reason.
 
 pub mod elicit;
+pub mod events;
 pub mod http;
 mod link;
 mod push;
@@ -89,6 +90,8 @@ pub struct McpSettings {
     /// again marked `redelivered` (see [`SessionLink`]).
     #[serde(with = "crate::duration::text")]
     pub delivery_grace: std::time::Duration,
+    /// The MCP Events extension (`events`): see [`events::EventsSettings`].
+    pub events: events::EventsSettings,
 }
 
 impl Default for McpSettings {
@@ -102,6 +105,7 @@ impl Default for McpSettings {
             elicitation: true,
             permission_relay: false,
             delivery_grace: std::time::Duration::from_secs(2),
+            events: events::EventsSettings::default(),
         }
     }
 }
@@ -336,7 +340,14 @@ pub fn server_config() -> ServerConfig {
     resources.subscribe = Some(true);
     resources.list_changed = Some(false);
     caps.resources = Some(resources);
-    caps.experimental = Some([("claude/channel".to_string(), Default::default())].into());
+    caps.experimental = Some(
+        [
+            ("claude/channel".to_string(), Default::default()),
+            ("events".to_string(), events::capability()),
+        ]
+        .into(),
+    );
+    caps.extensions = Some([("events".to_string(), events::capability())].into());
     let mut info = InitializeResult::new(caps);
     info.protocol_version = ProtocolVersion::V_2025_11_25;
     let mut implementation = Implementation::new("switchboard", env!("CARGO_PKG_VERSION"));
@@ -369,6 +380,14 @@ impl ServerHandler for McpServer {
         }
         self.relay_permission(notification.params, context.peer)
             .await;
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        events::handle(&self.api, request, context).await
     }
 
     async fn on_cancelled(
