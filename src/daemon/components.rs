@@ -147,6 +147,27 @@ impl Component for TeamsSource {
     }
 }
 
+/// MCP Events webhook subscriptions (`mcp.events`): `events/subscribe` reaches them, and each
+/// delivers from the inbox on its own.
+pub struct EventWebhooks(pub crate::delivery::webhook::Webhooks);
+
+impl Component for EventWebhooks {
+    type Settings = ();
+    const KEYS: &'static [&'static str] = &[];
+
+    fn settings(_: &Config) {}
+
+    fn report(&self, parts: Parts) -> Parts {
+        self.0.parts(parts)
+    }
+
+    fn start(&self, cx: &Context, (): ()) -> anyhow::Result<()> {
+        let api = crate::backend::Api::Local(cx.api.clone());
+        self.0.start(api, cx.tasks.clone(), cx.shutdown().clone());
+        Ok(())
+    }
+}
+
 /// A shared stream (`jetstream`), when there is one: appends go there, and its consumer stores
 /// here what every instance appended.
 pub struct SharedStream(Option<JetStream>);

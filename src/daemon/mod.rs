@@ -41,7 +41,7 @@ use crate::control::{DaemonListeners, FrontendSettings, Local, Parts};
 use crate::delivery::exec::Exec;
 use crate::sources::upstream::Upstreams;
 use component::{Components, Context, Running};
-use components::{ControlSocket, Queues, Schedules, SharedStream, TeamsSource};
+use components::{ControlSocket, EventWebhooks, Queues, Schedules, SharedStream, TeamsSource};
 pub use listeners::{ListenerState, Listeners};
 
 /// How long shutdown waits for tasks before it gives up on them.
@@ -103,6 +103,11 @@ pub async fn run(
             .with(Upstreams::default())
             .with(Schedules)
             .with(teams)
+            .with(EventWebhooks(crate::delivery::webhook::Webhooks::new(
+                config.mcp.events.clone(),
+                config.http.disable_auth,
+                Some(&home),
+            )))
             .with(SharedStream::connect(config.jetstream.clone(), &home, &core).await?)
             .with(ControlSocket {
                 lock: lock.clone(),

@@ -54,6 +54,16 @@ pub struct EventsSettings {
     /// The shortest TTL granted (`minTtl`, default `"1s"`): shorter suggestions are raised.
     #[serde(with = "crate::duration::text")]
     pub min_ttl: Duration,
+    /// The first wait before a failed webhook delivery is tried again (`retryFirst`, default
+    /// `"1s"`); it doubles up to `retryMax` (default `"5m"`), with full jitter.
+    #[serde(with = "crate::duration::text")]
+    pub retry_first: Duration,
+    /// The longest wait between tries (`retryMax`).
+    #[serde(with = "crate::duration::text")]
+    pub retry_max: Duration,
+    /// Tries of one occurrence before delivery is suspended until the next refresh
+    /// (`maxAttempts`, default 8).
+    pub max_attempts: u32,
 }
 
 impl Default for EventsSettings {
@@ -65,6 +75,9 @@ impl Default for EventsSettings {
             default_ttl: Duration::from_secs(3600),
             max_ttl: Duration::from_secs(7 * 86_400),
             min_ttl: Duration::from_secs(1),
+            retry_first: Duration::from_secs(1),
+            retry_max: Duration::from_secs(300),
+            max_attempts: 8,
         }
     }
 }
