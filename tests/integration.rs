@@ -12,6 +12,7 @@ mod integration {
     mod control;
     mod daemon;
     mod docs;
+    mod events;
     mod exec;
     mod faults;
     mod first_hour;

@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 use super::{ApiError, RefusalCode, Refused};
 use crate::message::{Message, MessageView, Seq};
 
+/// `events_poll` calls answered (each turn of a stream or webhook included), for `stats`.
+pub static POLLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The event type of every message that lands in the inbox.
 pub const MESSAGE_EVENT: &str = "switchboard.message";
 

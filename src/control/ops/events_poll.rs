@@ -101,6 +101,7 @@ impl Op for EventsPoll {
 
     async fn apply(self, cx: &Ctx<'_>) -> Result<EventsPage, ApiError> {
         let filter = self.filter()?;
+        crate::control::events::POLLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let inbox = cx.inbox();
         let Some(cursor) = &self.cursor else {
             // Null: from now. No events; the position to resume from.
@@ -152,11 +153,7 @@ struct Scan {
 impl Scan {
     fn page(self, truncated: bool) -> EventsPage {
         EventsPage {
-            events: self
-                .events
-                .into_iter()
-                .map(|e| Occurrence { cursor: None, ..e })
-                .collect(),
+            events: self.events,
             cursor: Some(cursor_of(self.pos)),
             truncated,
             has_more: self.has_more,

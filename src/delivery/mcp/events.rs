@@ -198,6 +198,25 @@ fn meta(mut params: Value, sub: &Value) -> Value {
     params
 }
 
+/// Push streams open in this process (in the daemon: its HTTP streams), for `stats`.
+pub static OPEN_STREAMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts one open stream while it lives.
+struct Open;
+
+impl Open {
+    fn new() -> Open {
+        OPEN_STREAMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Open
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        OPEN_STREAMS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Runs a stream until its client goes (`out` closed): `notifications/events/active`, then
 /// each occurrence as `notifications/events/event` and, after `heartbeat` of silence,
 /// `notifications/events/heartbeat` with the cursor; a failed turn is reported as
@@ -210,6 +229,7 @@ pub async fn pump(
     heartbeat: Duration,
     out: mpsc::Sender<(String, Value)>,
 ) {
+    let _open = Open::new();
     let send = |method: &str, params: Value| {
         let out = out.clone();
         let msg = (format!("notifications/events/{method}"), meta(params, &sub));

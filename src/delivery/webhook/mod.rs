@@ -170,6 +170,8 @@ impl Webhooks {
         let subs = self.inner.subs.lock().unwrap();
         json!({
             "subscriptions": {"webhook": subs.len()},
+            "streams": crate::delivery::mcp::events::OPEN_STREAMS.load(Ordering::Relaxed),
+            "polls": crate::control::events::POLLS.load(Ordering::Relaxed),
             "suspended": subs.values().filter(|s| !s.active).count(),
             "delivered": c.delivered.load(Ordering::Relaxed),
             "failures": c.failures.load(Ordering::Relaxed),
@@ -188,6 +190,10 @@ impl Webhooks {
         out.gauge("switchboard_events_subscriptions", "MCP Events webhook subscriptions, by state")
             .with(&[("mode", "webhook"), ("state", "active")], count(subs - suspended))
             .with(&[("mode", "webhook"), ("state", "suspended")], count(suspended));
+        out.gauge("switchboard_events_streams", "MCP Events push streams open in the daemon (HTTP)")
+            .value(count(crate::delivery::mcp::events::OPEN_STREAMS.load(Ordering::Relaxed)));
+        out.counter("switchboard_events_polls_total", "MCP Events polls answered (each stream turn included)")
+            .value(count(crate::control::events::POLLS.load(Ordering::Relaxed)));
         out.counter("switchboard_events_webhook_deliveries_total", "Occurrences the webhook endpoints took")
             .value(count(c.delivered.load(Ordering::Relaxed)));
         out.counter("switchboard_events_webhook_failures_total", "Webhook delivery attempts that failed")
@@ -331,6 +337,13 @@ impl Webhooks {
                 delivery_status: Some(status),
             });
         }
+        let port = url.port_or_known_default().unwrap_or(443);
+        let why = |(reason, why): (&str, String)| {
+            endpoint_error(reason, format!("events: `delivery.url` \"{}\": {why}", req.delivery.url))
+        };
+        address::resolve(url.host_str().unwrap_or_default(), port, allow)
+            .await
+            .map_err(why)?;
         let max = self.inner.settings.max_subscriptions;
         if self.inner.subs.lock().unwrap().len() >= max {
             return Err(exhausted(
@@ -340,9 +353,7 @@ impl Webhooks {
             ));
         }
         let target = send::Target::new(&url, &id, &secret, allow);
-        send::verify(&target)
-            .await
-            .map_err(|(reason, why)| endpoint_error(reason, format!("events: `delivery.url` \"{}\": {why}", req.delivery.url)))?;
+        send::verify(&target).await.map_err(why)?;
         let sub = Sub {
             id: id.clone(),
             url: req.delivery.url.clone(),
