@@ -297,7 +297,7 @@ impl Local {
                 elicitation: true,
                 permission_relay: false,
                 delivery_grace_ms: 2000,
-            events_heartbeat_ms: crate::control::wire::events_heartbeat_ms(),
+                events_heartbeat_ms: crate::control::wire::events_heartbeat_ms(),
             }),
         )
     }

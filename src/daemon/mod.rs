@@ -100,7 +100,7 @@ pub async fn run(
         let components = Components::default()
             .with(Queues)
             .with(Arc::new(Exec::new(config.exec.clone())))
-            .with(Upstreams::default())
+            .with(Upstreams::in_home(home.dir()))
             .with(Schedules)
             .with(teams)
             .with(EventWebhooks(crate::delivery::webhook::Webhooks::new(

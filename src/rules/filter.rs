@@ -43,10 +43,12 @@ impl MessageFilter {
                 .map_err(|e| format!("`{key}` \"{}\": {e}", p.as_deref().unwrap_or("")))
         };
         let content_regex = match &raw.content_regex {
-            Some(re) => Some(
-                ContentRegex::new(re)
-                    .map_err(|e| format!("`contentRegex` \"{re}\": {}", super::error::regex_reason(&e)))?,
-            ),
+            Some(re) => Some(ContentRegex::new(re).map_err(|e| {
+                format!(
+                    "`contentRegex` \"{re}\": {}",
+                    super::error::regex_reason(&e)
+                )
+            })?),
             None => None,
         };
         let matchers = raw
@@ -106,7 +108,12 @@ mod tests {
             "contentRegex": "disk (full|low)", "matchers": ["severity=~\"crit.*\""],
         }));
         let crit = [("severity", "critical")];
-        assert!(f.is_match(&msg("alertmanager", "alerts/db", "disk full on db-1", &crit)));
+        assert!(f.is_match(&msg(
+            "alertmanager",
+            "alerts/db",
+            "disk full on db-1",
+            &crit
+        )));
         assert!(!f.is_match(&msg("github", "alerts/db", "disk full", &crit)));
         assert!(!f.is_match(&msg("alertmanager", "ci", "disk full", &crit)));
         assert!(!f.is_match(&msg("alertmanager", "alerts/db", "cpu high", &crit)));

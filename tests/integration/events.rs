@@ -36,14 +36,19 @@ impl Session {
             .post(&url)
             .bearer_auth(&token)
             .header("accept", "application/json, text/event-stream")
-            .json(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "events-client", "version": "1"}}}))
+                "clientInfo": {"name": "events-client", "version": "1"}}}),
+            )
             .send()
             .await
             .unwrap();
         assert_eq!(init.status(), 200);
-        let id = init.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        let id = init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let body = init.text().await.unwrap();
         let result = frames(&body).into_iter().find(|v| v["id"] == 0).unwrap();
         // The capability, as the draft shows it (`events: {listChanged: true}`).
@@ -52,7 +57,12 @@ impl Session {
             json!({"listChanged": true}),
             "{result}"
         );
-        let s = Session { http, url, token, id };
+        let s = Session {
+            http,
+            url,
+            token,
+            id,
+        };
         let r = s
             .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .send()
@@ -119,9 +129,15 @@ impl Stream {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "events/stream", "params": params});
         let response = s.post(&body).send().await.unwrap();
         assert_eq!(response.status(), 200);
-        let kind = response.headers()["content-type"].to_str().unwrap().to_string();
+        let kind = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
         assert!(kind.starts_with("text/event-stream"), "{kind}");
-        Stream { response, buffer: String::new() }
+        Stream {
+            response,
+            buffer: String::new(),
+        }
     }
 
     /// The next notification, within `limit`.
@@ -155,7 +171,10 @@ fn start(config: &str) -> Switchboard {
 }
 
 fn append(sb: &Switchboard, messages: Value) {
-    let r = control(sb.home.path(), json!({"op": "append", "messages": messages, "source": "cli"}));
+    let r = control(
+        sb.home.path(),
+        json!({"op": "append", "messages": messages, "source": "cli"}),
+    );
     assert_eq!(r["ok"], true, "{r}");
 }
 
@@ -182,10 +201,16 @@ async fn list_and_poll_resume_exactly_across_a_daemon_restart() {
         assert!(props.contains_key(key), "{key} in {ty}");
     }
     // cursor null = from now: nothing before it comes back.
-    append(&sb, json!([{"server": "test", "channel": "alerts/db", "content": "before"}]));
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "alerts/db", "content": "before"}]),
+    );
     let args = json!({"channel": "alerts/*", "matchers": ["severity=\"critical\""]});
     let first = s
-        .ok("events/poll", json!({"name": "switchboard.message", "arguments": args, "cursor": null}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "arguments": args, "cursor": null}),
+        )
         .await;
     assert_eq!(first["events"], json!([]));
     assert_eq!(first["truncated"], false);
@@ -199,29 +224,43 @@ async fn list_and_poll_resume_exactly_across_a_daemon_restart() {
         }
         m
     };
-    append(&sb, json!([
-        crit("alerts/db", "one", Some("am-fp-1")),
-        crit("ci", "not on the channel", None),
-        {"server": "test", "channel": "alerts/db", "content": "not critical"},
-        crit("alerts/web", "two", None),
-        crit("alerts/db/replica", "three", None),
-    ]));
+    append(
+        &sb,
+        json!([
+            crit("alerts/db", "one", Some("am-fp-1")),
+            crit("ci", "not on the channel", None),
+            {"server": "test", "channel": "alerts/db", "content": "not critical"},
+            crit("alerts/web", "two", None),
+            crit("alerts/db/replica", "three", None),
+        ]),
+    );
     // maxEvents 2: a partial batch, hasMore, an intermediate cursor.
     let page = s
-        .ok("events/poll", json!({"name": "switchboard.message", "arguments": args,
-                                  "cursor": cursor, "maxEvents": 2}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "arguments": args,
+                                  "cursor": cursor, "maxEvents": 2}),
+        )
         .await;
     assert_eq!(contents(&page["events"]), ["one", "two"]);
     assert_eq!(page["hasMore"], true);
     // eventId: the source id where the message has one, else switchboard's.
     assert_eq!(page["events"][0]["eventId"], "am-fp-1");
-    assert!(page["events"][1]["eventId"].as_str().unwrap().starts_with("sb-"));
+    assert!(
+        page["events"][1]["eventId"]
+            .as_str()
+            .unwrap()
+            .starts_with("sb-")
+    );
     assert_eq!(page["events"][0]["name"], "switchboard.message");
     assert!(page["events"][0]["timestamp"].is_string());
     assert!(page["nextPollMs"].as_u64().unwrap() >= 1000);
     cursor = page["cursor"].clone();
     let page = s
-        .ok("events/poll", json!({"name": "switchboard.message", "arguments": args, "cursor": cursor}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "arguments": args, "cursor": cursor}),
+        )
         .await;
     assert_eq!(contents(&page["events"]), ["three"]);
     assert_eq!(page["hasMore"], false);
@@ -234,19 +273,32 @@ async fn list_and_poll_resume_exactly_across_a_daemon_restart() {
     append(&sb, json!([crit("alerts/db", "five", None)]));
     let s = Session::open(&sb).await;
     let page = s
-        .ok("events/poll", json!({"name": "switchboard.message", "arguments": args, "cursor": cursor}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "arguments": args, "cursor": cursor}),
+        )
         .await;
-    assert_eq!(contents(&page["events"]), ["four", "five"], "no gap, no repeat");
+    assert_eq!(
+        contents(&page["events"]),
+        ["four", "five"],
+        "no gap, no repeat"
+    );
     let again = s
-        .ok("events/poll", json!({"name": "switchboard.message", "arguments": args,
-                                  "cursor": page["cursor"]}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "arguments": args,
+                                  "cursor": page["cursor"]}),
+        )
         .await;
     assert_eq!(again["events"], json!([]));
     assert_eq!(again["cursor"], page["cursor"]);
     // maxAgeMs: older occurrences are left out, and the page says so.
     let aged = s
-        .ok("events/poll", json!({"name": "switchboard.message", "arguments": args,
-                                  "cursor": cursor, "maxAgeMs": 0}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "arguments": args,
+                                  "cursor": cursor, "maxAgeMs": 0}),
+        )
         .await;
     assert_eq!(aged["events"], json!([]));
     assert_eq!(aged["truncated"], true);
@@ -256,26 +308,49 @@ async fn list_and_poll_resume_exactly_across_a_daemon_restart() {
 async fn each_drafted_error_code_with_its_typed_data() {
     let sb = start(FAST);
     let s = Session::open(&sb).await;
-    let poll = |args: Value| json!({"name": "switchboard.message", "arguments": args, "cursor": null});
+    let poll =
+        |args: Value| json!({"name": "switchboard.message", "arguments": args, "cursor": null});
     // -32011 NotFound, data.kind "event".
-    let (code, data) = s.refused("events/poll", json!({"name": "email.received", "cursor": null})).await;
+    let (code, data) = s
+        .refused(
+            "events/poll",
+            json!({"name": "email.received", "cursor": null}),
+        )
+        .await;
     assert_eq!((code, data), (-32011, json!({"kind": "event"})));
     // -32602: arguments that do not fit the inputSchema, a cursor switchboard did not give.
-    assert_eq!(s.refused("events/poll", poll(json!({"chanel": "x"}))).await.0, -32602);
-    assert_eq!(s.refused("events/poll", poll(json!({"contentRegex": "("}))).await.0, -32602);
+    assert_eq!(
+        s.refused("events/poll", poll(json!({"chanel": "x"})))
+            .await
+            .0,
+        -32602
+    );
+    assert_eq!(
+        s.refused("events/poll", poll(json!({"contentRegex": "("})))
+            .await
+            .0,
+        -32602
+    );
     let foreign = json!({"name": "switchboard.message", "cursor": "historyId_99842"});
     assert_eq!(s.refused("events/poll", foreign).await.0, -32602);
     // An invalid stream is refused at once, and no stream opens.
-    let r = s.rpc("events/stream", json!({"name": "nope", "cursor": null})).await;
+    let r = s
+        .rpc("events/stream", json!({"name": "nope", "cursor": null}))
+        .await;
     assert_eq!(r["error"]["code"], -32011, "{r}");
     let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    let sub = |url: &str, secret: &str| json!({"name": "switchboard.message", "arguments": {},
-        "delivery": {"mode": "webhook", "url": url, "secret": secret}, "cursor": null});
+    let sub = |url: &str, secret: &str| {
+        json!({"name": "switchboard.message", "arguments": {},
+        "delivery": {"mode": "webhook", "url": url, "secret": secret}, "cursor": null})
+    };
     // -32014 Unsupported: a delivery mode events/subscribe does not take.
     let mut push = sub("https://hooks.example.com/x", secret);
     push["delivery"]["mode"] = json!("push");
     let (code, data) = s.refused("events/subscribe", push).await;
-    assert_eq!((code, data), (-32014, json!({"feature": "deliveryMode", "value": "push"})));
+    assert_eq!(
+        (code, data),
+        (-32014, json!({"feature": "deliveryMode", "value": "push"}))
+    );
     // -32602: not https, plain http to loopback without allowHttpLoopback, a private,
     // link-local, CGNAT or documentation literal, a secret that is not whsec_ + 24-64 bytes.
     for url in [
@@ -287,13 +362,22 @@ async fn each_drafted_error_code_with_its_typed_data() {
         "https://192.0.2.7/x",
         "https://[fd00::1]/x",
     ] {
-        assert_eq!(s.refused("events/subscribe", sub(url, secret)).await.0, -32602, "{url}");
+        assert_eq!(
+            s.refused("events/subscribe", sub(url, secret)).await.0,
+            -32602,
+            "{url}"
+        );
     }
     let short = sub("https://hooks.example.com/x", "whsec_c2hvcnQ=");
     assert_eq!(s.refused("events/subscribe", short).await.0, -32602);
     // -32015: a name that resolves to a refused address (checked on what it resolves to).
-    let (code, data) = s.refused("events/subscribe", sub("https://localhost:9/x", secret)).await;
-    assert_eq!((code, data), (-32015, json!({"reason": "connection_refused"})));
+    let (code, data) = s
+        .refused("events/subscribe", sub("https://localhost:9/x", secret))
+        .await;
+    assert_eq!(
+        (code, data),
+        (-32015, json!({"reason": "connection_refused"}))
+    );
     // -32011 NotFound, data.kind "subscription".
     let unsub = json!({"name": "switchboard.message", "arguments": {},
                        "delivery": {"url": "https://hooks.example.com/x"}});
@@ -310,7 +394,12 @@ async fn webhooks_are_forbidden_without_an_authenticated_principal() {
         "url": "https://hooks.example.com/x", "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}});
     assert_eq!(s.refused("events/subscribe", sub).await.0, -32012);
     // Poll and push still work.
-    let page = s.ok("events/poll", json!({"name": "switchboard.message", "cursor": null})).await;
+    let page = s
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "cursor": null}),
+        )
+        .await;
     assert!(page["cursor"].is_string());
 }
 
@@ -318,19 +407,33 @@ async fn webhooks_are_forbidden_without_an_authenticated_principal() {
 async fn a_stream_over_http_sends_active_events_and_heartbeats_and_ends_when_closed() {
     let sb = start(FAST);
     let s = Session::open(&sb).await;
-    let mut stream = Stream::open(&s, 41, json!({"name": "switchboard.message",
-        "arguments": {"server": "test", "channel": "deploys"}, "cursor": null})).await;
+    let mut stream = Stream::open(
+        &s,
+        41,
+        json!({"name": "switchboard.message",
+        "arguments": {"server": "test", "channel": "deploys"}, "cursor": null}),
+    )
+    .await;
     let active = stream.next(Duration::from_secs(10)).await;
     assert_eq!(active["method"], "notifications/events/active");
     assert_eq!(active["params"]["truncated"], false);
-    assert_eq!(active["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 41);
-    append(&sb, json!([{"server": "test", "channel": "other", "content": "skip"},
-                       {"server": "test", "channel": "deploys", "content": "v2 out", "id": "gh-77"}]));
+    assert_eq!(
+        active["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        41
+    );
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "other", "content": "skip"},
+                       {"server": "test", "channel": "deploys", "content": "v2 out", "id": "gh-77"}]),
+    );
     let event = stream.next(Duration::from_secs(10)).await;
     assert_eq!(event["method"], "notifications/events/event", "{event}");
     assert_eq!(event["params"]["eventId"], "gh-77");
     assert_eq!(event["params"]["data"]["content"], "v2 out");
-    assert_eq!(event["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 41);
+    assert_eq!(
+        event["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        41
+    );
     let after_event = event["params"]["cursor"].clone();
     // Quiet: a heartbeat within the interval (300 ms here), carrying the cursor.
     let beat = stream.next(Duration::from_secs(5)).await;
@@ -338,8 +441,11 @@ async fn a_stream_over_http_sends_active_events_and_heartbeats_and_ends_when_clo
     assert!(beat["params"]["cursor"].is_string());
     // A stream resumed at the event's cursor starts after it.
     let page = s
-        .ok("events/poll", json!({"name": "switchboard.message",
-            "arguments": {"channel": "deploys"}, "cursor": after_event}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message",
+            "arguments": {"channel": "deploys"}, "cursor": after_event}),
+        )
         .await;
     assert_eq!(page["events"], json!([]));
     // Closing the request ends the stream: the daemon stops reading for it.
@@ -376,17 +482,27 @@ fn a_stream_over_stdio_routes_by_subscription_id_and_ends_on_cancelled() {
         }
     });
     let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
-    let next = |what: &str| rx.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("{what}"));
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    let next = |what: &str| {
+        rx.recv_timeout(Duration::from_secs(15))
+            .unwrap_or_else(|_| panic!("{what}"))
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "events-stdio", "version": "1"}}}));
+        "clientInfo": {"name": "events-stdio", "version": "1"}}}),
+    );
     let init = next("initialize");
-    assert_eq!(init["result"]["capabilities"]["experimental"]["events"], json!({"listChanged": true}));
+    assert_eq!(
+        init["result"]["capabilities"]["experimental"]["events"],
+        json!({"listChanged": true})
+    );
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     for id in [7, 8] {
         let channel = if id == 7 { "a" } else { "b" };
-        send(json!({"jsonrpc": "2.0", "id": id, "method": "events/stream", "params": {
-            "name": "switchboard.message", "arguments": {"channel": channel}, "cursor": null}}));
+        send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "events/stream", "params": {
+            "name": "switchboard.message", "arguments": {"channel": channel}, "cursor": null}}),
+        );
     }
     let sub = |v: &Value| v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone();
     let mut active = Vec::new();
@@ -398,7 +514,10 @@ fn a_stream_over_stdio_routes_by_subscription_id_and_ends_on_cancelled() {
     }
     active.sort_by_key(|v| v.as_i64());
     assert_eq!(active, [json!(7), json!(8)]);
-    append(&sb, json!([{"server": "test", "channel": "b", "content": "for eight"}]));
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "b", "content": "for eight"}]),
+    );
     let event = loop {
         let v = next("event");
         if v["method"] == "notifications/events/event" {
@@ -408,7 +527,9 @@ fn a_stream_over_stdio_routes_by_subscription_id_and_ends_on_cancelled() {
     assert_eq!(sub(&event), 8, "{event}");
     assert_eq!(event["params"]["data"]["content"], "for eight");
     // Cancel stream 8: its heartbeats stop; stream 7's go on.
-    send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 8}}));
+    send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 8}}),
+    );
     let quiet_from = Instant::now() + Duration::from_secs(1);
     let mut sevens = 0;
     while sevens < 8 {
@@ -421,7 +542,6 @@ fn a_stream_over_stdio_routes_by_subscription_id_and_ends_on_cancelled() {
             }
         }
     }
-    drop(send);
     let _ = serve.kill();
     let _ = serve.wait();
 }
@@ -431,7 +551,10 @@ fn python() -> Option<PathBuf> {
     static VENV: OnceLock<Option<PathBuf>> = OnceLock::new();
     VENV.get_or_init(|| {
         if on_path("python3").is_none() {
-            assert!(!ci(), "python3 is needed for the webhook receiver, and CI=true");
+            assert!(
+                !ci(),
+                "python3 is needed for the webhook receiver, and CI=true"
+            );
             skip("the MCP Events webhook tests need python3");
             return None;
         }
@@ -446,15 +569,29 @@ fn python() -> Option<PathBuf> {
             return Some(python);
         }
         let _ = std::fs::remove_dir_all(&venv);
-        let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .unwrap();
         assert!(ok.success(), "python3 -m venv failed");
         let pip = run_limited(
             Command::new(&python)
-                .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                ])
                 .arg(format!("standardwebhooks=={STANDARDWEBHOOKS}")),
             Duration::from_secs(600),
         );
-        assert!(pip.status.is_some_and(|s| s.success()), "pip install: {}", pip.describe());
+        assert!(
+            pip.status.is_some_and(|s| s.success()),
+            "pip install: {}",
+            pip.describe()
+        );
         std::fs::write(&stamp, "ok").unwrap();
         Some(python)
     })
@@ -541,58 +678,102 @@ fn subscribe(url: &str, ttl: Value) -> Value {
 async fn webhook_deliveries_are_signed_verified_kept_across_a_restart_and_retried() {
     let Some(python) = python() else { return };
     let hook = Receiver::start(&python, SECRET);
-    let mut sb = start(r#"{"mcp": {"events": {"allowHttpLoopback": true, "heartbeat": "300ms",
-        "retryFirst": "20ms", "retryMax": "100ms", "maxAttempts": 3, "maxSubscriptions": 1}}}"#);
+    let mut sb = start(
+        r#"{"mcp": {"events": {"allowHttpLoopback": true, "heartbeat": "300ms",
+        "retryFirst": "20ms", "retryMax": "100ms", "maxAttempts": 3, "maxSubscriptions": 1}}}"#,
+    );
     let s = Session::open(&sb).await;
     // The endpoint must echo the challenge first.
     hook.mode("noecho");
-    let (code, data) = s.refused("events/subscribe", subscribe(&hook.url, json!(600_000))).await;
-    assert_eq!((code, data), (-32015, json!({"reason": "challenge_failed"})));
+    let (code, data) = s
+        .refused("events/subscribe", subscribe(&hook.url, json!(600_000)))
+        .await;
+    assert_eq!(
+        (code, data),
+        (-32015, json!({"reason": "challenge_failed"}))
+    );
     hook.mode("echo");
-    let granted = s.ok("events/subscribe", subscribe(&hook.url, json!(600_000))).await;
+    let granted = s
+        .ok("events/subscribe", subscribe(&hook.url, json!(600_000)))
+        .await;
     let id = granted["id"].as_str().unwrap().to_string();
     assert!(id.starts_with("sub_"));
     assert!(granted["refreshBefore"].is_string() && granted["cursor"].is_string());
     let verification = &hook.posts()[1];
     assert_eq!(verification["body"]["type"], "verification");
     assert_eq!(verification["verified"], true);
-    assert!(verification["headers"]["webhook-id"].as_str().unwrap().starts_with("msg_verification_"));
+    assert!(
+        verification["headers"]["webhook-id"]
+            .as_str()
+            .unwrap()
+            .starts_with("msg_verification_")
+    );
     // -32013 ResourceExhausted (maxSubscriptions 1), data.limit and data.max.
     let mut other = subscribe(&hook.url, json!(600_000));
     other["arguments"] = json!({"channel": "elsewhere"});
     let (code, data) = s.refused("events/subscribe", other).await;
-    assert_eq!((code, data), (-32013, json!({"limit": "subscriptions", "max": 1})));
+    assert_eq!(
+        (code, data),
+        (-32013, json!({"limit": "subscriptions", "max": 1}))
+    );
 
-    append(&sb, json!([{"server": "test", "channel": "hooks/a", "content": "h1", "id": "src-1"},
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "hooks/a", "content": "h1", "id": "src-1"},
                        {"server": "test", "channel": "elsewhere", "content": "no"},
-                       {"server": "test", "channel": "hooks/b", "content": "h2"}]));
-    eventually(Duration::from_secs(10), "two deliveries", || (hook.delivered().len() == 2).then_some(()));
+                       {"server": "test", "channel": "hooks/b", "content": "h2"}]),
+    );
+    eventually(Duration::from_secs(10), "two deliveries", || {
+        (hook.delivered().len() == 2).then_some(())
+    });
     assert_eq!(hook.delivered(), ["h1", "h2"]);
-    let first = hook.posts().into_iter().find(|p| p["body"]["eventId"] == "src-1").unwrap();
-    assert_eq!(first["headers"]["webhook-id"], "src-1", "webhook-id = eventId");
+    let first = hook
+        .posts()
+        .into_iter()
+        .find(|p| p["body"]["eventId"] == "src-1")
+        .unwrap();
+    assert_eq!(
+        first["headers"]["webhook-id"], "src-1",
+        "webhook-id = eventId"
+    );
     assert_eq!(first["headers"]["x-mcp-subscription-id"], id.as_str());
-    assert!(first["headers"]["webhook-signature"].as_str().unwrap().starts_with("v1,"));
+    assert!(
+        first["headers"]["webhook-signature"]
+            .as_str()
+            .unwrap()
+            .starts_with("v1,")
+    );
 
     // A restart neither loses nor repeats a delivery.
     assert!(sb.terminate().success());
     sb.spawn();
-    append(&sb, json!([{"server": "test", "channel": "hooks/c", "content": "h3"}]));
-    eventually(Duration::from_secs(10), "the delivery after the restart", || {
-        (hook.delivered().len() == 3).then_some(())
-    });
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "hooks/c", "content": "h3"}]),
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the delivery after the restart",
+        || (hook.delivered().len() == 3).then_some(()),
+    );
     assert_eq!(hook.delivered(), ["h1", "h2", "h3"]);
 
     // A failing endpoint: retried with backoff, then suspended with a lastError category;
     // the refresh reactivates it and the pending occurrence is delivered, once.
     hook.mode("fail");
-    append(&sb, json!([{"server": "test", "channel": "hooks/d", "content": "h4"}]));
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "hooks/d", "content": "h4"}]),
+    );
     let s = Session::open(&sb).await;
     eventually(Duration::from_secs(10), "suspended", || {
         let stats = control(sb.home.path(), json!({"op": "stats"}));
         (stats["result"]["events"]["suspended"] == 1).then_some(())
     });
     hook.mode("echo");
-    let refreshed = s.ok("events/subscribe", subscribe(&hook.url, json!(600_000))).await;
+    let refreshed = s
+        .ok("events/subscribe", subscribe(&hook.url, json!(600_000)))
+        .await;
     assert_eq!(refreshed["id"], id.as_str(), "same key, same id");
     assert_eq!(refreshed["deliveryStatus"]["active"], false);
     assert_eq!(refreshed["deliveryStatus"]["lastError"], "http_5xx");
@@ -600,41 +781,158 @@ async fn webhook_deliveries_are_signed_verified_kept_across_a_restart_and_retrie
         (hook.delivered().contains(&"h4".to_string())).then_some(())
     });
     assert_eq!(hook.delivered(), ["h1", "h2", "h3", "h4"]);
-    assert_eq!(hook.tries("h4"), 4, "three failed tries, then the one taken");
+    assert_eq!(
+        hook.tries("h4"),
+        4,
+        "three failed tries, then the one taken"
+    );
 
     // Unsubscribe: nothing more is delivered.
     let unsub = json!({"name": "switchboard.message", "arguments": {"channel": "hooks/*"},
                        "delivery": {"url": hook.url}});
     s.ok("events/unsubscribe", unsub).await;
     let stats = control(sb.home.path(), json!({"op": "stats"}));
-    assert_eq!(stats["result"]["events"]["subscriptions"]["webhook"], 0, "{stats}");
+    assert_eq!(
+        stats["result"]["events"]["subscriptions"]["webhook"], 0,
+        "{stats}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_webhook_subscription_lapses_at_its_granted_ttl() {
     let Some(python) = python() else { return };
     let hook = Receiver::start(&python, SECRET);
-    let sb = start(r#"{"mcp": {"events": {"allowHttpLoopback": true, "heartbeat": "200ms",
-        "minTtl": "1s"}}}"#);
+    let sb = start(
+        r#"{"mcp": {"events": {"allowHttpLoopback": true, "heartbeat": "200ms",
+        "minTtl": "1s"}}}"#,
+    );
     let s = Session::open(&sb).await;
     let before = chrono::Utc::now();
     // A suggestion below the floor is raised to it; the grant is authoritative.
-    let granted = s.ok("events/subscribe", subscribe(&hook.url, json!(10))).await;
+    let granted = s
+        .ok("events/subscribe", subscribe(&hook.url, json!(10)))
+        .await;
     let refresh: chrono::DateTime<chrono::Utc> =
         granted["refreshBefore"].as_str().unwrap().parse().unwrap();
-    assert!(refresh >= before + chrono::Duration::milliseconds(900), "{granted}");
-    append(&sb, json!([{"server": "test", "channel": "hooks/x", "content": "in time"}]));
-    eventually(Duration::from_secs(10), "delivered", || (hook.delivered().len() == 1).then_some(()));
+    assert!(
+        refresh >= before + chrono::Duration::milliseconds(900),
+        "{granted}"
+    );
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "hooks/x", "content": "in time"}]),
+    );
+    eventually(Duration::from_secs(10), "delivered", || {
+        (hook.delivered().len() == 1).then_some(())
+    });
     eventually(Duration::from_secs(10), "expired", || {
         let stats = control(sb.home.path(), json!({"op": "stats"}));
         (stats["result"]["events"]["expired"] == 1).then_some(())
     });
-    append(&sb, json!([{"server": "test", "channel": "hooks/x", "content": "too late"}]));
+    append(
+        &sb,
+        json!([{"server": "test", "channel": "hooks/x", "content": "too late"}]),
+    );
     // A poll that sees the message shows it is in; the lapsed subscription did not deliver it.
     let page = s
-        .ok("events/poll", json!({"name": "switchboard.message", "arguments": {"channel": "hooks/*"},
-                                  "cursor": granted["cursor"]}))
+        .ok(
+            "events/poll",
+            json!({"name": "switchboard.message", "arguments": {"channel": "hooks/*"},
+                                  "cursor": granted["cursor"]}),
+        )
         .await;
     assert_eq!(contents(&page["events"]), ["in time", "too late"]);
     assert_eq!(hook.delivered(), ["in time"]);
+}
+
+/// The messages on `channel`, oldest first: (source id, content, metadata title).
+fn on_channel(sb: &Switchboard, channel: &str) -> Vec<(String, String)> {
+    let r = control(
+        sb.home.path(),
+        json!({"op": "list", "channel": channel, "limit": 100}),
+    );
+    r["result"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap_or("").to_string(),
+                m["metadata"]["title"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_upstream_events_server_feeds_the_inbox_across_a_restart() {
+    if on_path("python3").is_none() {
+        skip("the upstream events server is Python");
+        return;
+    }
+    let feed_dir = tempfile::tempdir().unwrap();
+    let feed = feed_dir.path().join("tickets.txt");
+    std::fs::write(&feed, "").unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/events_upstream.py");
+    let config = json!({"upstreams": {"tickets": {
+        "command": "python3", "args": [script, feed],
+        "events": [{"name": "ticket.created", "arguments": {}, "channel": "tickets/new"}]}}});
+    let mut sb = start(&config.to_string());
+    let add = |title: &str| {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&feed)
+            .unwrap();
+        writeln!(f, "{title}").unwrap();
+    };
+    // The stream is open once the upstream logged the request.
+    let streamed = || {
+        std::fs::read_to_string(feed.with_extension("txt.requests"))
+            .unwrap_or_default()
+            .matches("events/stream")
+            .count()
+    };
+    eventually(Duration::from_secs(20), "the stream opened", || {
+        (streamed() == 1).then_some(())
+    });
+    add("disk full");
+    eventually(Duration::from_secs(10), "the first ticket", || {
+        (on_channel(&sb, "tickets/new").len() == 1).then_some(())
+    });
+    assert_eq!(
+        on_channel(&sb, "tickets/new"),
+        [("tkt-1".into(), "disk full".into())]
+    );
+    // The cursor is kept (after the message is stored), then the daemon restarts; a ticket
+    // opened while it was down comes in after it, and the first is not repeated.
+    eventually(Duration::from_secs(10), "the cursor kept", || {
+        std::fs::read_to_string(sb.home.path().join("upstream-events.json"))
+            .ok()
+            .filter(|t| t.contains("\"1\""))
+    });
+    assert!(sb.terminate().success());
+    add("cpu hot");
+    sb.spawn();
+    eventually(
+        Duration::from_secs(20),
+        "the ticket from the outage",
+        || (on_channel(&sb, "tickets/new").len() >= 2).then_some(()),
+    );
+    add("net down");
+    eventually(Duration::from_secs(10), "the third ticket", || {
+        (on_channel(&sb, "tickets/new").len() >= 3).then_some(())
+    });
+    let resumed = std::fs::read_to_string(feed.with_extension("txt.requests")).unwrap();
+    assert!(
+        resumed.contains(r#""cursor": "1""#),
+        "resumed from the kept cursor: {resumed}"
+    );
+    assert_eq!(
+        on_channel(&sb, "tickets/new"),
+        [
+            ("tkt-1".into(), "disk full".into()),
+            ("tkt-2".into(), "cpu hot".into()),
+            ("tkt-3".into(), "net down".into())
+        ]
+    );
 }

@@ -246,7 +246,8 @@ pub async fn pump(
     }
     poll.cursor = first.cursor;
     poll.wait_ms = heartbeat.as_millis() as u64;
-    let mut retry = crate::duration::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    let mut retry =
+        crate::duration::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         let turn = tokio::select! {
             r = api.call(poll.clone()) => r,
@@ -360,7 +361,10 @@ impl HttpStreams {
         };
         let events = futures::stream::unfold(rx, |mut rx| async move {
             let (method, params) = rx.recv().await?;
-            Some((json!({"jsonrpc": "2.0", "method": method, "params": params}), rx))
+            Some((
+                json!({"jsonrpc": "2.0", "method": method, "params": params}),
+                rx,
+            ))
         });
         let last = json!({"jsonrpc": "2.0", "id": id, "result": {"_meta": {}}});
         use futures::StreamExt;

@@ -73,7 +73,12 @@ pub async fn resolve(
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => tokio::net::lookup_host((bare, port))
             .await
-            .map_err(|e| ("connection_refused", format!("cannot resolve \"{host}\": {e}")))?
+            .map_err(|e| {
+                (
+                    "connection_refused",
+                    format!("cannot resolve \"{host}\": {e}"),
+                )
+            })?
             .collect(),
     };
     for a in &addrs {
@@ -87,10 +92,12 @@ pub async fn resolve(
             ));
         }
     }
-    addrs
-        .first()
-        .copied()
-        .ok_or_else(|| ("connection_refused", format!("\"{host}\" resolves to nothing")))
+    addrs.first().copied().ok_or_else(|| {
+        (
+            "connection_refused",
+            format!("\"{host}\" resolves to nothing"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -116,7 +123,13 @@ mod tests {
         ] {
             assert_eq!(refused(ip.parse().unwrap(), false), Some(why), "{ip}");
         }
-        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "172.32.0.1", "100.128.0.1"] {
+        for ip in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "172.32.0.1",
+            "100.128.0.1",
+        ] {
             assert_eq!(refused(ip.parse().unwrap(), false), None, "{ip}");
         }
         assert_eq!(refused("127.0.0.1".parse().unwrap(), true), None);

@@ -39,9 +39,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Api;
-use crate::control::events::{
-    cursor_of, endpoint_error, exhausted, forbidden, invalid, not_found,
-};
+use crate::control::events::{cursor_of, endpoint_error, exhausted, forbidden, invalid, not_found};
 use crate::control::local::BoxFuture;
 use crate::control::ops::{EventsPoll, EventsSubscribe, EventsUnsubscribe, Subscribed};
 use crate::control::{ApiError, EventHooks, Parts};
@@ -124,7 +122,11 @@ struct Inner {
 impl Webhooks {
     /// The part, its subscriptions read from `home` (none without one); `disable_auth` is
     /// `http.disableAuth` (no principal: no webhooks).
-    pub fn new(settings: EventsSettings, disable_auth: bool, home: Option<&crate::home::Home>) -> Webhooks {
+    pub fn new(
+        settings: EventsSettings,
+        disable_auth: bool,
+        home: Option<&crate::home::Home>,
+    ) -> Webhooks {
         let path = home.map(|h| h.dir().join(FILE));
         let subs = path
             .as_ref()
@@ -157,7 +159,12 @@ impl Webhooks {
     }
 
     /// Starts delivering to every subscription kept in the home.
-    pub fn start(&self, api: Api, tasks: tokio_util::task::TaskTracker, shutdown: CancellationToken) {
+    pub fn start(
+        &self,
+        api: Api,
+        tasks: tokio_util::task::TaskTracker,
+        shutdown: CancellationToken,
+    ) {
         let _ = self.inner.started.set((api, tasks, shutdown));
         let ids: Vec<String> = self.inner.subs.lock().unwrap().keys().cloned().collect();
         for id in ids {
@@ -185,21 +192,50 @@ impl Webhooks {
         let c = &self.inner.counters;
         let (subs, suspended) = {
             let subs = self.inner.subs.lock().unwrap();
-            (subs.len() as u64, subs.values().filter(|s| !s.active).count() as u64)
+            (
+                subs.len() as u64,
+                subs.values().filter(|s| !s.active).count() as u64,
+            )
         };
-        out.gauge("switchboard_events_subscriptions", "MCP Events webhook subscriptions, by state")
-            .with(&[("mode", "webhook"), ("state", "active")], count(subs - suspended))
-            .with(&[("mode", "webhook"), ("state", "suspended")], count(suspended));
-        out.gauge("switchboard_events_streams", "MCP Events push streams open in the daemon (HTTP)")
-            .value(count(crate::delivery::mcp::events::OPEN_STREAMS.load(Ordering::Relaxed)));
-        out.counter("switchboard_events_polls_total", "MCP Events polls answered (each stream turn included)")
-            .value(count(crate::control::events::POLLS.load(Ordering::Relaxed)));
-        out.counter("switchboard_events_webhook_deliveries_total", "Occurrences the webhook endpoints took")
-            .value(count(c.delivered.load(Ordering::Relaxed)));
-        out.counter("switchboard_events_webhook_failures_total", "Webhook delivery attempts that failed")
-            .value(count(c.failures.load(Ordering::Relaxed)));
-        out.gauge("switchboard_events_webhook_lag_ms", "Milliseconds from the last delivered occurrence's time to its delivery")
-            .value(count(c.lag_ms.load(Ordering::Relaxed)));
+        out.gauge(
+            "switchboard_events_subscriptions",
+            "MCP Events webhook subscriptions, by state",
+        )
+        .with(
+            &[("mode", "webhook"), ("state", "active")],
+            count(subs - suspended),
+        )
+        .with(
+            &[("mode", "webhook"), ("state", "suspended")],
+            count(suspended),
+        );
+        out.gauge(
+            "switchboard_events_streams",
+            "MCP Events push streams open in the daemon (HTTP)",
+        )
+        .value(count(
+            crate::delivery::mcp::events::OPEN_STREAMS.load(Ordering::Relaxed),
+        ));
+        out.counter(
+            "switchboard_events_polls_total",
+            "MCP Events polls answered (each stream turn included)",
+        )
+        .value(count(crate::control::events::POLLS.load(Ordering::Relaxed)));
+        out.counter(
+            "switchboard_events_webhook_deliveries_total",
+            "Occurrences the webhook endpoints took",
+        )
+        .value(count(c.delivered.load(Ordering::Relaxed)));
+        out.counter(
+            "switchboard_events_webhook_failures_total",
+            "Webhook delivery attempts that failed",
+        )
+        .value(count(c.failures.load(Ordering::Relaxed)));
+        out.gauge(
+            "switchboard_events_webhook_lag_ms",
+            "Milliseconds from the last delivered occurrence's time to its delivery",
+        )
+        .value(count(c.lag_ms.load(Ordering::Relaxed)));
     }
 
     fn save(&self) {
@@ -227,7 +263,8 @@ impl Webhooks {
 fn canonical(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
-            let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, canonical(v))).collect();
+            let sorted: BTreeMap<&String, Value> =
+                m.iter().map(|(k, v)| (k, canonical(v))).collect();
             Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
         }
         Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
@@ -339,7 +376,10 @@ impl Webhooks {
         }
         let port = url.port_or_known_default().unwrap_or(443);
         let why = |(reason, why): (&str, String)| {
-            endpoint_error(reason, format!("events: `delivery.url` \"{}\": {why}", req.delivery.url))
+            endpoint_error(
+                reason,
+                format!("events: `delivery.url` \"{}\": {why}", req.delivery.url),
+            )
         };
         address::resolve(url.host_str().unwrap_or_default(), port, allow)
             .await
@@ -349,7 +389,9 @@ impl Webhooks {
             return Err(exhausted(
                 "subscriptions",
                 max,
-                format!("events: already {max} webhook subscriptions (`mcp.events.maxSubscriptions`); unsubscribe one first"),
+                format!(
+                    "events: already {max} webhook subscriptions (`mcp.events.maxSubscriptions`); unsubscribe one first"
+                ),
             ));
         }
         let target = send::Target::new(&url, &id, &secret, allow);
@@ -457,7 +499,9 @@ impl Webhooks {
                 arguments: Some(sub.arguments.clone()),
                 cursor: Some(cursor_of(sub.cursor)),
                 max_events: Some(100),
-                wait_ms: heartbeat.min(until_expiry + Duration::from_millis(1)).as_millis() as u64,
+                wait_ms: heartbeat
+                    .min(until_expiry + Duration::from_millis(1))
+                    .as_millis() as u64,
                 ..EventsPoll::default()
             };
             let page = match api.call(poll).await {
@@ -471,7 +515,12 @@ impl Webhooks {
             let url = reqwest::Url::parse(&sub.url).ok();
             let Some(url) = url else { return };
             let t = target.get_or_insert_with(|| {
-                send::Target::new(&url, id, &sub.secret, self.inner.settings.allow_http_loopback)
+                send::Target::new(
+                    &url,
+                    id,
+                    &sub.secret,
+                    self.inner.settings.allow_http_loopback,
+                )
             });
             t.secret.clone_from(&sub.secret);
             for event in &page.events {
@@ -480,7 +529,10 @@ impl Webhooks {
                 }
             }
             if page.events.is_empty()
-                && let Some(cursor) = page.cursor.as_deref().and_then(|c| crate::control::events::seq_of(c).ok())
+                && let Some(cursor) = page
+                    .cursor
+                    .as_deref()
+                    .and_then(|c| crate::control::events::seq_of(c).ok())
             {
                 // Nothing matched up to here: the watermark moves on.
                 if let Some(s) = self.inner.subs.lock().unwrap().get_mut(id) {
@@ -582,9 +634,21 @@ mod tests {
 
     #[test]
     fn the_id_is_stable_over_argument_order_and_differs_by_url() {
-        let a = derive_id("https://h/x", "switchboard.message", &json!({"server": "a", "channel": "b"}));
-        let b = derive_id("https://h/x", "switchboard.message", &json!({"channel": "b", "server": "a"}));
-        let c = derive_id("https://h/y", "switchboard.message", &json!({"channel": "b", "server": "a"}));
+        let a = derive_id(
+            "https://h/x",
+            "switchboard.message",
+            &json!({"server": "a", "channel": "b"}),
+        );
+        let b = derive_id(
+            "https://h/x",
+            "switchboard.message",
+            &json!({"channel": "b", "server": "a"}),
+        );
+        let c = derive_id(
+            "https://h/y",
+            "switchboard.message",
+            &json!({"channel": "b", "server": "a"}),
+        );
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert!(a.starts_with("sub_") && a.len() == 20);

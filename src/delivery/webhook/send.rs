@@ -71,7 +71,10 @@ impl Target {
 
     /// POSTs `body` as message `webhook_id`; the response body when it was 2xx.
     async fn send(&mut self, webhook_id: &str, body: &[u8]) -> Result<bytes_body::Body, Failed> {
-        let client = self.client().await.map_err(|(reason, _)| Failed::Retry(reason))?;
+        let client = self
+            .client()
+            .await
+            .map_err(|(reason, _)| Failed::Retry(reason))?;
         let ts = chrono::Utc::now().timestamp();
         let signature = standardwebhooks::Webhook::new(&self.secret)
             .and_then(|w| w.sign(webhook_id, ts, body))
@@ -131,7 +134,12 @@ fn category(e: &reqwest::Error) -> &'static str {
 pub async fn verify(target: &Target) -> Result<(), (&'static str, String)> {
     let mut target = Target {
         client: None,
-        ..Target::new(&target.url, &target.id, &target.secret, target.allow_loopback)
+        ..Target::new(
+            &target.url,
+            &target.id,
+            &target.secret,
+            target.allow_loopback,
+        )
     };
     // Resolve first, so a refused address says why.
     target.client().await?;
@@ -146,7 +154,11 @@ pub async fn verify(target: &Target) -> Result<(), (&'static str, String)> {
     };
     let echoed = serde_json::from_slice::<serde_json::Value>(&answer)
         .ok()
-        .and_then(|v| v.get("challenge").and_then(|c| c.as_str()).map(str::to_string))
+        .and_then(|v| {
+            v.get("challenge")
+                .and_then(|c| c.as_str())
+                .map(str::to_string)
+        })
         .unwrap_or_default();
     if crate::auth::same_secret(&echoed, &challenge) {
         Ok(())

@@ -39,7 +39,22 @@ pub const UPSTREAM_KEYS: &[&str] = &[
     "channel",
     "enabled",
     "callTimeout",
+    "events",
 ];
+
+/// One MCP Events subscription of an upstream (`events: [{"name", "arguments", "channel"}]`).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSubscription {
+    /// The upstream's event type.
+    pub name: String,
+    /// Its subscription arguments.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    /// The channel its occurrences land on (default `events/<name>`).
+    #[serde(default)]
+    pub channel: Option<String>,
+}
 
 /// How long a forwarded tool call waits for the upstream's answer when `callTimeout` is not
 /// set: room for a slow tool that works (a search, a bulk send), far from the hours an
@@ -110,6 +125,8 @@ pub struct UpstreamConfig {
     pub enabled: bool,
     /// How long a forwarded tool call waits for the upstream's answer (`callTimeout`).
     pub call_timeout: Duration,
+    /// MCP Events to consume from it (`events`).
+    pub events: Vec<EventSubscription>,
 }
 
 impl UpstreamConfig {
@@ -358,6 +375,22 @@ impl Cx<'_> {
         };
         let channels = self.channels(obj);
         let call_timeout = self.call_timeout(obj);
+        let events = match obj.get("events") {
+            None => Vec::new(),
+            Some(v) => match serde_json::from_value::<Vec<EventSubscription>>(v.clone()) {
+                Ok(events) => events,
+                Err(e) => {
+                    self.error(
+                        ErrorCode::WrongType,
+                        Some("events"),
+                        format!(
+                            "invalid `events`: {e}; give a list of {{\"name\", \"arguments\", \"channel\"}}"
+                        ),
+                    );
+                    Vec::new()
+                }
+            },
+        };
         let channel_source = self
             .string(obj, "channel")
             .unwrap_or_else(|| DEFAULT_CLAUDE_CHANNEL.to_string());
@@ -383,6 +416,7 @@ impl Cx<'_> {
             channel_source,
             enabled,
             call_timeout,
+            events,
         })
     }
 

@@ -19,6 +19,7 @@
 //! move into a daemon behind the control socket without touching them.
 
 pub mod config;
+pub mod events;
 pub(crate) mod locate;
 pub mod mapping;
 pub mod names;
@@ -247,6 +248,8 @@ struct Inner {
     entries: RwLock<Vec<Arc<Entry>>>,
     exported: RwLock<Exported>,
     changed: watch::Sender<u64>,
+    /// Where the MCP Events cursors of every upstream are kept.
+    cursors: Arc<events::Cursors>,
 }
 
 /// The handle on every upstream. Cheap to clone; empty until [`start`] runs.
@@ -256,6 +259,21 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
+    /// The upstreams of the daemon on `home`: their MCP Events cursors are kept there.
+    pub fn in_home(home: &std::path::Path) -> Upstreams {
+        let inner = Inner {
+            cursors: Arc::new(events::Cursors::open(home.join(events::FILE))),
+            ..Inner::default()
+        };
+        Upstreams {
+            inner: Arc::new(inner),
+        }
+    }
+
+    fn cursors(&self) -> Arc<events::Cursors> {
+        self.inner.cursors.clone()
+    }
+
     /// Every upstream tool, named `<upstream>__<tool>`, in config order.
     pub fn tools(&self) -> Vec<Tool> {
         self.inner.exported.read().unwrap().tools.clone()
@@ -680,15 +698,22 @@ async fn connection(
     tx: mpsc::Sender<NewMessage>,
 ) -> Option<String> {
     let up = entry.config.clone();
-    fn wrap<T>(inner: T, entry: &Entry, tx: mpsc::Sender<NewMessage>) -> ordered::Ordered<T> {
+    let (notes, notes_rx) = mpsc::channel(events::NOTES_CAPACITY);
+    fn wrap<T>(
+        inner: T,
+        entry: &Entry,
+        (tx, notes): (mpsc::Sender<NewMessage>, mpsc::Sender<events::Note>),
+    ) -> ordered::Ordered<T> {
         ordered::Ordered::new(
             inner,
             entry.config.clone(),
             tx,
             entry.counters.clone(),
             entry.list_changed.clone(),
+            notes,
         )
     }
+    let tx = (tx, notes);
     let handshake = async {
         match &up.transport {
             Transport::Stdio { command, args, env } => {
@@ -754,6 +779,14 @@ async fn connection(
     let ct = running.cancellation_token();
     let waiting = running.waiting();
     tokio::pin!(waiting);
+    let consuming = events::consume(
+        cx.clone(),
+        up.clone(),
+        peer.clone(),
+        notes_rx,
+        ups.cursors(),
+    );
+    tokio::pin!(consuming);
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     let is_http = matches!(up.transport, Transport::Http { .. });
     loop {
@@ -764,6 +797,7 @@ async fn connection(
                     Err(e) => format!("connection task failed: {e}"),
                 });
             }
+            _ = &mut consuming => {}
             _ = entry.list_changed.notified() => {
                 if let Err(e) = refresh_tools(ups, entry, &peer).await {
                     tracing::warn!(upstream = %up.name, cause = %e, "cannot refresh the upstream's tools");

@@ -33,6 +33,10 @@ pub struct Ordered<T> {
     pending: Option<NewMessage>,
     counters: Arc<Counters>,
     list_changed: Arc<Notify>,
+    /// MCP Events notifications (`notifications/events/*`), in wire order, for the upstream's
+    /// events consumer ([`super::events`]); bounded like the messages.
+    events: mpsc::Sender<super::events::Note>,
+    pending_event: Option<super::events::Note>,
 }
 
 impl<T> Ordered<T> {
@@ -43,6 +47,7 @@ impl<T> Ordered<T> {
         tx: mpsc::Sender<NewMessage>,
         counters: Arc<Counters>,
         list_changed: Arc<Notify>,
+        events: mpsc::Sender<super::events::Note>,
     ) -> Ordered<T> {
         Ordered {
             inner,
@@ -51,7 +56,22 @@ impl<T> Ordered<T> {
             pending: None,
             counters,
             list_changed,
+            events,
+            pending_event: None,
         }
+    }
+
+    /// An MCP Events notification, taken for the events consumer.
+    fn take_event(msg: &ServerJsonRpcMessage) -> Option<super::events::Note> {
+        let JsonRpcMessage::Notification(n) = msg else {
+            return None;
+        };
+        let value = serde_json::to_value(&n.notification).ok()?;
+        let method = value.get("method")?.as_str()?;
+        method.starts_with("notifications/events/").then(|| {
+            let params = value.get("params").cloned().unwrap_or_default();
+            (method.to_string(), params)
+        })
     }
 
     /// Maps a notification; `true` when it was taken as a message (or dropped by the allow-list).
@@ -100,7 +120,23 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
                     self.pending = None;
                 }
             }
+            if self.pending_event.is_some() {
+                // Cancel-safe as above.
+                if let Ok(permit) = self.events.reserve().await
+                    && let Some(e) = self.pending_event.take()
+                {
+                    permit.send(e);
+                } else {
+                    self.pending_event = None;
+                }
+            }
             let msg = self.inner.receive().await?;
+            if let Some(note) = Self::take_event(&msg) {
+                if let Err(mpsc::error::TrySendError::Full(note)) = self.events.try_send(note) {
+                    self.pending_event = Some(note);
+                }
+                continue;
+            }
             match self.take(&msg) {
                 None => return Some(msg),
                 Some(None) => continue,
