@@ -42,8 +42,17 @@ fn report(name: &str, samples: &mut [Duration]) {
 }
 
 async fn append(api: &Api, i: u64) {
-    let m = NewMessage::new("bench", "events/probe", &format!("probe {i}: {}", "x".repeat(100)));
-    api.call(Append { messages: vec![m], source: "bench".into() }).await.unwrap();
+    let m = NewMessage::new(
+        "bench",
+        "events/probe",
+        format!("probe {i}: {}", "x".repeat(100)),
+    );
+    api.call(Append {
+        messages: vec![m],
+        source: "bench".into(),
+    })
+    .await
+    .unwrap();
 }
 
 fn events(c: &mut Criterion) {
@@ -56,15 +65,25 @@ fn events(c: &mut Criterion) {
     let home = Home::open(dir.path()).unwrap();
     let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
     let core = rt
-        .block_on(Core::start(home.clone(), Default::default(), shutdown.clone(), tasks.clone()))
+        .block_on(Core::start(
+            home.clone(),
+            Default::default(),
+            shutdown.clone(),
+            tasks.clone(),
+        ))
         .unwrap();
-    let settings = EventsSettings { allow_http_loopback: true, ..EventsSettings::default() };
+    let settings = EventsSettings {
+        allow_http_loopback: true,
+        ..EventsSettings::default()
+    };
     let hooks = Webhooks::new(settings, false, None);
     let local = Local::new(core, hooks.parts(Parts::new(Default::default())));
     let api = Api::Local(local);
     hooks.start(api.clone(), tasks.clone(), shutdown.clone());
     let mut group = c.benchmark_group("events_latency");
-    group.sample_size(200).measurement_time(Duration::from_secs(10));
+    group
+        .sample_size(200)
+        .measurement_time(Duration::from_secs(10));
 
     // A push stream subscriber.
     let poll = EventsPoll {
@@ -76,7 +95,14 @@ fn events(c: &mut Criterion) {
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     rt.block_on(async {
         let first = open(&api, &poll).await.unwrap();
-        tokio::spawn(pump(api.clone(), poll, first, json!(1), Duration::from_secs(25), tx));
+        tokio::spawn(pump(
+            api.clone(),
+            poll,
+            first,
+            json!(1),
+            Duration::from_secs(25),
+            tx,
+        ));
         let active = rx.lock().await.recv().await.unwrap();
         assert_eq!(active.0, "notifications/events/active");
     });

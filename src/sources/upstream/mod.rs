@@ -725,22 +725,7 @@ async fn connection(
                 Ok((running, pid))
             }
             Transport::Http { url, headers } => {
-                use rmcp::transport::StreamableHttpClientTransport;
-                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-                let mut map = HashMap::new();
-                for (k, v) in headers {
-                    // Validated by `config check` and at load.
-                    if let (Ok(k), Ok(v)) = (
-                        http::HeaderName::from_bytes(k.as_bytes()),
-                        http::HeaderValue::from_str(v),
-                    ) {
-                        map.insert(k, v);
-                    }
-                }
-                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                    .custom_headers(map)
-                    .reinit_on_expired_session(true);
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let transport = http_transport(url, headers);
                 let running = Client
                     .serve(wrap(transport, entry, tx))
                     .await
@@ -824,6 +809,29 @@ async fn connection(
             }
         }
     }
+}
+
+/// The streamable HTTP client transport to `url`, sending `headers`.
+fn http_transport(
+    url: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut map = HashMap::new();
+    for (k, v) in headers {
+        // Validated by `config check` and at load.
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            http::HeaderValue::from_str(v),
+        ) {
+            map.insert(k, v);
+        }
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(url)
+        .custom_headers(map)
+        .reinit_on_expired_session(true);
+    StreamableHttpClientTransport::from_config(config)
 }
 
 fn quit_text(reason: &rmcp::service::QuitReason) -> String {
