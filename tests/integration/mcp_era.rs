@@ -145,10 +145,10 @@ fn last_message(text: &str) -> Value {
         return v;
     }
     text.lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("data:"))
         .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .filter(|v| v.get("id").is_some())
-        .last()
+        .find(|v| v.get("id").is_some())
         .unwrap_or_else(|| panic!("no JSON-RPC response in {text:?}"))
 }
 

@@ -87,7 +87,7 @@ fn bound_to(consumer: &str) -> Vec<u8> {
 }
 
 /// Whether the wait call of `context` may return an `input_required` result.
-pub fn applies(server: &McpServer, context: &RequestContext<RoleServer>) -> bool {
+fn applies(server: &McpServer, context: &RequestContext<RoleServer>) -> bool {
     server.api.settings().elicitation
         && super::era::is_new(context.meta.protocol_version().as_ref())
         && context
@@ -110,21 +110,32 @@ fn askable(items: &[Item]) -> Vec<&Item> {
         .collect()
 }
 
-/// Keeps an `input_required` result for the wait call `id` of `consumer`, when its `items`
-/// hold confirms to ask and no work; `result` is the wait's result as it would be returned.
-pub fn choose(
-    pending: &Pending,
-    id: &RequestId,
+/// Keeps an `input_required` result for the wait call of `context`, reading as `consumer`,
+/// when it may return one and its `items` hold confirms to ask and no work; `result` is the
+/// wait's result as it would be returned otherwise.
+pub fn offer(
+    server: &McpServer,
+    context: &RequestContext<RoleServer>,
     consumer: &str,
     items: &[Item],
-    result: Value,
-) -> bool {
+    result: &impl Serialize,
+) {
+    if applies(server, context)
+        && let Ok(value) = serde_json::to_value(result)
+    {
+        choose(&server.input, &context.id, consumer, items, value);
+    }
+}
+
+/// Keeps an `input_required` result for the wait call `id` of `consumer`, when its `items`
+/// hold confirms to ask and no work; `result` is the wait's result as it would be returned.
+fn choose(pending: &Pending, id: &RequestId, consumer: &str, items: &[Item], result: Value) {
     let asked = askable(items);
     let work = items
         .iter()
         .any(|i| matches!(i.kind, ItemKind::Auto | ItemKind::Approved));
     if asked.is_empty() || work {
-        return false;
+        return;
     }
     let now = Utc::now();
     let mut requests = InputRequests::new();
@@ -152,11 +163,10 @@ pub fn choose(
     let bound = bound_to(consumer);
     let options = SealOptions::new().associated_data(&bound).ttl(STATE_TTL);
     let Ok(sealed) = codec().seal_json_with(&state, &options) else {
-        return false;
+        return;
     };
     let input = InputRequiredResult::new(Some(requests), Some(sealed));
     pending.0.lock().unwrap().insert(id.clone(), input);
-    true
 }
 
 /// The retry of an `input_required` wait: its answers applied as `consumer`, and the wait's

@@ -944,24 +944,10 @@ async fn wait(
         cursor: reply.cursor,
         unread: reply.unread,
         queued: reply.queued,
-        note: if max == 0 {
-            PROBED.into()
-        } else {
-            note(&reply.items).into()
-        },
+        note: if max == 0 { PROBED } else { note(&reply.items) }.into(),
     };
     // 2026-07-28: confirms asked in an `input_required` result, which `call_tool` returns.
-    if super::mrtr::applies(&server, &context)
-        && let Ok(value) = serde_json::to_value(&result)
-    {
-        super::mrtr::choose(
-            &server.input,
-            &context.id,
-            &consumer_name,
-            &reply.items,
-            value,
-        );
-    }
+    super::mrtr::offer(&server, &context, &consumer_name, &reply.items, &result);
     Ok(result)
 }
 
