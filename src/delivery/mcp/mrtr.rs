@@ -216,7 +216,7 @@ pub async fn answer(
                     .call(Confirm {
                         id: *id,
                         decision,
-                        by: consumer.to_string(),
+                        by: server.answerer(consumer),
                         claim_for: None,
                         via: Some(Via::Elicitation),
                     })
