@@ -24,6 +24,7 @@ mod integration {
     mod jetstream;
     mod lifecycle;
     mod mcp;
+    mod mcp_era;
     mod model_double;
     mod npm;
     mod oncall;

@@ -124,7 +124,11 @@ mod tests {
         let back: By = serde_json::from_str(r#"{"kind":"client","id":"claude-code#2"}"#).unwrap();
         assert_eq!(back.to_string(), "claude-code#2");
         let older: By = serde_json::from_str(r#""cli""#).unwrap();
-        assert_eq!(older.to_string(), "cli", "an older daemon's bare name still reads");
+        assert_eq!(
+            older.to_string(),
+            "cli",
+            "an older daemon's bare name still reads"
+        );
         assert!(serde_json::from_str::<By>(r#"{"kind":"robot","id":"x"}"#).is_err());
     }
 

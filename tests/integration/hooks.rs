@@ -692,3 +692,81 @@ fn install_hooks_writes_the_stop_hook_with_the_home_and_is_idempotent() {
             .contains("hook stop --host claude")
     );
 }
+
+/// Claude Code 2.1.330 probes `server/discover` first (it speaks 2026-07-28 too); switchboard
+/// keeps it on 2025-11-25, the era in which Claude Code takes `notifications/claude/channel`
+/// (on a 2026-07-28 connection its channel gate skips a server: "no unsolicited notification
+/// path"). Its own debug log says which era it negotiated, and a nudge that comes while the
+/// agent waits reaches it on that session.
+#[test]
+fn claude_code_falls_back_to_2025_11_25_where_its_channel_push_lives() {
+    let Some(modules) = hosts() else { return };
+    let mut sb = Switchboard::new();
+    sb.write(
+        "triggers.json",
+        r#"{"rules": [{"name": "nudge", "channel": "alerts/*"}]}"#,
+    );
+    sb.spawn();
+    let script = Script {
+        tool: Some((wait_tool(Host::Claude).into(), json!({"timeout_s": 20}))),
+        ..script()
+    };
+    let rig = Rig::new(Host::Claude, &modules, script, sb.home.path());
+    rig.install(true);
+    // The nudge comes while the agent's wait is in flight.
+    let sender = {
+        let home = sb.home.path().to_path_buf();
+        std::thread::spawn(move || {
+            eventually(HOST_LIMIT, "the agent's wait is in flight", || {
+                let metrics = control(&home, json!({"op": "metrics"}));
+                let families = metrics["result"]["families"].as_array()?.clone();
+                families
+                    .iter()
+                    .filter(|f| {
+                        f["name"]
+                            .as_str()
+                            .is_some_and(|n| n.contains("wait_calls_in_flight"))
+                    })
+                    .any(|f| f["samples"][0]["value"].as_f64() >= Some(1.0))
+                    .then_some(())
+            });
+            send_messages(&home, &[("alerts/db", "db down 7c1e")]);
+        })
+    };
+    let debug = rig.project.path().join("claude-debug.txt");
+    let run = rig.run(
+        "Say hello.",
+        &[
+            "--mcp-config",
+            &rig.mcp_config().display().to_string(),
+            &format!("--allowedTools={}", wait_tool(Host::Claude)),
+            "--dangerously-load-development-channels",
+            "server:switchboard",
+            "--debug-file",
+            &debug.display().to_string(),
+        ],
+    );
+    sender.join().unwrap();
+    let report = rig.report(&run);
+    let debug = std::fs::read_to_string(&debug).unwrap_or_default();
+    let established = debug
+        .lines()
+        .find(|l| l.contains(r#"MCP server "switchboard": Connection established"#))
+        .unwrap_or_else(|| panic!("switchboard never connected\n{debug}\n{report}"));
+    assert!(
+        established.contains(r#""protocolEra":"legacy""#)
+            && established.contains(r#""negotiatedProtocolVersion":"2025-11-25""#),
+        "{established}\n{report}"
+    );
+    // switchboard's side of the same session (its stderr, which Claude Code logs).
+    assert!(
+        debug
+            .lines()
+            .any(|l| l.contains("client=claude-code") && l.contains("protocol=2025-11-25")),
+        "{debug}"
+    );
+    assert!(
+        rig.turns().iter().any(|t| t.contains("db down 7c1e")),
+        "{report}"
+    );
+}

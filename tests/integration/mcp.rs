@@ -862,8 +862,9 @@ fn raw_stdio_server(home: &std::path::Path) -> std::process::Child {
         .expect("spawn switchboard serve")
 }
 
-/// Regression: hosts probe `server/discover` first (Claude Code with this id, Copilot CLI with
-/// id 0 and no params). Answering it would move them to the lifecycle without push.
+/// Regression: hosts probe `server/discover` first (Claude Code with this id and its
+/// `clientInfo`, Copilot CLI with id 0 and no params). Answering it would move them to the
+/// lifecycle without push (a client of 2026-07-28 gets an answer: `mcp_era`).
 #[test]
 fn server_discover_gets_32601_and_initialize_still_works() {
     let home = tempfile::tempdir().unwrap();
@@ -879,7 +880,8 @@ fn server_discover_gets_32601_and_initialize_still_works() {
     let claude = exchange(
         json!({"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover",
         "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                             "io.modelcontextprotocol/clientCapabilities": {}}}}),
+                             "io.modelcontextprotocol/clientCapabilities": {},
+                             "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "2.1.330"}}}}),
     );
     assert_eq!(claude["id"], "server-discover-probe-1");
     assert_eq!(claude["error"]["code"], -32601);

@@ -409,7 +409,7 @@ async fn follow_form(
 
 /// What the user chose in the form.
 #[derive(Debug, PartialEq, Eq)]
-enum Choice {
+pub(super) enum Choice {
     /// Answer the confirm.
     Answer(Decision),
     /// Leave it pending (declined, cancelled, or no valid choice).
@@ -417,7 +417,7 @@ enum Choice {
 }
 
 /// The user's choice, from the form's result.
-fn choice(result: &ElicitResult) -> Choice {
+pub(super) fn choice(result: &ElicitResult) -> Choice {
     match result.action {
         ElicitationAction::Accept => {
             let word = result

@@ -3,7 +3,10 @@
 //! - **who may call**: the ingest bearer token (401 without it; `http.disableAuth` drops it,
 //!   loopback only), and `Origin`: absent is fine, present must be a loopback origin or one in
 //!   `mcp.allowedOrigins` (else 403), against DNS rebinding from a browser;
-//! - **`server/discover`**, refused with -32601 before rmcp answers it;
+//! - **the era** (see [`super::era`]): `server/discover` refused with -32601 for the clients
+//!   kept on the 2025-11-25 session (Claude Code), else answered by rmcp; a request without a
+//!   session is told to `initialize` unless its `_meta` is of 2026-07-28, which rmcp serves
+//!   without a session (and then GET and DELETE are 405);
 //! - **`events/stream`** (MCP Events), answered here with its own SSE response, so that its
 //!   notifications ride the request and closing the request ends the stream;
 //! - **session ends**: `DELETE` of a known session ends it (its waits return empty at once, its
@@ -39,7 +42,7 @@ use futures::Stream;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{McpServer, SessionLink, not_initialized, refusal_json};
+use super::{McpServer, SessionLink, era, not_initialized};
 use crate::auth::{Bearer, origin_allowed};
 use crate::control::Local;
 
@@ -200,6 +203,8 @@ pub struct RequestGuard {
     phase: Mutex<Phase>,
     /// How many elicitation forms the request's stream has carried (see [`super::elicit`]).
     forms: tokio::sync::watch::Sender<usize>,
+    /// A stateless request's session: ended once the response is settled.
+    owns: Mutex<Option<(Arc<SessionLink>, tokio_util::sync::DropGuard)>>,
 }
 
 /// Why a result that did not go out comes back.
@@ -211,6 +216,7 @@ impl RequestGuard {
             cancel: CancellationToken::new(),
             phase: Mutex::new(Phase::Open(Vec::new())),
             forms: tokio::sync::watch::Sender::new(0),
+            owns: Mutex::new(None),
         })
     }
 
@@ -243,7 +249,19 @@ impl RequestGuard {
         }
     }
 
+    /// Keeps `link` (a stateless request's session) until the response is settled, then ends
+    /// it with `end`: its claims are settled by this response before the session closes.
+    pub fn ends(&self, link: Arc<SessionLink>, end: tokio_util::sync::DropGuard) {
+        *self.owns.lock().unwrap() = Some((link, end));
+    }
+
     fn finish(&self, sent: bool) {
+        self.settle(sent);
+        // The session of a stateless request ends once its response is settled.
+        drop(self.owns.lock().unwrap().take());
+    }
+
+    fn settle(&self, sent: bool) {
         let waiting = match std::mem::replace(&mut *self.phase.lock().unwrap(), Phase::Over(sent)) {
             Phase::Open(waiting) => waiting,
             done @ Phase::Over(_) => {
@@ -296,6 +314,14 @@ pub fn named_consumer(extensions: &rmcp::model::Extensions) -> Option<String> {
             .remove("consumer")
     };
     header.or_else(query).filter(|n| !n.trim().is_empty())
+}
+
+/// Whether an rmcp request context is of an HTTP session (2025-11-25); false for a stateless
+/// request (2026-07-28) and over stdio.
+pub fn has_session(extensions: &rmcp::model::Extensions) -> bool {
+    extensions
+        .get::<axum::http::request::Parts>()
+        .is_some_and(|parts| parts.extensions.get::<Arc<HttpSession>>().is_some())
 }
 
 /// The request guard of an rmcp request context, on HTTP.
@@ -601,6 +627,18 @@ async fn guard_mcp(State(g): State<Arc<Guard>>, request: Request<Body>, next: Ne
     let known = session_id
         .as_ref()
         .and_then(|id| g.sessions.lock().unwrap().get(id).cloned());
+    if session_id.is_none()
+        && matches!(*request.method(), Method::GET | Method::DELETE)
+        && new_era_header(request.headers())
+    {
+        // No session, no stream and nothing to delete in 2026-07-28.
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "Method Not Allowed: MCP 2026-07-28 has no sessions; POST each request",
+        )
+            .into_response();
+    }
     match *request.method() {
         Method::DELETE => {
             let Some(id) = session_id else {
@@ -714,6 +752,15 @@ async fn post(
     }
 }
 
+/// Whether the request's `MCP-Protocol-Version` header names 2026-07-28 or later.
+fn new_era_header(headers: &axum::http::HeaderMap) -> bool {
+    let version = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| serde_json::from_value(Value::String(v.to_string())).ok());
+    era::is_new(version.as_ref())
+}
+
 /// The whole body of a POST, within `http.bodyLimit` and the body deadline.
 async fn read_body(g: &Guard, body: Body) -> Result<Bytes, Box<Response>> {
     axum::body::to_bytes(body, g.body_limit).await.map_err(|e| {
@@ -781,9 +828,9 @@ fn parse_message(
     }
 }
 
-/// The answer given here rather than by rmcp, if any: `server/discover` refused, a request
-/// before `initialize` (no session yet) told to initialize first, a known method with params
-/// that do not fit it.
+/// The answer given here rather than by rmcp, if any: `server/discover` refused to a client
+/// kept on 2025-11-25, a request of that era before `initialize` (no session yet) told to
+/// initialize first, a known method with params that do not fit it.
 fn answer_early(
     message: &Value,
     parsed: &rmcp::model::ClientJsonRpcMessage,
@@ -792,11 +839,20 @@ fn answer_early(
     let json = |status: StatusCode, body: String| {
         (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
     };
-    if message.get("method").and_then(Value::as_str) == Some("server/discover") {
+    if era::is_removed(message) {
+        return Some(json(
+            StatusCode::NOT_FOUND,
+            era::removed_answer(message).to_string(),
+        ));
+    }
+    let discover = message.get("method").and_then(Value::as_str) == Some("server/discover");
+    if discover && era::refuses_discover(message) {
         let id = message.get("id").cloned().unwrap_or(Value::Null);
-        return Some(json(StatusCode::OK, refusal_json(id).to_string()));
+        return Some(json(StatusCode::OK, era::discover_refusal(id).to_string()));
     }
     if !has_session
+        && !discover
+        && !era::is_inline(message)
         && let rmcp::model::JsonRpcMessage::Request(req) = parsed
         && !matches!(
             req.request,

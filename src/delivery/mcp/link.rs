@@ -18,6 +18,10 @@
 //! 3. **Quiet** (HTTP only): at the grace's end nothing showed the client is there. The claims
 //!    stay until it calls again (delivered at once) or its session ends.
 //!
+//! A stateless request (HTTP in the 2026-07-28 era) has no session to show anything: its
+//! claims are delivered once its response was sent, and released when the client dropped the
+//! POST before that ([`SessionLink::settle_when_sent`]).
+//!
 //! A session that ends (stdin EOF, HTTP DELETE or idle expiry, shutdown) settles what it still
 //! held: a result it called again after is delivered; the rest is released *marked*
 //! (`redelivered: true`, same id, when handed out again), because a result being written or
@@ -84,6 +88,8 @@ pub struct SessionLink {
     /// The transport reports what became of each result (stdio, HTTP); without one, a result
     /// is delivered when the tool returns it.
     reports: AtomicBool,
+    /// No session will follow the result (a stateless request): sent is delivered.
+    at_once: AtomicBool,
     alive: OnceLock<Alive>,
 }
 
@@ -107,6 +113,7 @@ impl SessionLink {
             deliveries: Mutex::default(),
             calls: AtomicU64::new(0),
             reports: AtomicBool::new(false),
+            at_once: AtomicBool::new(false),
             alive: OnceLock::new(),
         })
     }
@@ -155,6 +162,12 @@ impl SessionLink {
     /// [`SessionLink::unwritten`]).
     pub fn reports_sends(&self) {
         self.reports.store(true, Ordering::Relaxed);
+    }
+
+    /// Says that no call will follow a result on this link (a stateless request): a result
+    /// that was sent is delivered at once, without a grace.
+    pub fn settle_when_sent(&self) {
+        self.at_once.store(true, Ordering::Relaxed);
     }
 
     /// Whether the transport reports sends.
@@ -226,6 +239,13 @@ impl SessionLink {
     /// there, within the grace.
     pub fn written(self: &Arc<Self>, id: &RequestId) {
         let calls = self.calls.load(Ordering::Acquire);
+        if self.at_once.load(Ordering::Relaxed) {
+            let receipt = self.deliveries.lock().unwrap().receipts.remove(id);
+            if let Some(r) = receipt {
+                self.deliver(&r.claims);
+            }
+            return;
+        }
         {
             let mut d = self.deliveries.lock().unwrap();
             match d.receipts.get_mut(id) {

@@ -19,16 +19,20 @@
 //! [`stdio`]; the HTTP guard (auth, `Origin`, session ends, dropped connections) in [`http`];
 //! Claude Code's permission relay (`mcp.permissionRelay`) in `relay`.
 //!
-//! Protocol: `server/discover` is answered with -32601 so that hosts fall back to
-//! `initialize` and the 2025-11-25 session lifecycle, the one that has server push (on the
-//! newer stateless lifecycle Claude Code refuses channels). rmcp answers discover itself, so
-//! the refusal is made in front of rmcp, by the stdio framing and the HTTP guard. Protocol
-//! versions are capped at 2025-11-25 for the same reason.
+//! Protocol: both eras on every transport (see [`era`]). A client that sends `initialize`
+//! gets the 2025-11-25 session lifecycle, the one with server push (Claude Code refuses
+//! channels outside it, so its `server/discover` probe is answered -32601 and it falls back,
+//! in front of rmcp, by the stdio framing and the HTTP guard). A client of 2026-07-28 sends
+//! `_meta` on each request and gets it without a session: `server/discover`, `resultType` and
+//! cache hints (rmcp), `subscriptions/listen` for list changes, and confirms put to the user
+//! as `input_required` results ([`mrtr`]) instead of server-initiated forms.
 
 pub mod elicit;
+mod era;
 pub mod events;
 pub mod http;
 mod link;
+mod mrtr;
 mod push;
 mod relay;
 pub mod stdio;
@@ -167,8 +171,12 @@ pub struct McpServer {
     forms: Arc<elicit::Forms>,
     /// Claude Code's permission relay, for this session.
     relay: Arc<relay::Relay>,
-    /// Ends the session when the last handle goes (an HTTP session rmcp dropped).
-    _end_on_drop: Arc<tokio_util::sync::DropGuard>,
+    /// The `input_required` results its waits chose (2026-07-28; see [`mrtr`]).
+    input: Arc<mrtr::Pending>,
+    /// Ends the session when the last handle goes (an HTTP session rmcp dropped); a
+    /// stateless HTTP request hands it to its request guard, which ends the session once the
+    /// response was sent or dropped ([`McpServer::adopt`]).
+    end_on_drop: Arc<Mutex<Option<tokio_util::sync::DropGuard>>>,
 }
 
 impl Drop for Session {
@@ -209,7 +217,8 @@ impl McpServer {
             named: named.filter(|n| !n.trim().is_empty()),
             forms: Arc::default(),
             relay: Arc::default(),
-            _end_on_drop: Arc::new(guard),
+            input: Arc::default(),
+            end_on_drop: Arc::new(Mutex::new(Some(guard))),
         }
     }
 
@@ -261,6 +270,38 @@ impl McpServer {
         self.link.hold(context.id.clone(), claims);
         if let Some(guard) = http::request_guard(&context.extensions) {
             guard.report_to(&self.link, context.id.clone());
+        }
+    }
+
+    /// Takes the client of a 2026-07-28 request from its `_meta` (there is no `initialize`):
+    /// its name names the session, and over HTTP, where each request is served on its own,
+    /// the request reads as the consumer the request names (`X-Switchboard-Consumer`), else as
+    /// the client's name (so its cursor carries from one request to the next), and the work it
+    /// claims is settled by its own response: delivered once sent, released when dropped.
+    fn adopt(&self, context: &RequestContext<RoleServer>) {
+        if !era::is_new(context.meta.protocol_version().as_ref()) {
+            return;
+        }
+        let name = context.meta.client_info().map(|info| info.name);
+        let stateless = http::request_guard(&context.extensions)
+            .filter(|_| !http::has_session(&context.extensions));
+        let mut s = self.session.lock().unwrap();
+        if s.client.is_none() {
+            s.client = name.clone();
+        }
+        let Some(guard) = stateless else {
+            return;
+        };
+        if s.named.is_none() {
+            s.named = http::named_consumer(&context.extensions).or_else(|| {
+                name.map(|n| crate::actions::lifecycle::fit_consumer_name(&n, ""))
+                    .filter(|n| !n.trim().is_empty())
+            });
+        }
+        if let Some(end) = self.end_on_drop.lock().unwrap().take() {
+            self.link.reports_sends();
+            self.link.settle_when_sent();
+            guard.ends(self.link.clone(), end);
         }
     }
 
@@ -336,6 +377,8 @@ pub fn server_config() -> ServerConfig {
     caps.tools = Some(ToolsCapability::default());
     caps.tools.as_mut().expect("set above").list_changed = Some(true);
     caps.logging = Some(Default::default());
+    // None to offer, but hosts ask (Claude Code lists them) and get an empty list.
+    caps.prompts = Some(Default::default());
     let mut resources = ResourcesCapability::default();
     resources.subscribe = Some(true);
     resources.list_changed = Some(false);
@@ -402,14 +445,34 @@ impl ServerHandler for McpServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        Cow::Borrowed(era::supported())
     }
 
-    async fn discover(
+    fn accepted_subscription_filter(
         &self,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
-        Err(discover_refusal())
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        let inbox = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| uris.iter().filter(|u| *u == INBOX_URI).cloned().collect());
+        let mut accepted = rmcp::model::SubscriptionFilter::new();
+        accepted.tools_list_changed = requested.tools_list_changed;
+        accepted.resource_subscriptions = inbox;
+        Some(accepted)
+    }
+
+    async fn listen(
+        &self,
+        subscription: rmcp::service::SubscriptionContext,
+    ) -> Result<(), ErrorData> {
+        push::listen(
+            self.api.subscribe(),
+            self.link.ended().clone(),
+            subscription,
+        )
+        .await;
+        Ok(())
     }
 
     async fn initialize(
@@ -482,6 +545,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.link_http(&context.extensions);
+        self.adopt(&context);
         if !tools::is_own(&request.name) {
             let forwarded = self
                 .api
@@ -500,9 +564,20 @@ impl ServerHandler for McpServer {
                 None,
             ));
         }
-        tools::table()
+        if request.name == tools::WAIT && request.request_state.is_some() {
+            let (_, consumer) = self.consumer(None).await.map_err(unavailable)?;
+            if let Some(result) = mrtr::answer(self, &consumer, &request).await? {
+                return Ok(tools::ok(result).into());
+            }
+        }
+        let id = context.id.clone();
+        let response = tools::table()
             .call(ToolCallContext::new(self, request, context))
-            .await
+            .await?;
+        Ok(match self.input.take(&id) {
+            Some(input) => CallToolResponse::InputRequired(input),
+            None => response,
+        })
     }
 
     async fn get_prompt(
@@ -531,8 +606,9 @@ impl ServerHandler for McpServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        self.adopt(&context);
         if request.uri != INBOX_URI {
             return Err(ErrorData::resource_not_found(
                 format!("no resource {}; the only one is {INBOX_URI}", request.uri),
@@ -624,23 +700,6 @@ fn is_discover(request: &ClientRequest) -> bool {
     }
 }
 
-/// The message of the -32601 answer to `server/discover`.
-const DISCOVER_REFUSED: &str = "Method not found: server/discover; use initialize";
-
-/// The -32601 answer to `server/discover`.
-fn discover_refusal() -> ErrorData {
-    ErrorData::new(
-        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-        DISCOVER_REFUSED,
-        None,
-    )
-}
-
-/// The -32601 answer to `server/discover` as a JSON-RPC line, for request `id`.
-fn refusal_json(id: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": DISCOVER_REFUSED}})
-}
-
 /// The -32600 answer to a request (other than `initialize` and `ping`) before `initialize`:
 /// what to do, rather than rmcp's complaint about the newer lifecycle's `_meta`.
 fn not_initialized(id: Value) -> Value {
@@ -667,6 +726,7 @@ const KNOWN_METHODS: &[&str] = &[
     "prompts/get",
     "logging/setLevel",
     "completion/complete",
+    "subscriptions/listen",
 ];
 
 /// The -32602 answer to a request for a known method whose params do not fit it (a

@@ -10,6 +10,10 @@
 //! - `notifications/resources/updated` for `switchboard://inbox` on each commit, when the
 //!   client subscribed to it.
 //!
+//! In the 2026-07-28 era there is no session to push to: a client opens `subscriptions/listen`
+//! and gets `notifications/tools/list_changed` and the inbox's `notifications/resources/updated`
+//! on that request's stream ([`listen`]).
+//!
 //! MCP logging is deprecated by SEP-2577 (hence the `allow`), but the 2025-11-25 lifecycle
 //! we speak still has it, and hosts show these messages.
 
@@ -167,6 +171,47 @@ pub(super) fn spawn(
         }
         tracing::debug!(client = %client, "push task ended");
     });
+}
+
+/// One `subscriptions/listen` request (2026-07-28): `notifications/tools/list_changed` when the
+/// upstream tools change and `notifications/resources/updated` for the inbox on each commit,
+/// as far as the client asked for them (the accepted filter), until the request is cancelled
+/// or closed, the session ends, or the client is gone.
+pub(super) async fn listen(
+    feed: Feed,
+    ended: CancellationToken,
+    subscription: rmcp::service::SubscriptionContext,
+) {
+    let Feed {
+        mut committed,
+        mut tools,
+        ..
+    } = feed;
+    tools.mark_unchanged();
+    let sink = subscription.sink().clone();
+    let accepted = subscription.accepted();
+    let wants_tools = accepted.tools_list_changed == Some(true);
+    let wants_inbox = accepted
+        .resource_subscriptions
+        .as_ref()
+        .is_some_and(|uris| uris.iter().any(|u| u == INBOX_URI));
+    loop {
+        let sent = tokio::select! {
+            _ = subscription.cancelled() => return,
+            _ = ended.cancelled() => return,
+            changed = tools.changed() => {
+                if changed.is_err() { return }
+                !wants_tools || sink.notify_tool_list_changed().await.is_ok()
+            }
+            changed = committed.changed() => {
+                if changed.is_err() { return }
+                !wants_inbox || sink.notify_resource_updated(INBOX_URI).await.is_ok()
+            }
+        };
+        if !sent {
+            return;
+        }
+    }
 }
 
 /// What this session pushes: the channel notification by `policy`, and work only when the

@@ -3,7 +3,9 @@
 //! - every malformed line gets the error the JSON-RPC spec names (-32700 with id null for a
 //!   line that is not JSON, -32600 for one that is not a request, -32602 for a known method
 //!   with bad params), and a line over [`MAX_LINE`] an error instead of silence;
-//! - `server/discover` is refused with -32601 before rmcp answers it (see the parent module);
+//! - `server/discover` is refused with -32601 before rmcp answers it for the clients that stay
+//!   on the 2025-11-25 lifecycle (Claude Code; see [`super::era`]), and answered by rmcp for the
+//!   others; a request carrying the 2026-07-28 `_meta` goes to rmcp without `initialize`;
 //! - stdin EOF ends the session at once ([`SessionLink::end`]): a wait in flight returns empty
 //!   before it takes anything, and the process exits within a second;
 //! - the result of a wait that claimed work is settled by what writing it to stdout did: a
@@ -20,7 +22,7 @@ use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
-use super::{SessionLink, invalid_params, is_discover, not_initialized, refusal_json};
+use super::{SessionLink, era, invalid_params, is_discover, not_initialized};
 
 /// The longest request line accepted (bytes, without the newline).
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
@@ -30,7 +32,8 @@ pub struct LineTransport<R, W> {
     reader: BufReader<R>,
     writer: Arc<tokio::sync::Mutex<W>>,
     link: Arc<SessionLink>,
-    /// `initialize` was received: before it, other requests are told to send it first.
+    /// `initialize` (or a request of the 2026-07-28 era) was received: before it, other
+    /// requests are told to send `initialize` first.
     initialized: bool,
 }
 
@@ -238,14 +241,23 @@ where
             // From a reference: the value is kept for the answers below, and a clone of it
             // for every line cost a front end about 5% of its CPU.
             match <ClientJsonRpcMessage as serde::Deserialize>::deserialize(&value) {
-                Ok(JsonRpcMessage::Request(req)) if is_discover(&req.request) => {
+                Ok(JsonRpcMessage::Request(_)) if era::is_removed(&value) => {
+                    if !self.answer(era::removed_answer(&value)).await {
+                        return None;
+                    }
+                }
+                Ok(JsonRpcMessage::Request(req))
+                    if is_discover(&req.request) && era::refuses_discover(&value) =>
+                {
                     tracing::debug!(id = ?req.id, "server/discover refused: use initialize");
-                    if !self.answer(refusal_json(json!(req.id))).await {
+                    if !self.answer(era::discover_refusal(json!(req.id))).await {
                         return None;
                     }
                 }
                 Ok(JsonRpcMessage::Request(req))
                     if !self.initialized
+                        && !is_discover(&req.request)
+                        && !era::is_inline(&value)
                         && !matches!(
                             req.request,
                             ClientRequest::InitializeRequest(_) | ClientRequest::PingRequest(_)
@@ -263,7 +275,9 @@ where
                     }
                     None => {
                         if let JsonRpcMessage::Request(req) = &msg {
-                            if matches!(req.request, ClientRequest::InitializeRequest(_)) {
+                            if matches!(req.request, ClientRequest::InitializeRequest(_))
+                                || (!is_discover(&req.request) && era::is_inline(&value))
+                            {
                                 self.initialized = true;
                             }
                             self.link.called();
@@ -274,7 +288,7 @@ where
                 Err(e) => {
                     if value.get("method").and_then(Value::as_str) == Some("server/discover") {
                         let id = value.get("id").cloned().unwrap_or(Value::Null);
-                        if !self.answer(refusal_json(id)).await {
+                        if !self.answer(era::discover_refusal(id)).await {
                             return None;
                         }
                         continue;

@@ -311,12 +311,15 @@ impl From<ApiError> for Refusal {
 
 // ---- the table -------------------------------------------------------------------------------
 
+/// The name of the wait tool.
+pub const WAIT: &str = "wait_for_inbound_message";
+
 /// Every tool: name, description, whether it only reads, argument and result types, handler.
 /// Adding a tool is one entry here.
 pub fn router() -> ToolRouter<McpServer> {
     ToolRouter::new()
         .with_route(route(
-            "wait_for_inbound_message",
+            WAIT,
             format!(
                 "Wait for work from switchboard (alerts, CI events, messages). Returns at once \
                  when something is queued for you, otherwise waits up to `timeout_s` (max 55) and \
@@ -494,7 +497,7 @@ fn parse<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Resu
     })
 }
 
-fn ok(value: Value) -> CallToolResult {
+pub(super) fn ok(value: Value) -> CallToolResult {
     let mut r = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
     r.structured_content = Some(value);
     r
@@ -839,6 +842,7 @@ async fn wait(
     context: RequestContext<RoleServer>,
 ) -> Result<WaitResult, Refusal> {
     let (session, consumer) = server.consumer(a.consumer.as_deref()).await?;
+    let consumer_name = consumer.clone();
     // In flight from here: a confirm waiting for a form is put to the user in relation to it.
     let forms = super::elicit::wait_started(
         &server,
@@ -935,24 +939,23 @@ async fn wait(
     server.hold(&context, claims_of(&reply.items));
     let http = super::http::request_guard(&context.extensions);
     forms.finish(&reply.items, http.as_deref()).await;
-    Ok(WaitResult {
+    let result = WaitResult {
         items: reply.items.iter().map(ItemView::from).collect(),
         cursor: reply.cursor,
         unread: reply.unread,
         queued: reply.queued,
-        note: if max == 0 {
-            PROBED.into()
-        } else {
-            note(&reply.items).into()
-        },
-    })
+        note: if max == 0 { PROBED } else { note(&reply.items) }.into(),
+    };
+    // 2026-07-28: confirms asked in an `input_required` result, which `call_tool` returns.
+    super::mrtr::offer(&server, &context, &consumer_name, &reply.items, &result);
+    Ok(result)
 }
 
 impl McpServer {
     /// The session's handle and its consumer, which every tool call acts for. A session is
     /// its consumer (issue 46.4): a `consumer` argument naming another window's consumer is
     /// refused, never read as.
-    async fn consumer(&self, explicit: Option<&str>) -> Result<(u64, String), ApiError> {
+    pub(super) async fn consumer(&self, explicit: Option<&str>) -> Result<(u64, String), ApiError> {
         let own = self.own().await?;
         match explicit.map(str::trim).filter(|c| !c.is_empty()) {
             Some(name) if name != own.consumer => Err(ApiError::refused(
