@@ -37,7 +37,14 @@ pub const TEAMS_SECRET_ENV: &str = "SWITCHBOARD_TEAMS_CLIENT_SECRET";
 
 /// switchboard's own secrets in its environment: never passed on to a process it starts
 /// (upstream MCP servers, the exec host) unless its configuration names them on purpose.
-pub const SECRET_ENV: &[&str] = &[TOKEN_ENV, GITHUB_SECRET_ENV, TEAMS_SECRET_ENV];
+pub const SECRET_ENV: &[&str] = &[
+    TOKEN_ENV,
+    GITHUB_SECRET_ENV,
+    TEAMS_SECRET_ENV,
+    crate::sources::slack::settings::APP_TOKEN_ENV,
+    crate::sources::slack::settings::BOT_TOKEN_ENV,
+    crate::sources::slack::settings::SIGNING_SECRET_ENV,
+];
 
 /// Errors from opening a home.
 #[derive(Debug, thiserror::Error)]
