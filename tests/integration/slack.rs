@@ -1133,7 +1133,12 @@ async fn slack_dm_latency() {
         let items = result.structured_content.unwrap()["items"].clone();
         assert_eq!(items.as_array().map(Vec::len), Some(1), "{items}");
     }
+    let first = took[0];
     took.sort();
+    eprintln!(
+        "the first DM (names looked up): {first:?}; the five slowest: {:?}",
+        &took[took.len().saturating_sub(5)..]
+    );
     let pct = |p: f64| took[((took.len() as f64 * p).ceil() as usize).min(took.len()) - 1];
     eprintln!(
         "slack DM → wait, {n} DMs: p50 {:?}, p90 {:?}, p99 {:?}, max {:?}",

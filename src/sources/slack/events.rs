@@ -45,23 +45,30 @@ pub const MAX_SKEW: i64 = 5 * 60;
 
 /// The signatures of the last [`MAX_SKEW`], to refuse a replay.
 #[derive(Default)]
-pub struct Replays(Mutex<(VecDeque<(i64, String)>, HashSet<String>)>);
+pub struct Replays(Mutex<Seen>);
+
+/// The signatures seen, oldest first, and as a set.
+#[derive(Default)]
+struct Seen {
+    order: VecDeque<(i64, String)>,
+    set: HashSet<String>,
+}
 
 impl Replays {
     /// Remembers `signature` of a request stamped `at`; false when it was seen before.
     fn first(&self, signature: &str, at: i64, now: i64) -> bool {
         let mut seen = self.0.lock().unwrap();
-        while let Some((old, _)) = seen.0.front() {
+        while let Some((old, _)) = seen.order.front() {
             if *old >= now - MAX_SKEW {
                 break;
             }
-            let (_, sig) = seen.0.pop_front().expect("a front");
-            seen.1.remove(&sig);
+            let (_, sig) = seen.order.pop_front().expect("a front");
+            seen.set.remove(&sig);
         }
-        if !seen.1.insert(signature.to_string()) {
+        if !seen.set.insert(signature.to_string()) {
             return false;
         }
-        seen.0.push_back((at, signature.to_string()));
+        seen.order.push_back((at, signature.to_string()));
         true
     }
 }
@@ -76,8 +83,8 @@ pub fn router(inner: Arc<Inner>) -> Router {
 }
 
 async fn events(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(refused) = check(&inner, &headers, &body) {
-        return refused;
+    if let Err(why) = check(&inner, &headers, &body) {
+        return refuse(StatusCode::UNAUTHORIZED, "invalid_signature", why);
     }
     let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
         return refuse(
@@ -108,8 +115,8 @@ async fn interactivity(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = check(&inner, &headers, &body) {
-        return refused;
+    if let Err(why) = check(&inner, &headers, &body) {
+        return refuse(StatusCode::UNAUTHORIZED, "invalid_signature", why);
     }
     let payload = form_urlencoded::parse(&body)
         .find(|(k, _)| k == "payload")
@@ -134,8 +141,8 @@ async fn interactivity(
     }
 }
 
-/// The signature and timestamp checks; the `401` when one fails.
-fn check(inner: &Inner, headers: &HeaderMap, body: &[u8]) -> Result<(), Response> {
+/// The signature and timestamp checks (a failure counted); why one fails.
+fn check(inner: &Inner, headers: &HeaderMap, body: &[u8]) -> Result<(), &'static str> {
     let secret = inner.tokens.signing_secret.as_deref().unwrap_or_default();
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let now = chrono::Utc::now().timestamp();
@@ -154,13 +161,12 @@ fn check(inner: &Inner, headers: &HeaderMap, body: &[u8]) -> Result<(), Response
             Err("a replay: this signature was seen before")
         }
     });
-    verdict.map_err(|why| {
+    verdict.inspect_err(|why| {
         inner
             .counts
             .signature_failures
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(why, "slack: a request refused for its signature");
-        refuse(StatusCode::UNAUTHORIZED, "invalid_signature", why)
     })
 }
 
@@ -185,7 +191,7 @@ pub fn verify(
     }
     let expected = signature
         .strip_prefix("v0=")
-        .and_then(decode_hex)
+        .and_then(crate::auth::decode_hex)
         .ok_or("`X-Slack-Signature` is not `v0=` and hex digits")?;
     let mut mac =
         Hmac::<Sha256>::new_from_slice(secret.as_bytes()).map_err(|_| "no signing secret")?;
@@ -195,16 +201,6 @@ pub fn verify(
         |_| "`X-Slack-Signature` does not match the body; check SWITCHBOARD_SLACK_SIGNING_SECRET",
     )?;
     Ok(at)
-}
-
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 fn refuse(status: StatusCode, code: &str, message: &str) -> Response {

@@ -11,14 +11,10 @@ use serde::{Deserialize, Serialize};
 /// Slack's Web API; methods are at `{apiUrl}/{method}`.
 pub const API_URL: &str = "https://slack.com/api";
 
-/// The app-level token (`xapp-`), for Socket Mode.
-pub const APP_TOKEN_ENV: &str = "SWITCHBOARD_SLACK_APP_TOKEN";
-
-/// The bot token (`xoxb-`), for the Web API.
-pub const BOT_TOKEN_ENV: &str = "SWITCHBOARD_SLACK_BOT_TOKEN";
-
-/// The app's signing secret, for the Events API.
-pub const SIGNING_SECRET_ENV: &str = "SWITCHBOARD_SLACK_SIGNING_SECRET";
+pub use crate::home::{
+    SLACK_APP_TOKEN_ENV as APP_TOKEN_ENV, SLACK_BOT_TOKEN_ENV as BOT_TOKEN_ENV,
+    SLACK_SIGNING_SECRET_ENV as SIGNING_SECRET_ENV,
+};
 
 /// How Slack reaches the source.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
