@@ -1016,9 +1016,8 @@ fn an_approval_posted_to_slack_is_answered_by_an_approver_and_updated_when_answe
     );
     let records = action_records(sb.home.path());
     assert!(
-        records
-            .iter()
-            .any(|r| r["via"] == "slack" && r["consumer"] == "@ada"),
+        records.iter().any(|r| r["via"] == "slack"
+            && r["by"] == json!({"kind": "slack", "id": ADA, "name": "ada"})),
         "{records:#?}"
     );
 
@@ -1080,7 +1079,7 @@ fn an_approval_posted_to_slack_is_answered_by_an_approver_and_updated_when_answe
     assert!(
         updated["blocks"]
             .to_string()
-            .contains("Denied by web (via web) at"),
+            .contains("Denied by page link"),
         "{updated}"
     );
     assert_eq!(

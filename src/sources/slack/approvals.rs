@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 
 use super::Inner;
 use crate::actions::lifecycle::Event;
-use crate::actions::{ActionId, ActionState, Item, ItemKind, Via};
+use crate::actions::{ActionId, ActionState, By, ByKind, Item, ItemKind, Via};
 use crate::control::RefusalCode;
 use crate::control::ops::{Confirm, Decision};
 use crate::sources::SourceContext;
@@ -262,12 +262,12 @@ pub async fn on_click(inner: &Inner, cx: &SourceContext, payload: &Value) -> Res
         None => click.user_name.clone(),
     };
     // Who answered, beside `via`: the Slack user (id and name).
-    let (by_id, by_name) = (click.user.as_str(), format!("@{name}"));
-    tracing::info!(action_id = click.id, user = by_id, name = %by_name, decision = %click.decision, "slack: a confirm answered with a button");
+    let by = By::new(ByKind::Slack, click.user.clone(), Some(name));
+    tracing::info!(action_id = click.id, user = %click.user, by = %by, decision = %click.decision, "slack: a confirm answered with a button");
     let answer = Confirm {
         id: click.id,
         decision: click.decision,
-        by: by_name,
+        by,
         claim_for: None,
         via: Some(Via::Slack),
     };
