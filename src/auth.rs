@@ -100,6 +100,17 @@ impl Secret {
     }
 }
 
+/// The bytes of an even number of hex digits (a signature header's digest); `None` otherwise.
+pub fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// Whether `a` and `b` are the same secret, in time independent of both (see [`Secret`]).
 pub fn same_secret(a: &str, b: &str) -> bool {
     Secret::new(a).matches(b)

@@ -21,6 +21,7 @@ pub use crate::inbox::InboxSettings;
 pub use crate::sources::http::{HttpSettings, LiveHttp};
 pub use crate::sources::jetstream::JetStreamSettings;
 pub use crate::sources::schedule::ScheduleSettings;
+pub use crate::sources::slack::SlackSettings;
 pub use crate::sources::teams::TeamsSettings;
 use crate::sources::upstream::config::{ConfigError, ErrorCode};
 use crate::sources::upstream::locate::Locator;
@@ -54,6 +55,7 @@ const SECTIONS: &[&str] = &[
     "schedules",
     "jetstream",
     "teams",
+    "slack",
 ];
 
 /// Parses and validates the text of `switchboard.json`: JSON syntax, every section's shape,
@@ -105,6 +107,11 @@ pub fn check(text: &str) -> Result<Config, Vec<ConfigError>> {
     }
     match read_section(&loc, top, "teams", &mut errors) {
         Some(Some(teams)) => config.teams = Some(teams),
+        Some(None) => section_ok = false,
+        None => {}
+    }
+    match read_section(&loc, top, "slack", &mut errors) {
+        Some(Some(slack)) => config.slack = Some(slack),
         Some(None) => section_ok = false,
         None => {}
     }
@@ -201,6 +208,16 @@ fn value_problems(
             taken.upstream = Some(crate::sources::teams::SERVER.into());
             errors.push(taken);
         }
+    }
+    if let Some(slack) = &config.slack {
+        errors.extend(slack.problems().into_iter().map(|(key, message)| {
+            let pos = loc.value(&["slack", key]).or_else(|| loc.value(&["slack"]));
+            let code = match key {
+                "apiUrl" => ErrorCode::InvalidUrl,
+                _ => ErrorCode::InvalidValue,
+            };
+            ConfigError::at(code, format!("slack.{key}"), pos, message)
+        }));
     }
     errors
 }
@@ -359,6 +376,9 @@ pub struct Config {
     /// Microsoft Teams chats from Microsoft Graph; none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub teams: Option<TeamsSettings>,
+    /// Slack over Socket Mode or the Events API, and approvals in Slack; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slack: Option<SlackSettings>,
 }
 
 /// The `switchboard.json` keys a running daemon applies when the file changes; every other

@@ -35,9 +35,25 @@ pub const GITHUB_SECRET_ENV: &str = "SWITCHBOARD_GITHUB_SECRET";
 /// The environment variable that holds the Teams app's client secret (app-only sign-in).
 pub const TEAMS_SECRET_ENV: &str = "SWITCHBOARD_TEAMS_CLIENT_SECRET";
 
+/// The Slack app's app-level token (`xapp-`), for Socket Mode.
+pub const SLACK_APP_TOKEN_ENV: &str = "SWITCHBOARD_SLACK_APP_TOKEN";
+
+/// The Slack app's bot token (`xoxb-`), for the Web API.
+pub const SLACK_BOT_TOKEN_ENV: &str = "SWITCHBOARD_SLACK_BOT_TOKEN";
+
+/// The Slack app's signing secret, for the Events API.
+pub const SLACK_SIGNING_SECRET_ENV: &str = "SWITCHBOARD_SLACK_SIGNING_SECRET";
+
 /// switchboard's own secrets in its environment: never passed on to a process it starts
 /// (upstream MCP servers, the exec host) unless its configuration names them on purpose.
-pub const SECRET_ENV: &[&str] = &[TOKEN_ENV, GITHUB_SECRET_ENV, TEAMS_SECRET_ENV];
+pub const SECRET_ENV: &[&str] = &[
+    TOKEN_ENV,
+    GITHUB_SECRET_ENV,
+    TEAMS_SECRET_ENV,
+    SLACK_APP_TOKEN_ENV,
+    SLACK_BOT_TOKEN_ENV,
+    SLACK_SIGNING_SECRET_ENV,
+];
 
 /// Errors from opening a home.
 #[derive(Debug, thiserror::Error)]

@@ -36,6 +36,7 @@ mod integration {
     mod rules;
     mod schedules;
     mod sessions;
+    mod slack;
     mod teams;
     mod ts_sdk;
     mod upstream;

@@ -23,11 +23,20 @@ pub enum Via {
     Elicitation,
     /// Claude Code's permission relay.
     Relay,
+    /// The Approve / Deny buttons of the Slack source's approval message.
+    Slack,
 }
 
 impl Via {
     /// Every path, in the order the documentation lists them.
-    pub const ALL: [Via; 5] = [Via::Cli, Via::Tool, Via::Web, Via::Elicitation, Via::Relay];
+    pub const ALL: [Via; 6] = [
+        Via::Cli,
+        Via::Tool,
+        Via::Web,
+        Via::Elicitation,
+        Via::Relay,
+        Via::Slack,
+    ];
 
     /// The lowercase name used in files and on the wire.
     pub fn as_str(self) -> &'static str {
@@ -37,6 +46,7 @@ impl Via {
             Via::Web => "web",
             Via::Elicitation => "elicitation",
             Via::Relay => "relay",
+            Via::Slack => "slack",
         }
     }
 

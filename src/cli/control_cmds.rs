@@ -301,6 +301,9 @@ fn stats_text(all: &Stats) -> String {
     if let Some(teams) = all.part::<crate::sources::teams::TeamsState>("teams") {
         out.push(format!("teams     {}", teams.line(chrono::Utc::now())));
     }
+    if let Some(slack) = all.part::<crate::sources::slack::SlackState>("slack") {
+        out.push(format!("slack     {}", slack.line()));
+    }
     if let Some(r) = all.part::<crate::config::ConfigReload>("config_reload") {
         out.push(format!("config    {} (at {})", r.message, r.at));
     }

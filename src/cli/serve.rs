@@ -78,6 +78,7 @@ impl DaemonArgs {
             token: std::env::var(crate::config::TOKEN_ENV).ok(),
             github_secret: std::env::var(crate::config::GITHUB_SECRET_ENV).ok(),
             teams_secret: std::env::var(crate::config::TEAMS_SECRET_ENV).ok(),
+            slack_tokens: crate::sources::slack::settings::SlackTokens::from_env(),
         }
     }
 
@@ -415,6 +416,12 @@ pub async fn status(home: PathBuf, args: StatusArgs) -> anyhow::Result<ExitCode>
         .part::<crate::sources::teams::TeamsState>("teams")
     {
         println!("  teams: {}", teams.line(chrono::Utc::now()));
+    }
+    if let Some(slack) = status
+        .stats
+        .part::<crate::sources::slack::SlackState>("slack")
+    {
+        println!("  slack: {}", slack.line());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,6 @@
 //! The daemon's components beside the core and its HTTP listeners ([`super::listeners`]):
-//! the action queues' live capacity, exec, the upstream MCP servers, the schedules, Teams, the
-//! shared stream and the control socket. Each is a [`Component`]: what it reports, how it starts
+//! the action queues' live capacity, exec, the upstream MCP servers, the schedules, Teams, Slack,
+//! the shared stream and the control socket. Each is a [`Component`]: what it reports, how it starts
 //! from its settings, and what of them it applies live.
 
 use std::sync::Arc;
@@ -15,6 +15,8 @@ use crate::control::ops::QueueCapacity;
 use crate::control::{DaemonListeners, Parts};
 use crate::delivery::exec::Exec;
 use crate::sources::jetstream::{JetStream, JetStreamSettings};
+use crate::sources::slack::settings::SlackTokens;
+use crate::sources::slack::{Slack, SlackSettings};
 use crate::sources::teams::{Teams, TeamsSettings};
 use crate::sources::upstream::Upstreams;
 
@@ -164,6 +166,50 @@ impl Component for EventWebhooks {
     fn start(&self, cx: &Context, (): ()) -> anyhow::Result<()> {
         let api = crate::backend::Api::Local(cx.api.clone());
         self.0.start(api, cx.tasks.clone(), cx.shutdown().clone());
+        Ok(())
+    }
+}
+
+/// Slack (`slack`), when the section is there: its replier, status and counters, Socket Mode
+/// (or the Events API's routes) and the approval messages.
+pub struct SlackSource(Option<Slack>);
+
+impl SlackSource {
+    /// The source as `settings` say (none: no Slack), with `tokens` from the environment;
+    /// refused when a token it needs is missing.
+    pub fn new(settings: Option<SlackSettings>, tokens: SlackTokens) -> anyhow::Result<Self> {
+        match settings {
+            None => Ok(SlackSource(None)),
+            Some(s) => Slack::new(s, tokens)
+                .map(|slack| SlackSource(Some(slack)))
+                .map_err(|e| anyhow::anyhow!(e)),
+        }
+    }
+
+    /// `POST /v1/slack/events` and `/v1/slack/interactivity`, for the ingest listener, in
+    /// events mode.
+    pub fn routes(&self) -> Option<axum::Router> {
+        self.0.as_ref().and_then(Slack::router)
+    }
+}
+
+impl Component for SlackSource {
+    type Settings = ();
+    const KEYS: &'static [&'static str] = &["slack"];
+
+    fn settings(_: &Config) {}
+
+    fn report(&self, parts: Parts) -> Parts {
+        match &self.0 {
+            Some(slack) => slack.parts(parts),
+            None => parts,
+        }
+    }
+
+    fn start(&self, cx: &Context, (): ()) -> anyhow::Result<()> {
+        if let Some(slack) = &self.0 {
+            slack.start(&cx.source());
+        }
         Ok(())
     }
 }

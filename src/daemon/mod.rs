@@ -41,7 +41,9 @@ use crate::control::{DaemonListeners, FrontendSettings, Local, Parts};
 use crate::delivery::exec::Exec;
 use crate::sources::upstream::Upstreams;
 use component::{Components, Context, Running};
-use components::{ControlSocket, EventWebhooks, Queues, Schedules, SharedStream, TeamsSource};
+use components::{
+    ControlSocket, EventWebhooks, Queues, Schedules, SharedStream, SlackSource, TeamsSource,
+};
 pub use listeners::{ListenerState, Listeners};
 
 /// How long shutdown waits for tasks before it gives up on them.
@@ -71,6 +73,8 @@ pub struct DaemonOptions {
     pub github_secret: Option<String>,
     /// The Teams app's client secret from `SWITCHBOARD_TEAMS_CLIENT_SECRET` (app-only sign-in).
     pub teams_secret: Option<String>,
+    /// The Slack app's tokens from `SWITCHBOARD_SLACK_*`.
+    pub slack_tokens: crate::sources::slack::settings::SlackTokens,
 }
 
 /// Runs the daemon on `home_dir` until `shutdown` completes, a `stop` request comes, or its
@@ -86,10 +90,13 @@ pub async fn run(
     // Bound (and checked) before anything starts, so a refused setting leaves nothing behind.
     // Teams answers Graph's change notifications on the ingest listener, when it subscribes.
     let teams = TeamsSource::new(config.teams.clone(), &home, opts.teams_secret.clone());
+    // Slack posts events and clicks there, in events mode; a token it needs and lacks stops here.
+    let slack = SlackSource::new(config.slack.clone(), opts.slack_tokens.clone())?;
     let listeners = Arc::new(
         Listeners::bind(&config, &opts)
             .await?
-            .ingest_routes(teams.notifications()),
+            .ingest_routes(teams.notifications())
+            .ingest_routes(slack.routes()),
     );
     let token = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -103,6 +110,7 @@ pub async fn run(
             .with(Upstreams::in_home(home.dir()))
             .with(Schedules)
             .with(teams)
+            .with(slack)
             .with(EventWebhooks(crate::delivery::webhook::Webhooks::new(
                 config.mcp.events.clone(),
                 config.http.disable_auth,

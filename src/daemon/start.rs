@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DaemonOptions;
 use crate::home::{Home, write_atomic};
+use crate::sources::slack::settings::SlackTokens;
 
 /// What a start asked for, as saved.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +36,9 @@ pub struct StartSettings {
     /// `SWITCHBOARD_TEAMS_CLIENT_SECRET`, when the start had it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub teams_secret: Option<String>,
+    /// `SWITCHBOARD_SLACK_*`, those the start had.
+    #[serde(default, skip_serializing_if = "SlackTokens::is_empty")]
+    pub slack: SlackTokens,
 }
 
 impl StartSettings {
@@ -78,6 +82,7 @@ impl StartSettings {
         if !given(&opts.teams_secret) {
             opts.teams_secret = self.teams_secret.clone();
         }
+        opts.slack_tokens = opts.slack_tokens.or(&self.slack);
         opts
     }
 
@@ -96,6 +101,7 @@ impl StartSettings {
             token: given(&opts.token),
             github_secret: given(&opts.github_secret),
             teams_secret: given(&opts.teams_secret),
+            slack: opts.slack_tokens.clone(),
         }
     }
 }

@@ -891,7 +891,7 @@ impl RuleCx<'_> {
                 ErrorCode::InvalidApproveVia,
                 Some("approveVia"),
                 at,
-                "`approveVia` is empty, so nothing could answer; list at least one of `cli`, `tool`, `web`, `elicitation`, `relay`, or leave it out to allow all".into(),
+                "`approveVia` is empty, so nothing could answer; list at least one of `cli`, `tool`, `web`, `elicitation`, `relay`, `slack`, or leave it out to allow all".into(),
             );
             return Vec::new();
         }
@@ -905,7 +905,7 @@ impl RuleCx<'_> {
                     Some("approveVia"),
                     at,
                     format!(
-                        "unknown `approveVia` path \"{name}\"; use `cli`, `tool`, `web`, `elicitation` or `relay`"
+                        "unknown `approveVia` path \"{name}\"; use `cli`, `tool`, `web`, `elicitation`, `relay` or `slack`"
                     ),
                 ),
             }

@@ -151,7 +151,7 @@ pub struct RawRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve_key: Option<String>,
     /// Confirm rules: the paths that may answer (`cli`, `tool`, `web`, `elicitation`,
-    /// `relay`); absent = any. `["cli", "web", "elicitation"]`: the agent itself cannot approve.
+    /// `relay`, `slack`); absent = any. `["cli", "web", "elicitation"]`: the agent itself cannot approve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Vec<crate::actions::Via>>")]
     pub approve_via: Option<Vec<String>>,

@@ -533,7 +533,7 @@ fn approve_via_names_known_paths_on_confirm_rules() {
     let e = &errors(&format!(r#"{{"rules":[{{{C},"approveVia":["Web"]}}]}}"#))[0];
     assert_eq!(
         e.message,
-        "unknown `approveVia` path \"Web\"; use `cli`, `tool`, `web`, `elicitation` or `relay`"
+        "unknown `approveVia` path \"Web\"; use `cli`, `tool`, `web`, `elicitation`, `relay` or `slack`"
     );
 }
 

@@ -58,7 +58,7 @@ pub fn signature_matches(secret: &[u8], body: &[u8], header: &str) -> bool {
     let Some(hex) = header.trim().strip_prefix("sha256=") else {
         return false;
     };
-    let Some(expected) = decode_hex(hex) else {
+    let Some(expected) = crate::auth::decode_hex(hex) else {
         return false;
     };
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
@@ -66,16 +66,6 @@ pub fn signature_matches(secret: &[u8], body: &[u8], header: &str) -> bool {
     };
     mac.update(body);
     mac.verify_slice(&expected).is_ok()
-}
-
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Converts the delivery of `event` with id `delivery` into messages: one, or none for `ping`.

@@ -9,12 +9,15 @@
 //! - [`schedule`]: cron schedules that append a message when they fire.
 //! - [`teams`]: Microsoft Teams chats from Microsoft Graph (sign-in, polling or change
 //!   notifications), answered in the chat they came from.
+//! - [`slack`]: Slack over Socket Mode or the Events API, answered in the thread, and
+//!   approvals with buttons in a Slack channel.
 
 pub mod alertmanager;
 pub mod github;
 pub mod http;
 pub mod jetstream;
 pub mod schedule;
+pub mod slack;
 pub mod teams;
 pub mod upstream;
 
@@ -68,6 +71,22 @@ impl SourceContext {
                 source: source.to_string(),
             })
             .await
+    }
+
+    /// Answers a confirm (a person's click in a chat service); returns once the answer is in
+    /// the actions journal, or why it was refused.
+    pub async fn confirm(
+        &self,
+        answer: crate::control::ops::Confirm,
+    ) -> Result<Option<crate::actions::Item>, ApiError> {
+        self.api.call(answer).await
+    }
+
+    /// The action lifecycle's transitions from now on: confirms asked, answered, expired.
+    pub fn transitions(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<crate::actions::lifecycle::Event> {
+        self.api.subscribe().events
     }
 
     /// Every family of `/metrics`, read now (HTTP ingest adds its own and serves the text).
@@ -180,6 +199,7 @@ pub fn known_meta_keys(server: &str) -> Option<(&'static [&'static str], &'stati
         alertmanager::SERVER => Some((alertmanager::META_KEYS, alertmanager::META_PREFIXES)),
         github::SERVER => Some((github::META_KEYS, &[])),
         teams::SERVER => Some((teams::META_KEYS, &[])),
+        slack::SERVER => Some((slack::META_KEYS, &[])),
         _ => None,
     }
 }

@@ -294,7 +294,7 @@ fn the_page_answers_nothing_without_its_cookie_and_a_link_works_once() {
 }
 
 /// A session cookie for the page: `name=value`.
-fn ui_session(sb: &Switchboard) -> String {
+pub fn ui_session(sb: &Switchboard) -> String {
     let (login, _) = ui_link(sb);
     let r = http_request(sb.ingest.as_ref().unwrap(), "GET", &login, &[], b"");
     assert_eq!(r.status, 303, "{}", r.body);
