@@ -292,8 +292,12 @@ async def session(name: str, home: Home, url: str | None, errlog: TextIO) -> Asy
             command=str(home.bin), args=["--home", str(home.dir), "serve", "--no-listen"], env=SERVER_ENV
         )
         transport = stdio_client(params, errlog=errlog)
+    # This script drives the 2025-11-25 session, the one with server push: the SDK's default
+    # ("auto") would probe `server/discover`, which a client not named claude-code gets
+    # answered, and then speak 2026-07-28 without a session (tests/integration/mcp_era.rs).
     client = Client(
         transport,
+        mode="legacy",
         client_info=Implementation(name=name, version="1.0.0"),
         extensions=[ClaudeChannel(seen)],
         logging_callback=seen.on_log,
