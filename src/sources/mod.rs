@@ -189,6 +189,18 @@ impl PayloadError {
     }
 }
 
+/// The HTTP client a source calls its service's API with (Graph, the identity platform,
+/// Slack's Web API): each request bounded by `timeout`, a connection by 10 s, and no redirect
+/// followed (a token is never sent on to another host).
+pub fn api_client(timeout: std::time::Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
 /// The shipped rule packs against what the sources really produce: a pack whose prompt names a
 /// metadata key the source does not set, or whose regex misses the source's content, fails here.
 /// The metadata keys the messages of built-in source `server` can carry: exact keys, then key

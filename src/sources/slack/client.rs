@@ -75,12 +75,7 @@ impl WebApi {
     /// The Web API at `url` (`https://slack.com/api`).
     pub fn new(url: &str) -> WebApi {
         WebApi {
-            http: reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .connect_timeout(Duration::from_secs(10))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default(),
+            http: crate::sources::api_client(REQUEST_TIMEOUT),
             url: url.trim_end_matches('/').to_string(),
             throttled: AtomicU64::new(0),
         }

@@ -138,13 +138,7 @@ impl Identity {
             .collect();
         scopes.push("offline_access".into());
         Identity {
-            http: Http(
-                reqwest::Client::builder()
-                    .timeout(REQUEST_TIMEOUT)
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .unwrap_or_default(),
-            ),
+            http: Http(crate::sources::api_client(REQUEST_TIMEOUT)),
             device_url: format!("{base}/devicecode"),
             token_url: format!("{base}/token"),
             tenant: settings.tenant.clone(),

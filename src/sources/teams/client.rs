@@ -84,12 +84,7 @@ impl Graph {
     /// Graph at `graph_url`, signed in through `auth`.
     pub fn new(graph_url: &str, auth: Arc<Auth>) -> Graph {
         Graph {
-            http: reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .connect_timeout(Duration::from_secs(10))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default(),
+            http: crate::sources::api_client(REQUEST_TIMEOUT),
             base: graph_url.trim_end_matches('/').to_string(),
             api: format!("{}/v1.0", graph_url.trim_end_matches('/')),
             auth,
