@@ -317,9 +317,11 @@ async fn http_without_a_session_a_dropped_wait_gives_its_work_to_the_next() {
     }
     drop(client);
     // The daemon has seen the wait go before the work comes.
-    eventually(Duration::from_secs(10), "the dropped wait has ended", || {
-        (metric(&sb, "switchboard_wait_calls_in_flight") == Some(0.0)).then_some(())
-    });
+    eventually(
+        Duration::from_secs(10),
+        "the dropped wait has ended",
+        || (metric(&sb, "switchboard_wait_calls_in_flight") == Some(0.0)).then_some(()),
+    );
     send_messages(sb.home.path(), &[("work/a", "job-1")]);
     let (_, got) = post(&sb, &wait).await;
     let items = &got["result"]["structuredContent"]["items"];
