@@ -56,7 +56,7 @@ pub use item::{Item, ItemKind};
 pub use offer::Offered;
 pub use relay::{PermissionRequest, RULE_PREFIX, RelayError, permission_action};
 pub use sessions::{MAX_CONSUMER_NAME, SessionId, consumer_name_problem, fit_consumer_name};
-pub use shared::{Shareable, WORK_KEY};
+pub use shared::{Held, Shareable, WORK_KEY};
 pub use stats::{Counters, LifecycleStats, PendingConfirm};
 
 /// Everything the lifecycle holds, behind its one lock.

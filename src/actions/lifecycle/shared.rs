@@ -235,13 +235,30 @@ impl Lifecycle {
         local
     }
 
+    /// Where taken-in work `id` is: queued here, claimed by a session, or gone (delivered, or
+    /// ended otherwise). What the component asks when it may have missed an event.
+    pub fn held(&self, id: ActionId) -> Held {
+        let s = self.lock();
+        if s.work.is_claimed(id) {
+            Held::Claimed
+        } else if s.work.queued().any(|i| i.action_id == id) {
+            Held::Queued
+        } else {
+            Held::Gone
+        }
+    }
+
     /// Takes back work `id` that came from the shared queue while no session has claimed it:
-    /// it leaves the local queue, recorded as `shared` (given back). False when it is claimed
-    /// or gone.
-    pub fn withdraw(&self, id: ActionId) -> bool {
+    /// it leaves the local queue, recorded as `shared` (given back). Returns where it was:
+    /// [`Held::Queued`] when it is taken back now; else claimed, or gone.
+    pub fn withdraw(&self, id: ActionId) -> Held {
         let mut s = self.lock();
         if !s.work.remove_queued(id) {
-            return false;
+            return if s.work.is_claimed(id) {
+                Held::Claimed
+            } else {
+                Held::Gone
+            };
         }
         let mut changes = Changes::default();
         changes.record(Record {
@@ -251,13 +268,25 @@ impl Lifecycle {
         self.commit(s, changes);
         // A session that is still idle (one the work's audience left out) may want another.
         self.inner.sharing.demand.notify_waiters();
-        true
+        Held::Queued
     }
 
     /// Work waiting to be published to the shared queue.
     pub fn outgoing(&self) -> usize {
         self.lock().outbox.len()
     }
+}
+
+/// Where a piece of taken-in work is ([`Lifecycle::held`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Held {
+    /// Queued here, no session has claimed it.
+    Queued,
+    /// A session's wait has claimed it.
+    Claimed,
+    /// Neither: delivered (or it ended otherwise).
+    Gone,
 }
 
 /// Whether restored work came from the shared queue (its holder died: the queue delivers it
@@ -344,9 +373,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(ItemKind::Auto, 40)]
         );
-        assert!(!lc.withdraw(40), "claimed: not given back");
+        assert_eq!(lc.withdraw(40), Held::Claimed, "claimed: not given back");
         lc.settle(&[40], true, false, "sent");
         assert_eq!(lc.stats().counters.delivered, 1);
+        assert_eq!(lc.held(40), Held::Gone, "delivered");
+        assert_eq!(lc.withdraw(40), Held::Gone);
     }
 
     #[test]
@@ -381,8 +412,10 @@ mod tests {
         let (a, m) = action(7, Mode::Auto);
         lc.take_in(Item::new(a, m), 40, "5.r", Utc::now());
         assert_eq!(lc.stats().queued_work, 1);
-        assert!(lc.withdraw(40));
+        assert_eq!(lc.held(40), Held::Queued);
+        assert_eq!(lc.withdraw(40), Held::Queued, "taken back");
         assert_eq!(lc.stats().queued_work, 0);
+        assert_eq!(lc.withdraw(40), Held::Gone);
         // No idle wait: no demand.
         let cancel = CancellationToken::new();
         let demand = tokio::time::timeout(Duration::from_millis(50), lc.work_demand(&cancel));

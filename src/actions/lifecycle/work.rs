@@ -42,6 +42,11 @@ impl Work {
         self.claims.len()
     }
 
+    /// Whether a session holds a claim on `id`.
+    pub(super) fn is_claimed(&self, id: ActionId) -> bool {
+        self.claims.contains_key(&id)
+    }
+
     /// Queues work behind what is queued.
     pub(super) fn push(&mut self, item: Item) {
         self.queue.push_back(item);

@@ -141,6 +141,8 @@ ops! {
     WorkIn => work_in::WorkIn,
     /// Take back taken-in work no session claimed.
     WorkWithdraw => work_withdraw::WorkWithdraw,
+    /// Where taken-in work is now.
+    WorkHeld => work_held::WorkHeld,
     /// A session's host relays a permission prompt.
     RelayPermission => relay_permission::RelayPermission,
     /// A host's tool call ran: close the relayed request allowed in its own dialog.

@@ -33,7 +33,9 @@
 //!   its way — this instance sends `AckProgress` every third of `AckWait` (at most every
 //!   second), so that a slow delivery is not given to another instance.
 //! - When the session's result was delivered (the lifecycle's `delivered` event), the item is
-//!   acknowledged (double ack: JetStream confirms it). When no session here claimed it within
+//!   acknowledged (double ack: JetStream confirms it); a holder that missed the event (it fell
+//!   behind the lifecycle's event channel) finds the item gone (`work_held`) at its next tick
+//!   and acknowledges it then. When no session here claimed it within
 //!   one tick (the wait that asked ended, or no waiting session is in the rule's
 //!   `consumers`), it is taken back (`work_withdraw`) and NAKed, with a short delay, for
 //!   another instance.
@@ -55,9 +57,10 @@ use futures::StreamExt;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{INSTANCE_HEADER, SEQ_KEY, Shared, retry, token};
+use crate::actions::lifecycle::Held;
 use crate::actions::{Event, Item};
 use crate::control::Local;
-use crate::control::ops::{WorkDemand, WorkIn, WorkOut, WorkShared, WorkWithdraw};
+use crate::control::ops::{WorkDemand, WorkHeld, WorkIn, WorkOut, WorkShared, WorkWithdraw};
 
 /// The shared durable consumer's name: every instance pulls through the same one.
 const DURABLE: &str = "work";
@@ -438,7 +441,10 @@ async fn take(
 }
 
 /// Holds one taken-in item: extends it while it is here, acknowledges it once delivered,
-/// gives it back when no session claimed it within a tick.
+/// gives it back when no session claimed it within a tick. The lifecycle's events say when it
+/// is claimed, released or delivered; a holder that fell behind them (the channel lagged) asks
+/// where the item is instead, and so does every tick, so a missed `delivered` is acknowledged
+/// within a tick rather than extended for ever.
 async fn hold(
     s: Arc<Shared>,
     local: Local,
@@ -456,7 +462,7 @@ async fn hold(
     let mut claimed = false;
     c.work_held.fetch_add(1, Ordering::Relaxed);
     loop {
-        tokio::select! {
+        let held = tokio::select! {
             // Dying (or stopping) holding it: JetStream gives it to another after AckWait.
             _ = shutdown.cancelled() => {
                 if !claimed {
@@ -466,34 +472,54 @@ async fn hold(
                 break;
             }
             got = events.recv() => match got {
-                Ok(Event::Claimed { id: i, .. }) if i == id => claimed = true,
-                Ok(Event::Released { id: i, .. }) if i == id => claimed = false,
-                Ok(Event::Delivered { id: i, .. }) if i == id => {
-                    match m.double_ack().await {
-                        Ok(()) => c.work_acked.fetch_add(1, Ordering::Relaxed),
-                        Err(e) => {
-                            tracing::warn!(action_id = id, cause = %e, "jetstream: delivered work not acknowledged; another instance may deliver it again after its ack wait");
-                            c.work_unacked.fetch_add(1, Ordering::Relaxed)
-                        }
-                    };
-                    break;
-                }
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Ok(Event::Claimed { id: i, .. }) if i == id => Held::Claimed,
+                Ok(Event::Released { id: i, .. }) if i == id => Held::Queued,
+                Ok(Event::Delivered { id: i, .. }) if i == id => Held::Gone,
+                Ok(_) => continue,
+                Err(RecvError::Lagged(_)) => match local.call(WorkHeld { id }).await {
+                    Ok(held) => held,
+                    Err(_) => continue,
+                },
                 Err(RecvError::Closed) => break,
             },
             _ = tick.tick() => {
-                if !claimed {
-                    match local.call(WorkWithdraw { id }).await {
-                        Ok(true) => {
-                            c.work_returned.fetch_add(1, Ordering::Relaxed);
-                            let _ = m.ack_with(AckKind::Nak(Some(NAK_DELAY))).await;
-                            break;
+                let held = if claimed {
+                    local.call(WorkHeld { id }).await
+                } else {
+                    local.call(WorkWithdraw { id }).await
+                };
+                match held {
+                    // Unclaimed for a whole tick: taken back here, given back to the queue.
+                    Ok(Held::Queued) if !claimed => {
+                        c.work_returned.fetch_add(1, Ordering::Relaxed);
+                        let _ = m.ack_with(AckKind::Nak(Some(NAK_DELAY))).await;
+                        break;
+                    }
+                    Ok(Held::Gone) => Held::Gone,
+                    // Still here: keep it.
+                    still => {
+                        let _ = m.ack_with(AckKind::Progress).await;
+                        match still {
+                            Ok(held) => held,
+                            Err(_) if claimed => Held::Claimed,
+                            Err(_) => Held::Queued,
                         }
-                        // Claimed (its event was missed) or delivered: go on watching.
-                        _ => claimed = true,
                     }
                 }
-                let _ = m.ack_with(AckKind::Progress).await;
+            }
+        };
+        match held {
+            Held::Claimed => claimed = true,
+            Held::Queued => claimed = false,
+            Held::Gone => {
+                match m.double_ack().await {
+                    Ok(()) => c.work_acked.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        tracing::warn!(action_id = id, cause = %e, "jetstream: delivered work not acknowledged; another instance may deliver it again after its ack wait");
+                        c.work_unacked.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+                break;
             }
         }
     }
