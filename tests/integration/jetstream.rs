@@ -1063,10 +1063,20 @@ async fn work_held_by_an_instance_killed_9_is_redelivered_to_another_within_ack_
     );
     // The ack follows the `delivered` record; on a loaded machine (a CI run beside builds) it
     // took more than 5 s once.
-    let w = eventually(Duration::from_secs(15), "c acknowledged it", || {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let w = loop {
         let w = jetstream_state(&c)["work"].clone();
-        (w["acked"] == 1).then_some(w)
-    });
+        if w["acked"] == 1 {
+            break w;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "c did not acknowledge it within 15 s: work {w}\nc's actions: {:?}\nc's log:\n{}",
+            super::util::action_records(c.home.path()),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert_eq!(w["redelivered"], 1, "JetStream delivered it before: {w}");
     assert!(records_in(&a, "delivered").is_empty());
 }
