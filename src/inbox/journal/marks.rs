@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::Reservation;
+use super::{RESERVE_BLOCK, Reservation};
 use crate::inbox::seq_watch::SeqWatch;
 use crate::message::Seq;
 use crate::message::journal::Status;
@@ -28,6 +28,10 @@ pub struct Marks {
     pub reserved_unwritten: AtomicU64,
     /// An append asked for a reservation ahead; cleared when the writer has made it.
     pub reserve_asked: AtomicBool,
+    /// How far ahead of the assigned seqs a reservation reaches: [`RESERVE_BLOCK`], doubled
+    /// (up to [`super::MAX_RESERVE_BLOCK`]) each time an append had to wait for one, so that a
+    /// sustained burst stops waiting for `channels.seq`'s sync.
+    pub block: AtomicU64,
     /// The highest visible seq.
     pub committed: SeqWatch,
     /// What the journal engine reports: written, synced, backlog, size, errors, the outage.
@@ -60,6 +64,7 @@ impl Marks {
                 reserved.upto
             }),
             reserve_asked: AtomicBool::new(false),
+            block: AtomicU64::new(RESERVE_BLOCK),
             // Readers start at the last message that exists; the first new one jumps the gap.
             committed: SeqWatch::new(on_disk),
             disk,

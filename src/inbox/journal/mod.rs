@@ -11,7 +11,8 @@
 //! - `channels.seq`, which holds the highest seq that may have been shown without being synced
 //!   in the journal ([`Marks`] says what is visible), whether every such seq was written first,
 //!   and the boot it was written in ([`Reservation`]). The engine's writer thread keeps it
-//!   [`RESERVE_BLOCK`] seqs ahead ([`Reserver`]). Boot starts above the reservation, so no seq is
+//!   [`RESERVE_BLOCK`] seqs ahead, further (up to [`MAX_RESERVE_BLOCK`]) once appends had to
+//!   wait for it ([`Reserver`]). Boot starts above the reservation, so no seq is
 //!   handed out twice, unless the last stop was a crash of the process alone (same boot) and
 //!   every seq shown was written: then boot continues right after the journal, without a gap.
 //!   A clean stop with everything synced shrinks the reservation back;
@@ -44,8 +45,10 @@ pub use reservation::{Reservation, Reserver, boot_id, open_reservation};
 /// The most unwritten bytes kept in memory while the disk fails; past it, new messages are
 /// refused (503) rather than old ones dropped.
 pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
-/// Seqs reserved in `channels.seq` at a time.
+/// Seqs reserved in `channels.seq` at a time, at first ([`Marks::block`]).
 pub const RESERVE_BLOCK: Seq = 8192;
+/// The most seqs reserved at a time: the largest gap a machine crash leaves in the seqs.
+pub const MAX_RESERVE_BLOCK: Seq = 1 << 20;
 /// The first wait before a failed write (or reservation) is tried again; it doubles with every
 /// failure in a row, up to [`RETRY_MAX`]. An appender's own write tries at once meanwhile.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -193,7 +196,8 @@ impl Log for Journal {
                 last
             }
         };
-        if assigned + RESERVE_BLOCK / 2 > marks.reserved.load(Ordering::Acquire)
+        if assigned + marks.block.load(Ordering::Relaxed) / 2
+            > marks.reserved.load(Ordering::Acquire)
             && !marks.reserve_asked.swap(true, Ordering::AcqRel)
         {
             self.journal.wake();

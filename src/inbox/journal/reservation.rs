@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{Marks, RESERVE_BLOCK};
+use super::{MAX_RESERVE_BLOCK, Marks};
 use crate::duration::Backoff;
 use crate::home::FsyncPolicy;
 use crate::message::journal::Keeper;
@@ -124,6 +124,8 @@ pub struct Reserver {
     retry: Backoff,
     /// After a failure: when to try again unasked.
     retry_at: Option<Instant>,
+    /// A reservation of this run is written.
+    made: bool,
 }
 
 impl Reserver {
@@ -136,6 +138,7 @@ impl Reserver {
             unwritten: fsync == FsyncPolicy::Never,
             retry,
             retry_at: None,
+            made: false,
         }
     }
 
@@ -147,10 +150,17 @@ impl Reserver {
         self.unwritten |= asks.unwritten;
         let assigned = marks.assigned.load(Ordering::Acquire);
         let reserved = marks.reserved.load(Ordering::Acquire);
-        let ahead = assigned + RESERVE_BLOCK / 2 > reserved;
+        let mut block = marks.block.load(Ordering::Relaxed);
+        let ahead = assigned + block / 2 > reserved;
         let asked = !asks.acks.is_empty()
             && (assigned > reserved
                 || (self.unwritten && assigned > marks.reserved_unwritten.load(Ordering::Acquire)));
+        if asked && self.made && block < MAX_RESERVE_BLOCK {
+            // Appends outran the reservation this run made and waited for its sync (the first
+            // append after a start always waits, for the first one): reach further ahead.
+            block = (block * 2).min(MAX_RESERVE_BLOCK);
+            marks.block.store(block, Ordering::Relaxed);
+        }
         // A failed write or sync may leave shown records out of the page cache too: from
         // now on, a restart must not count on it.
         let degraded = !self.unwritten && marks.disk.is_failing();
@@ -158,10 +168,11 @@ impl Reserver {
         let now = Instant::now();
         let due = asked || self.retry_at.is_none_or(|t| now >= t);
         if (ahead || asked || degraded) && due {
-            let upto = assigned + RESERVE_BLOCK;
+            let upto = assigned + block;
             let floor = marks.disk.written.load(Ordering::Acquire);
             match Reservation::now(upto, floor, !self.unwritten).write(&self.file) {
                 Ok(()) => {
+                    self.made = true;
                     marks.reserved.fetch_max(upto, Ordering::AcqRel);
                     if self.unwritten {
                         marks.reserved_unwritten.fetch_max(upto, Ordering::AcqRel);
@@ -311,6 +322,62 @@ mod tests {
         assert_eq!(r(true, None).start_after(150), 8292);
         // A journal beyond the reservation continues after itself either way.
         assert_eq!(r(false, None).start_after(9000), 9000);
+    }
+
+    #[test]
+    fn appends_that_wait_for_the_reservation_make_it_reach_further_ahead() {
+        use super::super::RESERVE_BLOCK;
+        let dir = tempfile::tempdir().unwrap();
+        let (file, reserved) = open_reservation(&dir.path().join("channels.seq")).unwrap();
+        let disk = Arc::new(crate::message::journal::Status::new(0));
+        let marks = Arc::new(Marks::new(disk, 0, 0, &reserved));
+        let mut reserver = Reserver::new(
+            file,
+            marks.clone(),
+            FsyncPolicy::Interval,
+            Backoff::new(
+                std::time::Duration::from_millis(1),
+                std::time::Duration::from_millis(1),
+            ),
+        );
+        let reserved = || marks.reserved.load(Ordering::Acquire);
+        // Ahead of the appends: one block, nobody waited.
+        marks.assigned.store(10, Ordering::Release);
+        reserver.step();
+        assert_eq!(reserved(), 10 + RESERVE_BLOCK);
+        // Appends outran it and one waits: the next reservation reaches twice as far.
+        let mut assigned = reserved() + 5;
+        for block in [2 * RESERVE_BLOCK, 4 * RESERVE_BLOCK] {
+            marks.assigned.store(assigned, Ordering::Release);
+            let (ack, mut told) = tokio::sync::oneshot::channel();
+            marks.ask_reservation(false, ack);
+            reserver.step();
+            assert_eq!(told.try_recv(), Ok(()), "the waiting append is told");
+            assert_eq!(reserved(), assigned + block);
+            assigned = reserved() + 1;
+        }
+        // Never past the most: a machine crash skips at most that many seqs.
+        for _ in 0..20 {
+            marks.assigned.store(assigned, Ordering::Release);
+            let (ack, _told) = tokio::sync::oneshot::channel();
+            marks.ask_reservation(false, ack);
+            reserver.step();
+            assigned = reserved() + 1;
+        }
+        assert_eq!(marks.block.load(Ordering::Relaxed), MAX_RESERVE_BLOCK);
+        // Kept ahead without a wait, the block stays as it is.
+        let before = reserved();
+        marks
+            .assigned
+            .store(before - MAX_RESERVE_BLOCK / 2, Ordering::Release);
+        reserver.step();
+        assert_eq!(reserved(), before, "still half a block ahead");
+        marks
+            .assigned
+            .store(before - MAX_RESERVE_BLOCK / 2 + 1, Ordering::Release);
+        reserver.step();
+        assert_eq!(reserved(), before + MAX_RESERVE_BLOCK / 2 + 1);
+        assert_eq!(marks.block.load(Ordering::Relaxed), MAX_RESERVE_BLOCK);
     }
 
     #[test]
