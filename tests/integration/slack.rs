@@ -1122,8 +1122,11 @@ async fn slack_dm_latency() {
         params.arguments = json!({"timeout_s": 10}).as_object().cloned();
         let peer = client.peer().clone();
         let waiting = tokio::spawn(async move { peer.call_tool(params).await });
-        // Let the wait reach the daemon and park before the envelope goes.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // The wait has reached the daemon and parks before the envelope goes.
+        super::util::eventually(Duration::from_secs(10), "the wait parks", || {
+            (super::util::metric(&sb, "switchboard_wait_calls_in_flight") == Some(1.0))
+                .then_some(())
+        });
         let ts = format!("1700001{:03}.{:06}", i % 1000, i);
         let sent = Instant::now();
         slack.event(message(DM, "im", ADA, &format!("ping {i}"), &ts));
