@@ -56,6 +56,10 @@ impl Board {
         self.0.lock().unwrap().get(&id).cloned()
     }
 
+    fn forget(&self, id: ActionId) {
+        self.0.lock().unwrap().remove(&id);
+    }
+
     fn put(&self, id: ActionId, posted: Posted) {
         let mut all = self.0.lock().unwrap();
         all.insert(id, posted);
@@ -132,29 +136,32 @@ async fn post(inner: &Inner, item: &Item) {
         "text": format!("Approval needed: rule `{}` (confirm {})", item.rule, item.action_id),
         "blocks": with_buttons,
     });
+    // On the board before it is posted: a click that comes before Slack's answer (someone
+    // quick, a slow answer) already finds the rule it answers.
+    let mut posted = Posted {
+        channel: settings.channel.clone(),
+        ts: String::new(),
+        rule: item.rule.to_string(),
+        blocks,
+        closed: None,
+    };
+    inner.approvals.put(item.action_id, posted.clone());
     match inner.post("chat.postMessage", &body).await {
         Ok(sent) => {
-            let ts = sent.get("ts").and_then(Value::as_str).unwrap_or_default();
-            let channel = sent
-                .get("channel")
-                .and_then(Value::as_str)
-                .unwrap_or(&settings.channel);
+            if let Some(ts) = sent.get("ts").and_then(Value::as_str) {
+                posted.ts = ts.to_string();
+            }
+            if let Some(channel) = sent.get("channel").and_then(Value::as_str) {
+                posted.channel = channel.to_string();
+            }
             inner
                 .counts
                 .approvals_posted
                 .fetch_add(1, Ordering::Relaxed);
-            inner.approvals.put(
-                item.action_id,
-                Posted {
-                    channel: channel.to_string(),
-                    ts: ts.to_string(),
-                    rule: item.rule.to_string(),
-                    blocks,
-                    closed: None,
-                },
-            );
+            inner.approvals.put(item.action_id, posted);
         }
         Err(e) => {
+            inner.approvals.forget(item.action_id);
             tracing::warn!(cause = %e, action_id = item.action_id, "slack: the approval message was not posted")
         }
     }
@@ -165,7 +172,7 @@ async fn close(inner: &Inner, id: ActionId, line: String) {
     let Some(mut posted) = inner.approvals.get(id) else {
         return;
     };
-    if posted.closed.is_some() {
+    if posted.closed.is_some() || posted.ts.is_empty() {
         return;
     }
     posted.closed = Some(line.clone());
