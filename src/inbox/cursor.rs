@@ -383,7 +383,13 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
-        tracing::subscriber::with_default(subscriber, f);
+        tracing::subscriber::with_default(subscriber, || {
+            // Another test's thread may have met a callsite first, with no subscriber of its
+            // own, while this one was being set: tracing then caches "never" for it. Ask every
+            // callsite again, now that this subscriber is in place.
+            tracing::callsite::rebuild_interest_cache();
+            f()
+        });
         let bytes = sink.0.lock().unwrap().clone();
         String::from_utf8(bytes).unwrap()
     }
