@@ -554,11 +554,20 @@ fn copilot_timeout_ms(cap_s: u64) -> u64 {
 }
 
 /// Whether `exe` is inside a cargo `target/` directory.
+/// Whether `exe` is in a cargo target directory: `target/debug` or `target/release` by name, or
+/// any directory whose profile folder (one or two levels up: `<dir>/<profile>`,
+/// `<dir>/<triple>/<profile>`) holds the `CACHEDIR.TAG` cargo writes there, as with
+/// `CARGO_TARGET_DIR` or `build.target-dir`.
 fn is_build_output(exe: &Path) -> bool {
     let parts: Vec<_> = exe.components().map(|c| c.as_os_str()).collect();
-    parts
+    let by_name = parts
         .windows(2)
-        .any(|w| w[0] == "target" && ["debug", "release"].iter().any(|p| w[1] == *p))
+        .any(|w| w[0] == "target" && ["debug", "release"].iter().any(|p| w[1] == *p));
+    by_name
+        || exe.ancestors().skip(2).take(2).any(|dir| {
+            std::fs::read(dir.join("CACHEDIR.TAG"))
+                .is_ok_and(|tag| tag.starts_with(b"Signature: 8a477f597d28d172789f06886806bc55"))
+        })
 }
 
 #[cfg(test)]
@@ -577,6 +586,20 @@ mod tests {
             "/home/me/.cargo/bin/switchboard"
         )));
         assert!(!is_build_output(Path::new("/opt/target/switchboard")));
+        // A target directory of another name (`CARGO_TARGET_DIR`), known by cargo's tag.
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("debug").join("switchboard");
+        assert!(!is_build_output(&exe));
+        std::fs::write(
+            dir.path().join("CACHEDIR.TAG"),
+            "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by cargo.\n",
+        )
+        .unwrap();
+        assert!(is_build_output(&exe));
+        assert!(is_build_output(
+            &dir.path()
+                .join("x86_64-unknown-linux-gnu/release/switchboard")
+        ));
         assert_eq!(copilot_timeout_ms(55), 85_000);
     }
 }
