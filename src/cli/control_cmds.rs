@@ -553,7 +553,6 @@ fn copilot_timeout_ms(cap_s: u64) -> u64 {
     (cap_s + 30) * 1000
 }
 
-/// Whether `exe` is inside a cargo `target/` directory.
 /// Whether `exe` is in a cargo target directory: `target/debug` or `target/release` by name, or
 /// any directory whose profile folder (one or two levels up: `<dir>/<profile>`,
 /// `<dir>/<triple>/<profile>`) holds the `CACHEDIR.TAG` cargo writes there, as with
