@@ -5,7 +5,8 @@ delivery push and poll), `events/stream` (`notifications/events/active`, `event`
 `heartbeat`, each with `_meta["io.modelcontextprotocol/subscriptionId"]`) and `events/poll`.
 
 Its upstream is a file, FEED: one ticket title per line; the cursor is the number of lines
-delivered, so a cursor resumes exactly. Every request is logged to FEED + ".requests".
+delivered, so a cursor resumes exactly. Every request is logged to FEED + ".requests", and so
+is each stream's start (`{"active": cursor}`) once it is fixed.
 
 usage: events_upstream.py FEED
 """
@@ -44,6 +45,9 @@ def stream(req_id, cursor):
     sent = int(cursor) if cursor is not None else len(lines())
     send({"jsonrpc": "2.0", "method": "notifications/events/active",
           "params": {"cursor": str(sent), "truncated": False, "_meta": {META: req_id}}})
+    # Logged once the stream's starting point is fixed: a line added after this is delivered.
+    with open(FEED + ".requests", "a") as log:
+        log.write(json.dumps({"active": str(sent)}) + "\n")
     quiet = time.time()
     while True:
         now = lines()
