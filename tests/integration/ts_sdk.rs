@@ -36,41 +36,21 @@ fn typescript_sdk_end_to_end() {
     let mut sb = Switchboard::new();
     sb.write("triggers.json", RULES);
     sb.spawn();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/ts_sdk_e2e.mjs");
-    let run = run_limited(
-        Command::new(npm::node())
-            .arg(&script)
-            .arg("--sdk")
-            .arg(&sdk)
-            .arg("--old-sdk")
-            .arg(&old)
-            .args(["--url", sb.mcp_url.as_deref().unwrap()])
-            .args(["--token", &sb.token()])
-            .arg("--home")
-            .arg(sb.home.path())
-            .arg("--bin")
-            .arg(bin()),
+    let mut args = vec!["--sdk".into(), sdk.into_os_string()];
+    args.extend(["--old-sdk".into(), old.into_os_string()]);
+    run_script(
+        &sb,
+        "ts_sdk_e2e.mjs",
+        args,
         Duration::from_secs(180),
+        &[
+            "two sessions named alike each got every nudge once",
+            "contended auto items each reached exactly one",
+            "the next auto item reached a live session",
+            "401 without the token, 403 from a foreign origin",
+            "an older SDK talks to /mcp without SSE errors",
+        ],
     );
-    let report = format!(
-        "{}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server log ---\n{}",
-        script.display(),
-        run.describe(),
-        run.stdout,
-        run.stderr,
-        sb.log()
-    );
-    assert!(run.status.is_some_and(|s| s.success()), "{report}");
-    for check in [
-        "two sessions named alike each got every nudge once",
-        "contended auto items each reached exactly one",
-        "the next auto item reached a live session",
-        "401 without the token, 403 from a foreign origin",
-        "an older SDK talks to /mcp without SSE errors",
-    ] {
-        assert!(run.stdout.contains(check), "missing `{check}`\n{report}");
-    }
-    assert!(!run.leftovers, "processes outlived the script\n{report}");
 }
 
 const V2_RULES: &str = r#"{"rules": [
@@ -89,19 +69,43 @@ fn typescript_sdk_v2_speaks_2026_07_28_only() {
     let mut sb = Switchboard::new();
     sb.write("triggers.json", V2_RULES);
     sb.spawn();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/ts_sdk_v2.mjs");
+    run_script(
+        &sb,
+        "ts_sdk_v2.mjs",
+        vec!["--client".into(), client.into_os_string()],
+        Duration::from_secs(120),
+        &[
+            "connected on 2026-07-28 without a session",
+            "listed 12 tools",
+            "woken by a wait",
+            "a confirm answered through input_required",
+        ],
+    );
+}
+
+/// Runs `tests/node/<script>` with `args` and the daemon's URL, token, home and binary, within
+/// `limit`: it must exit 0, print every line of `checks`, and leave no process behind.
+fn run_script(
+    sb: &Switchboard,
+    script: &str,
+    args: Vec<std::ffi::OsString>,
+    limit: Duration,
+    checks: &[&str],
+) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/node")
+        .join(script);
     let run = run_limited(
         Command::new(npm::node())
             .arg(&script)
-            .arg("--client")
-            .arg(&client)
+            .args(args)
             .args(["--url", sb.mcp_url.as_deref().unwrap()])
             .args(["--token", &sb.token()])
             .arg("--home")
             .arg(sb.home.path())
             .arg("--bin")
             .arg(bin()),
-        Duration::from_secs(120),
+        limit,
     );
     let report = format!(
         "{}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server log ---\n{}",
@@ -112,12 +116,7 @@ fn typescript_sdk_v2_speaks_2026_07_28_only() {
         sb.log()
     );
     assert!(run.status.is_some_and(|s| s.success()), "{report}");
-    for check in [
-        "connected on 2026-07-28 without a session",
-        "listed 12 tools",
-        "woken by a wait",
-        "a confirm answered through input_required",
-    ] {
+    for check in checks {
         assert!(run.stdout.contains(check), "missing `{check}`\n{report}");
     }
     assert!(!run.leftovers, "processes outlived the script\n{report}");
