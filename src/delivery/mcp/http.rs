@@ -191,9 +191,18 @@ fn counted(response: Response, session: Option<&Arc<HttpSession>>) -> Response {
 /// Where a request's response is: in progress, with the results that wait for its outcome
 /// (the session link and the JSON-RPC id), or over.
 enum Phase {
-    Open(Vec<(std::sync::Weak<SessionLink>, rmcp::model::RequestId)>),
+    Open(Vec<Awaiting>),
     /// The response went out (`true`), or never will (`false`).
     Over(bool),
+}
+
+/// A session link waiting to hear what became of the response carrying request `id`'s result.
+struct Awaiting {
+    link: std::sync::Weak<SessionLink>,
+    id: rmcp::model::RequestId,
+    /// The calls the link had received when the frame carrying the response was handed to
+    /// hyper, before its bytes could reach the client (see [`SessionLink::written_since`]).
+    calls: Option<u64>,
 }
 
 /// One request in flight: cancelled when its client goes away; tells the session link what
@@ -243,7 +252,11 @@ impl RequestGuard {
     pub fn report_to(&self, link: &Arc<SessionLink>, id: rmcp::model::RequestId) {
         let mut phase = self.phase.lock().unwrap();
         match &mut *phase {
-            Phase::Open(waiting) => waiting.push((Arc::downgrade(link), id)),
+            Phase::Open(waiting) => waiting.push(Awaiting {
+                link: Arc::downgrade(link),
+                id,
+                calls: None,
+            }),
             Phase::Over(true) => link.written(&id),
             Phase::Over(false) => link.unwritten(&id, GONE),
         }
@@ -253,6 +266,16 @@ impl RequestGuard {
     /// it with `end`: its claims are settled by this response before the session closes.
     pub fn ends(&self, link: Arc<SessionLink>, end: tokio_util::sync::DropGuard) {
         *self.owns.lock().unwrap() = Some((link, end));
+    }
+
+    /// The frame carrying the response is being handed to hyper: what each link has received
+    /// so far came before the client could have the result.
+    fn handing(&self) {
+        if let Phase::Open(waiting) = &mut *self.phase.lock().unwrap() {
+            for w in waiting.iter_mut().filter(|w| w.calls.is_none()) {
+                w.calls = w.link.upgrade().map(|link| link.calls());
+            }
+        }
     }
 
     fn finish(&self, sent: bool) {
@@ -272,14 +295,14 @@ impl RequestGuard {
         if !sent {
             self.cancel.cancel();
         }
-        for (link, id) in waiting {
-            let Some(link) = link.upgrade() else {
+        for w in waiting {
+            let Some(link) = w.link.upgrade() else {
                 continue;
             };
             if sent {
-                link.written(&id);
+                link.written_since(&w.id, w.calls.unwrap_or_else(|| link.calls()));
             } else {
-                link.unwritten(&id, GONE);
+                link.unwritten(&w.id, GONE);
             }
         }
     }
@@ -290,9 +313,9 @@ impl Drop for RequestGuard {
         // A request that never produced a body (refused before its handler ran, or whose
         // handler is still running when everything else is gone) gives its claims back.
         if let Phase::Open(waiting) = &*self.phase.lock().unwrap() {
-            for (link, id) in waiting {
-                if let Some(link) = link.upgrade() {
-                    link.unwritten(id, "the request ended without a response");
+            for w in waiting {
+                if let Some(link) = w.link.upgrade() {
+                    link.unwritten(&w.id, "the request ended without a response");
                 }
             }
         }
@@ -343,8 +366,9 @@ struct Guarded {
     inner: axum::body::BodyDataStream,
     guard: Arc<RequestGuard>,
     done: bool,
-    /// The last frame handed to hyper, until hyper asks for the next.
-    handed: Option<Bytes>,
+    /// Whether the last frame handed to hyper carries the response, until hyper asks for the
+    /// next.
+    handed: Option<bool>,
     /// Hyper took a frame carrying the response.
     responded: bool,
 }
@@ -365,10 +389,8 @@ impl Stream for Guarded {
     type Item = Result<Bytes, axum::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(frame) = self.handed.take()
-            && !self.responded
-        {
-            self.responded = carries_response(&frame);
+        if let Some(response) = self.handed.take() {
+            self.responded |= response;
         }
         let polled = Pin::new(&mut self.inner).poll_next(cx);
         match &polled {
@@ -381,7 +403,11 @@ impl Stream for Guarded {
                 if memchr_form(frame) {
                     self.guard.forms.send_modify(|n| *n += 1);
                 }
-                self.handed = Some(frame.clone())
+                let response = !self.responded && carries_response(frame);
+                if response {
+                    self.guard.handing();
+                }
+                self.handed = Some(response)
             }
             _ => {}
         }
@@ -1014,6 +1040,37 @@ mod tests {
         assert_eq!(settled_after(&[PROGRESS], 2).await, (0, 1));
         // The response frame was handed over but hyper never came back for more.
         assert_eq!(settled_after(&[RESPONSE], 1).await, (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ack_that_overtakes_the_report_of_the_write_still_shows_the_client_had_it() {
+        // The response frame is handed to hyper; the client reads it and calls again (say
+        // `channel_ack`) on another connection before hyper came back for more and the body
+        // ended; then the client ends its session. Its call came after the result could reach
+        // it, so the claims are delivered, not given back as maybe seen.
+        let (core, link, guard) = claimed().await;
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
+        let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
+        poll(&mut b, 1);
+        link.called();
+        poll(&mut b, 1);
+        drop(b);
+        link.end();
+        assert_eq!(settled(&core), (1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_before_the_response_was_handed_over_does_not_count_as_its_ack() {
+        // A call that came while the result was still being made (a concurrent tool call)
+        // says nothing about the result: a session that ends then gives the claims back.
+        let (core, link, guard) = claimed().await;
+        link.called();
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
+        let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
+        poll(&mut b, 2);
+        drop(b);
+        link.end();
+        assert_eq!(settled(&core), (0, 1));
     }
 
     #[tokio::test(start_paused = true)]

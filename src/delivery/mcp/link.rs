@@ -13,7 +13,8 @@
 //! 2. **Sent**: the result left (stdio: the line written and flushed; HTTP: hyper took the
 //!    frame carrying the response). Bytes that left may still be lost with a client that
 //!    vanishes after they did, so the session has `mcp.deliveryGrace` to show it is there: a
-//!    call received since, or the session still open (stdio: stdin not closed; HTTP: a stream
+//!    call received since the bytes could reach the client (an acknowledgement may overtake
+//!    the transport's report that the write is done), or the session still open (stdio: stdin not closed; HTTP: a stream
 //!    or another request in progress). Then the claims are delivered.
 //! 3. **Quiet** (HTTP only): at the grace's end nothing showed the client is there. The claims
 //!    stay until it calls again (delivered at once) or its session ends.
@@ -235,10 +236,23 @@ impl SessionLink {
         self.release(&claims, false, "the client cancelled the request");
     }
 
+    /// How many calls the session has received so far. A transport takes this just before the
+    /// bytes of a result can reach the client, and gives it to [`SessionLink::written_since`].
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Acquire)
+    }
+
     /// The result of request `id` left: its claims are delivered once the session shows it is
     /// there, within the grace.
     pub fn written(self: &Arc<Self>, id: &RequestId) {
-        let calls = self.calls.load(Ordering::Acquire);
+        self.written_since(id, self.calls());
+    }
+
+    /// The result of request `id` left; the session had received `calls` calls before its
+    /// bytes could reach the client. A call counted after that may be the client's answer to
+    /// the result: an acknowledgement that overtook the transport's report that the write was
+    /// done still shows the client had it.
+    pub fn written_since(self: &Arc<Self>, id: &RequestId, calls: u64) {
         if self.at_once.load(Ordering::Relaxed) {
             let receipt = self.deliveries.lock().unwrap().receipts.remove(id);
             if let Some(r) = receipt {

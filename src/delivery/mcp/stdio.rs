@@ -187,17 +187,21 @@ where
                 let mut line = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
                 line.push(b'\n');
                 let mut w = writer.lock().await;
+                // The calls received before the line can reach the client: one counted after
+                // may be its answer to this result, read before the flush below returns.
+                let before = link.calls();
                 w.write_all(&line).await?;
-                w.flush().await
+                w.flush().await?;
+                Ok::<u64, std::io::Error>(before)
             }
             .await;
             if let Some(id) = id {
                 match &written {
-                    Ok(()) => link.written(&id),
+                    Ok(before) => link.written_since(&id, *before),
                     Err(_) => link.unwritten(&id, "the result could not be written to stdout"),
                 }
             }
-            written
+            written.map(|_| ())
         }
     }
 
