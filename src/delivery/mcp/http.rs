@@ -1042,35 +1042,34 @@ mod tests {
         assert_eq!(settled_after(&[RESPONSE], 1).await, (0, 1));
     }
 
+    /// (delivered, released) when the session calls once, after its response body (which
+    /// ends after the response) was polled `polls_before` times, and then ends.
+    async fn settled_when_a_call_comes_after(polls_before: usize) -> (u64, u64) {
+        let (core, link, guard) = claimed().await;
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
+        let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
+        poll(&mut b, polls_before);
+        link.called();
+        poll(&mut b, 2 - polls_before);
+        drop(b);
+        link.end();
+        settled(&core)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_ack_that_overtakes_the_report_of_the_write_still_shows_the_client_had_it() {
         // The response frame is handed to hyper; the client reads it and calls again (say
         // `channel_ack`) on another connection before hyper came back for more and the body
         // ended; then the client ends its session. Its call came after the result could reach
         // it, so the claims are delivered, not given back as maybe seen.
-        let (core, link, guard) = claimed().await;
-        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
-        let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
-        poll(&mut b, 1);
-        link.called();
-        poll(&mut b, 1);
-        drop(b);
-        link.end();
-        assert_eq!(settled(&core), (1, 0));
+        assert_eq!(settled_when_a_call_comes_after(1).await, (1, 0));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_call_before_the_response_was_handed_over_does_not_count_as_its_ack() {
         // A call that came while the result was still being made (a concurrent tool call)
         // says nothing about the result: a session that ends then gives the claims back.
-        let (core, link, guard) = claimed().await;
-        link.called();
-        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
-        let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
-        poll(&mut b, 2);
-        drop(b);
-        link.end();
-        assert_eq!(settled(&core), (0, 1));
+        assert_eq!(settled_when_a_call_comes_after(0).await, (0, 1));
     }
 
     #[tokio::test(start_paused = true)]
