@@ -14,8 +14,9 @@
 //!    frame carrying the response). Bytes that left may still be lost with a client that
 //!    vanishes after they did, so the session has `mcp.deliveryGrace` to show it is there: a
 //!    call received since the bytes could reach the client (an acknowledgement may overtake
-//!    the transport's report that the write is done), or the session still open (stdio: stdin not closed; HTTP: a stream
-//!    or another request in progress). Then the claims are delivered.
+//!    the transport's report that the write is done), or the session still open (stdio:
+//!    stdin not closed; HTTP: a stream or another request in progress). Then the claims are
+//!    delivered.
 //! 3. **Quiet** (HTTP only): at the grace's end nothing showed the client is there. The claims
 //!    stay until it calls again (delivered at once) or its session ends.
 //!
