@@ -191,18 +191,9 @@ fn counted(response: Response, session: Option<&Arc<HttpSession>>) -> Response {
 /// Where a request's response is: in progress, with the results that wait for its outcome
 /// (the session link and the JSON-RPC id), or over.
 enum Phase {
-    Open(Vec<Awaiting>),
+    Open(Vec<(std::sync::Weak<SessionLink>, rmcp::model::RequestId)>),
     /// The response went out (`true`), or never will (`false`).
     Over(bool),
-}
-
-/// A session link waiting to hear what became of the response carrying request `id`'s result.
-struct Awaiting {
-    link: std::sync::Weak<SessionLink>,
-    id: rmcp::model::RequestId,
-    /// The calls the link had received when the frame carrying the response was handed to
-    /// hyper, before its bytes could reach the client (see [`SessionLink::written_since`]).
-    calls: Option<u64>,
 }
 
 /// One request in flight: cancelled when its client goes away; tells the session link what
@@ -252,11 +243,7 @@ impl RequestGuard {
     pub fn report_to(&self, link: &Arc<SessionLink>, id: rmcp::model::RequestId) {
         let mut phase = self.phase.lock().unwrap();
         match &mut *phase {
-            Phase::Open(waiting) => waiting.push(Awaiting {
-                link: Arc::downgrade(link),
-                id,
-                calls: None,
-            }),
+            Phase::Open(waiting) => waiting.push((Arc::downgrade(link), id)),
             Phase::Over(true) => link.written(&id),
             Phase::Over(false) => link.unwritten(&id, GONE),
         }
@@ -268,12 +255,14 @@ impl RequestGuard {
         *self.owns.lock().unwrap() = Some((link, end));
     }
 
-    /// The frame carrying the response is being handed to hyper: what each link has received
-    /// so far came before the client could have the result.
+    /// The frame carrying the response is being handed to hyper: from now on the client may
+    /// have the result ([`SessionLink::handing`]).
     fn handing(&self) {
-        if let Phase::Open(waiting) = &mut *self.phase.lock().unwrap() {
-            for w in waiting.iter_mut().filter(|w| w.calls.is_none()) {
-                w.calls = w.link.upgrade().map(|link| link.calls());
+        if let Phase::Open(waiting) = &*self.phase.lock().unwrap() {
+            for (link, id) in waiting {
+                if let Some(link) = link.upgrade() {
+                    link.handing(id);
+                }
             }
         }
     }
@@ -295,14 +284,14 @@ impl RequestGuard {
         if !sent {
             self.cancel.cancel();
         }
-        for w in waiting {
-            let Some(link) = w.link.upgrade() else {
+        for (link, id) in waiting {
+            let Some(link) = link.upgrade() else {
                 continue;
             };
             if sent {
-                link.written_since(&w.id, w.calls.unwrap_or_else(|| link.calls()));
+                link.written(&id);
             } else {
-                link.unwritten(&w.id, GONE);
+                link.unwritten(&id, GONE);
             }
         }
     }
@@ -313,9 +302,9 @@ impl Drop for RequestGuard {
         // A request that never produced a body (refused before its handler ran, or whose
         // handler is still running when everything else is gone) gives its claims back.
         if let Phase::Open(waiting) = &*self.phase.lock().unwrap() {
-            for w in waiting {
-                if let Some(link) = w.link.upgrade() {
-                    link.unwritten(&w.id, "the request ended without a response");
+            for (link, id) in waiting {
+                if let Some(link) = link.upgrade() {
+                    link.unwritten(id, "the request ended without a response");
                 }
             }
         }
@@ -1043,13 +1032,17 @@ mod tests {
     }
 
     /// (delivered, released) when the session calls once, after its response body (which
-    /// ends after the response) was polled `polls_before` times, and then ends.
-    async fn settled_when_a_call_comes_after(polls_before: usize) -> (u64, u64) {
+    /// ends after the response) was polled `polls_before` times, and then ends: before the
+    /// body is done when `ends_first`, else after.
+    async fn settled_when_a_call_comes_after(polls_before: usize, ends_first: bool) -> (u64, u64) {
         let (core, link, guard) = claimed().await;
         let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(RESPONSE))]);
         let mut b = Guarded::new(Body::from_stream(stream).into_data_stream(), guard);
         poll(&mut b, polls_before);
         link.called();
+        if ends_first {
+            link.end();
+        }
         poll(&mut b, 2 - polls_before);
         drop(b);
         link.end();
@@ -1062,14 +1055,18 @@ mod tests {
         // `channel_ack`) on another connection before hyper came back for more and the body
         // ended; then the client ends its session. Its call came after the result could reach
         // it, so the claims are delivered, not given back as maybe seen.
-        assert_eq!(settled_when_a_call_comes_after(1).await, (1, 0));
+        assert_eq!(settled_when_a_call_comes_after(1, false).await, (1, 0));
+        // The same when the session's DELETE, too, comes before the body is done (the client
+        // left the response's stream open behind it).
+        assert_eq!(settled_when_a_call_comes_after(1, true).await, (1, 0));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_call_before_the_response_was_handed_over_does_not_count_as_its_ack() {
         // A call that came while the result was still being made (a concurrent tool call)
         // says nothing about the result: a session that ends then gives the claims back.
-        assert_eq!(settled_when_a_call_comes_after(0).await, (0, 1));
+        assert_eq!(settled_when_a_call_comes_after(0, false).await, (0, 1));
+        assert_eq!(settled_when_a_call_comes_after(0, true).await, (0, 1));
     }
 
     #[tokio::test(start_paused = true)]

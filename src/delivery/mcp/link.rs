@@ -55,8 +55,12 @@ pub type Alive = Arc<dyn Fn() -> bool + Send + Sync>;
 /// Where a result carrying claims is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
-    /// Being sent.
+    /// Being made and sent.
     Held,
+    /// Handed to the transport: its bytes may reach the client from now on; `calls` is how
+    /// many calls the session had received then. A call after it may be the client's answer
+    /// to the result (an acknowledgement can overtake the transport's report of the write).
+    Handed { calls: u64 },
     /// Sent; `calls` is how many calls the session had received then.
     Sent { calls: u64 },
     /// Sent, the grace is over and nothing showed the client is there.
@@ -129,7 +133,9 @@ impl SessionLink {
         for (_, r) in self.deliveries.lock().unwrap().receipts.drain() {
             match r.stage {
                 // The client called after the result left: it had it.
-                Stage::Sent { calls: then } if calls > then => had.extend(r.claims),
+                Stage::Sent { calls: then } | Stage::Handed { calls: then } if calls > then => {
+                    had.extend(r.claims)
+                }
                 // A result still being written, or not acknowledged, may yet have reached the
                 // client: marked.
                 _ => left.extend(r.claims),
@@ -237,23 +243,23 @@ impl SessionLink {
         self.release(&claims, false, "the client cancelled the request");
     }
 
-    /// How many calls the session has received so far. A transport takes this just before the
-    /// bytes of a result can reach the client, and gives it to [`SessionLink::written_since`].
-    pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::Acquire)
+    /// The result of request `id` is being handed to the transport: from now on its bytes may
+    /// reach the client, so a call counted after this may be the client's answer to it (stdio:
+    /// the line is about to be written; HTTP: the frame carrying the response is handed to
+    /// hyper).
+    pub fn handing(&self, id: &RequestId) {
+        let calls = self.calls.load(Ordering::Acquire);
+        if let Some(r) = self.deliveries.lock().unwrap().receipts.get_mut(id)
+            && r.stage == Stage::Held
+        {
+            r.stage = Stage::Handed { calls };
+        }
     }
 
     /// The result of request `id` left: its claims are delivered once the session shows it is
     /// there, within the grace.
     pub fn written(self: &Arc<Self>, id: &RequestId) {
-        self.written_since(id, self.calls());
-    }
-
-    /// The result of request `id` left; the session had received `calls` calls before its
-    /// bytes could reach the client. A call counted after that may be the client's answer to
-    /// the result: an acknowledgement that overtook the transport's report that the write was
-    /// done still shows the client had it.
-    pub fn written_since(self: &Arc<Self>, id: &RequestId, calls: u64) {
+        let now = self.calls.load(Ordering::Acquire);
         if self.at_once.load(Ordering::Relaxed) {
             let receipt = self.deliveries.lock().unwrap().receipts.remove(id);
             if let Some(r) = receipt {
@@ -263,10 +269,14 @@ impl SessionLink {
         }
         {
             let mut d = self.deliveries.lock().unwrap();
-            match d.receipts.get_mut(id) {
-                Some(r) if r.stage == Stage::Held => r.stage = Stage::Sent { calls },
+            let Some(r) = d.receipts.get_mut(id) else {
+                return;
+            };
+            r.stage = match r.stage {
+                Stage::Held => Stage::Sent { calls: now },
+                Stage::Handed { calls } => Stage::Sent { calls },
                 _ => return,
-            }
+            };
         }
         let link: Weak<SessionLink> = Arc::downgrade(self);
         let (id, grace, ended) = (id.clone(), self.grace, self.ended.clone());

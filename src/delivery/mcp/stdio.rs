@@ -187,21 +187,22 @@ where
                 let mut line = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
                 line.push(b'\n');
                 let mut w = writer.lock().await;
-                // The calls received before the line can reach the client: one counted after
-                // may be its answer to this result, read before the flush below returns.
-                let before = link.calls();
+                if let Some(id) = &id {
+                    // From here the client may have the line, and answer it before the flush
+                    // below returns.
+                    link.handing(id);
+                }
                 w.write_all(&line).await?;
-                w.flush().await?;
-                Ok::<u64, std::io::Error>(before)
+                w.flush().await
             }
             .await;
             if let Some(id) = id {
                 match &written {
-                    Ok(before) => link.written_since(&id, *before),
+                    Ok(()) => link.written(&id),
                     Err(_) => link.unwritten(&id, "the result could not be written to stdout"),
                 }
             }
-            written.map(|_| ())
+            written
         }
     }
 
