@@ -132,7 +132,7 @@ impl SessionLink {
         let (mut had, mut left) = (Vec::new(), Vec::new());
         for (_, r) in self.deliveries.lock().unwrap().receipts.drain() {
             match r.stage {
-                // The client called after the result left: it had it.
+                // The client called after the result could reach it: it had it.
                 Stage::Sent { calls: then } | Stage::Handed { calls: then } if calls > then => {
                     had.extend(r.claims)
                 }
