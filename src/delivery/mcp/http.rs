@@ -204,7 +204,7 @@ pub struct RequestGuard {
     /// How many elicitation forms the request's stream has carried (see [`super::elicit`]).
     forms: tokio::sync::watch::Sender<usize>,
     /// A stateless request's session: ended once the response is settled.
-    owns: Mutex<Option<(Arc<SessionLink>, tokio_util::sync::DropGuard)>>,
+    owns: Mutex<Option<super::link::EndOnDrop>>,
 }
 
 /// Why a result that did not go out comes back.
@@ -249,10 +249,10 @@ impl RequestGuard {
         }
     }
 
-    /// Keeps `link` (a stateless request's session) until the response is settled, then ends
-    /// it with `end`: its claims are settled by this response before the session closes.
-    pub fn ends(&self, link: Arc<SessionLink>, end: tokio_util::sync::DropGuard) {
-        *self.owns.lock().unwrap() = Some((link, end));
+    /// Keeps a stateless request's session until the response is settled, then ends it (`end`
+    /// dropped): its claims are settled by this response before the session closes.
+    pub fn ends(&self, end: super::link::EndOnDrop) {
+        *self.owns.lock().unwrap() = Some(end);
     }
 
     /// The frame carrying the response is being handed to hyper: from now on the client may
@@ -1067,6 +1067,19 @@ mod tests {
         // says nothing about the result: a session that ends then gives the claims back.
         assert_eq!(settled_when_a_call_comes_after(0, false).await, (0, 1));
         assert_eq!(settled_when_a_call_comes_after(0, true).await, (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_whose_server_rmcp_dropped_settles_its_results_as_an_ended_one() {
+        // rmcp can be done with a session (its input ended) before the HTTP session's DELETE
+        // ends the link: dropping the server's last handle ends the session the same way, so
+        // a result the client answered is delivered rather than released by the close.
+        let (core, link, guard) = claimed().await;
+        let mut b = body(&[RESPONSE], guard);
+        poll(&mut b, 1);
+        link.called();
+        drop(link.end_on_drop());
+        assert_eq!(settled(&core), (1, 0));
     }
 
     #[tokio::test(start_paused = true)]

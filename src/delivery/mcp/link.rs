@@ -99,6 +99,17 @@ pub struct SessionLink {
     alive: OnceLock<Alive>,
 }
 
+/// Ends its link's session ([`SessionLink::end`]) when dropped: held by the session's server,
+/// whose last handle goes when rmcp is done with the session, whichever came first of that and
+/// the transport's own end (an HTTP `DELETE`, stdin closed).
+pub struct EndOnDrop(Arc<SessionLink>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
 impl Drop for SessionLink {
     fn drop(&mut self) {
         self.released.cancel();
@@ -130,7 +141,8 @@ impl SessionLink {
     pub fn end(&self) {
         let calls = self.calls.load(Ordering::Acquire);
         let (mut had, mut left) = (Vec::new(), Vec::new());
-        for (_, r) in self.deliveries.lock().unwrap().receipts.drain() {
+        for (id, r) in self.deliveries.lock().unwrap().receipts.drain() {
+            tracing::debug!(request = %id, stage = ?r.stage, calls, "a result the ended session held");
             match r.stage {
                 // The client called after the result could reach it: it had it.
                 Stage::Sent { calls: then } | Stage::Handed { calls: then } if calls > then => {
@@ -148,6 +160,11 @@ impl SessionLink {
             "the session ended before it acknowledged the result",
         );
         self.ended.cancel();
+    }
+
+    /// A guard that ends the session when dropped.
+    pub fn end_on_drop(self: &Arc<Self>) -> EndOnDrop {
+        EndOnDrop(self.clone())
     }
 
     /// Fires when the session ends.

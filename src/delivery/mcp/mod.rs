@@ -176,7 +176,7 @@ pub struct McpServer {
     /// Ends the session when the last handle goes (an HTTP session rmcp dropped); a
     /// stateless HTTP request hands it to its request guard, which ends the session once the
     /// response was sent or dropped ([`McpServer::adopt`]).
-    end_on_drop: Arc<Mutex<Option<tokio_util::sync::DropGuard>>>,
+    end_on_drop: Arc<Mutex<Option<link::EndOnDrop>>>,
 }
 
 impl Drop for Session {
@@ -207,7 +207,7 @@ impl McpServer {
         named: Option<String>,
     ) -> McpServer {
         let link = SessionLink::new(api.clone(), shutdown, tasks.clone());
-        let guard = link.ended().clone().drop_guard();
+        let guard = link.end_on_drop();
         McpServer {
             api,
             tasks,
@@ -301,7 +301,7 @@ impl McpServer {
         if let Some(end) = self.end_on_drop.lock().unwrap().take() {
             self.link.reports_sends();
             self.link.settle_when_sent();
-            guard.ends(self.link.clone(), end);
+            guard.ends(end);
         }
     }
 
