@@ -47,6 +47,10 @@ use crate::delivery::mcp::events::EventsSettings;
 use crate::duration::Backoff;
 use crate::message::Seq;
 
+/// How long a webhook post in flight may still finish once its delivery stops (shutdown,
+/// unsubscribe): the endpoint may have taken it, and a post recorded is not sent again.
+const IN_FLIGHT: Duration = Duration::from_secs(2);
+
 /// The one principal: whoever holds the daemon's token (HTTP) or owns its home (stdio).
 const PRINCIPAL: &str = "owner";
 
@@ -453,12 +457,9 @@ impl Webhooks {
             .unwrap()
             .insert(id.clone(), (stop.clone(), wake.clone()));
         let (this, api) = (self.clone(), api.clone());
-        tasks.spawn(async move {
-            tokio::select! {
-                _ = this.deliver_loop(&api, &id, &wake) => {}
-                _ = stop.cancelled() => {}
-            }
-        });
+        // Stopped between posts; a post in flight gets `IN_FLIGHT` to finish, so that one the
+        // endpoint took is recorded before a shutdown and not delivered again after it.
+        tasks.spawn(async move { this.deliver_loop(&api, &id, &wake, &stop).await });
     }
 
     fn sub(&self, id: &str) -> Option<Sub> {
@@ -482,7 +483,13 @@ impl Webhooks {
         due
     }
 
-    async fn deliver_loop(&self, api: &Api, id: &str, wake: &tokio::sync::Notify) {
+    async fn deliver_loop(
+        &self,
+        api: &Api,
+        id: &str,
+        wake: &tokio::sync::Notify,
+        stop: &CancellationToken,
+    ) {
         let heartbeat = self.inner.settings.heartbeat;
         let mut target: Option<send::Target> = None;
         loop {
@@ -504,12 +511,18 @@ impl Webhooks {
                     .as_millis() as u64,
                 ..EventsPoll::default()
             };
-            let page = match api.call(poll).await {
+            let polled = tokio::select! {
+                polled = api.call(poll) => polled,
+                () = stop.cancelled() => return,
+            };
+            let page = match polled {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(subscription = %id, cause = %e, "events: cannot read the inbox for a webhook subscription; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        () = stop.cancelled() => return,
+                    }
                 }
             };
             let url = reqwest::Url::parse(&sub.url).ok();
@@ -524,7 +537,7 @@ impl Webhooks {
             });
             t.secret.clone_from(&sub.secret);
             for event in &page.events {
-                if !self.deliver_one(t, id, event, wake).await {
+                if !self.deliver_one(t, id, event, wake, stop).await {
                     return;
                 }
             }
@@ -543,23 +556,31 @@ impl Webhooks {
     }
 
     /// Delivers one occurrence, retrying with backoff, suspending after too many tries until a
-    /// refresh; false when the subscription is gone.
+    /// refresh; false when the subscription is gone or its delivery stops.
     async fn deliver_one(
         &self,
         target: &mut send::Target,
         id: &str,
         event: &crate::control::events::Occurrence,
         wake: &tokio::sync::Notify,
+        stop: &CancellationToken,
     ) -> bool {
         let s = &self.inner.settings;
         let mut backoff = Backoff::new(s.retry_first, s.retry_max).full_jitter();
         let mut tries = 0;
         let body = serde_json::to_vec(event).unwrap_or_default();
         loop {
-            if self.sub(id).is_none() || self.expire(id) {
+            if stop.is_cancelled() || self.sub(id).is_none() || self.expire(id) {
                 return false;
             }
-            match target.post(&event.event_id, &body).await {
+            let posted = tokio::select! {
+                posted = target.post(&event.event_id, &body) => posted,
+                () = async {
+                    stop.cancelled().await;
+                    tokio::time::sleep(IN_FLIGHT).await;
+                } => return false,
+            };
+            match posted {
                 Ok(()) => {
                     self.delivered(id, event);
                     return true;
@@ -576,11 +597,17 @@ impl Webhooks {
                     self.failed(id, reason, suspend);
                     if suspend {
                         tracing::warn!(subscription = %id, reason, "events: webhook delivery suspended until the next refresh");
-                        wake.notified().await;
+                        tokio::select! {
+                            () = wake.notified() => {}
+                            () = stop.cancelled() => return false,
+                        }
                         tries = 0;
                         backoff.reset();
                     } else {
-                        tokio::time::sleep(backoff.next()).await;
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff.next()) => {}
+                            () = stop.cancelled() => return false,
+                        }
                     }
                 }
             }
