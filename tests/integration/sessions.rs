@@ -214,16 +214,22 @@ async fn ended_mid_wait_loses_nothing(end: &str) {
     let (result, live_name) = got.await.unwrap();
     assert_eq!(result["items"][0]["kind"], "auto", "{result}");
     let id = result["items"][0]["action_id"].as_u64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !claims(&sb, "delivered").contains(&(id, live_name.clone())) {
-        assert!(
-            Instant::now() < deadline,
-            "item {id} not journaled delivered to {live_name} in 5 s; actions: {:?}\nlog:\n{}",
-            action_records(sb.home.path()),
-            sb.log()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    eventually_explained(
+        Duration::from_secs(5),
+        "delivered journaled",
+        || {
+            format!(
+                "actions: {:?}\nlog:\n{}",
+                action_records(sb.home.path()),
+                sb.log()
+            )
+        },
+        || {
+            claims(&sb, "delivered")
+                .contains(&(id, live_name.clone()))
+                .then_some(())
+        },
+    );
     assert_eq!(
         claims(&sb, "claimed"),
         [(id, live_name)],

@@ -457,16 +457,26 @@ pub async fn tool(client: &Client, name: &str, args: serde_json::Value) -> serde
 }
 
 /// Polls `f` every 10 ms until it returns `Some`, or panics with `what` after `limit`.
-pub fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn eventually<T>(limit: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    eventually_explained(limit, what, String::new, f)
+}
+
+/// [`eventually`], whose panic also carries `explain()`, taken when it times out (the
+/// daemon's log, the records it wrote).
+pub fn eventually_explained<T>(
+    limit: Duration,
+    what: &str,
+    explain: impl FnOnce() -> String,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
+        if Instant::now() >= deadline {
+            panic!("timed out after {limit:?}: {what}\n{}", explain());
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
