@@ -347,11 +347,17 @@ mod tests {
             "the newest mark, once told it is written"
         );
         assert!(marks.windows(2).all(|w| w[0] < w[1]), "{marks:?}");
-        // No mark is on disk before a record submitted before it.
+        // No mark is on disk before a record submitted before it. A record submitted after it
+        // may go first only when the thread took it before the next mark was stored (the mark
+        // is read under the queue's lock, the record queued after the mark): so mark 99 may
+        // follow record 100, but no mark follows a record submitted after a later mark.
         for (at, r) in written.iter().enumerate() {
             if let Some(mark) = r.evaluated {
                 let before = written[..at].iter().filter_map(|r| r.id).count() as u64;
-                assert_eq!(before, mark / 100, "records before mark {mark}");
+                assert!(
+                    (mark / 100..=(mark + 1) / 100).contains(&before),
+                    "{before} records before mark {mark}"
+                );
             }
         }
         // A flush writes a waiting mark at once.
