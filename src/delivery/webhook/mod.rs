@@ -511,18 +511,18 @@ impl Webhooks {
                     .as_millis() as u64,
                 ..EventsPoll::default()
             };
-            let polled = tokio::select! {
-                polled = api.call(poll) => polled,
-                () = stop.cancelled() => return,
+            let Some(polled) = stop.run_until_cancelled(api.call(poll)).await else {
+                return;
             };
             let page = match polled {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(subscription = %id, cause = %e, "events: cannot read the inbox for a webhook subscription; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                        () = stop.cancelled() => return,
+                    let slept = tokio::time::sleep(Duration::from_secs(1));
+                    if stop.run_until_cancelled(slept).await.is_none() {
+                        return;
                     }
+                    continue;
                 }
             };
             let url = reqwest::Url::parse(&sub.url).ok();
@@ -597,16 +597,15 @@ impl Webhooks {
                     self.failed(id, reason, suspend);
                     if suspend {
                         tracing::warn!(subscription = %id, reason, "events: webhook delivery suspended until the next refresh");
-                        tokio::select! {
-                            () = wake.notified() => {}
-                            () = stop.cancelled() => return false,
+                        if stop.run_until_cancelled(wake.notified()).await.is_none() {
+                            return false;
                         }
                         tries = 0;
                         backoff.reset();
                     } else {
-                        tokio::select! {
-                            () = tokio::time::sleep(backoff.next()) => {}
-                            () = stop.cancelled() => return false,
+                        let slept = tokio::time::sleep(backoff.next());
+                        if stop.run_until_cancelled(slept).await.is_none() {
+                            return false;
                         }
                     }
                 }
